@@ -1,0 +1,151 @@
+// Package bus carries agentmesh's protobuf messages over NATS: typed
+// request/reply with errors that keep their code across the wire, trace
+// context in headers, and handlers for nats.go micro services that build a
+// context per request and never let a malformed message crash a service.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/proto"
+)
+
+// Header names agentmesh sets on messages.
+const (
+	// HeaderType names the protobuf message type of the payload, so a tap
+	// with any NATS client knows how to decode it.
+	HeaderType = "Am-Type"
+	// HeaderErrorCode is set (by micro) on a reply that carries an error.
+	HeaderErrorCode = micro.ErrorCodeHeader
+)
+
+// DefaultTimeout bounds a request whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// MaxPayload is the largest message agentmesh puts on the bus. The router
+// refuses larger requests with ResourceExhausted before they get here.
+const MaxPayload = 1 << 20
+
+// NewMsg builds a message for subject carrying m, with its type header and
+// ctx's trace context.
+func NewMsg(ctx context.Context, subject string, m proto.Message) (*nats.Msg, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %T: %w", m, err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(HeaderType, string(m.ProtoReflect().Descriptor().FullName()))
+	Inject(ctx, msg.Header)
+	return msg, nil
+}
+
+// Request sends req to subject and decodes the reply into resp. An error
+// reply comes back as *Error with its code; no responder is ErrUnavailable.
+func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	msg, err := NewMsg(ctx, subject, req)
+	if err != nil {
+		return err
+	}
+	reply, err := nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return &Error{Code: CodeUnavailable, Message: "no service answers " + subject}
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return &Error{Code: CodeUnavailable, Message: "timed out waiting for " + subject}
+		}
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	if code := reply.Header.Get(HeaderErrorCode); code != "" {
+		var pe busv1.Error
+		if err := proto.Unmarshal(reply.Data, &pe); err != nil || pe.Code == "" {
+			return &Error{Code: code, Message: reply.Header.Get(micro.ErrorHeader)}
+		}
+		return FromProto(&pe)
+	}
+	if err := proto.Unmarshal(reply.Data, resp); err != nil {
+		return fmt.Errorf("decode reply of %s: %w", subject, err)
+	}
+	return nil
+}
+
+// HandlerFunc serves one typed request.
+type HandlerFunc[Req, Resp proto.Message] func(ctx context.Context, req Req) (Resp, error)
+
+// Handler adapts a typed function to a micro handler. Each request gets a
+// context with a deadline and the caller's trace context. A payload that
+// does not decode is answered with invalid_argument and logged; a panic in
+// fn is answered with internal and logged; neither stops the service.
+func Handler[Req, Resp proto.Message](log *slog.Logger, newReq func() Req, fn HandlerFunc[Req, Resp]) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+		defer cancel()
+		ctx = Extract(ctx, nats.Header(r.Headers()))
+		req := newReq()
+		if err := proto.Unmarshal(r.Data(), req); err != nil {
+			log.Warn("malformed bus request set aside", "subject", r.Subject(), "bytes", len(r.Data()), "err", err)
+			respondError(log, r, &Error{Code: CodeInvalidArgument, Message: "malformed request: " + err.Error()})
+			return
+		}
+		resp, err := safeCall(ctx, fn, req)
+		if err != nil {
+			if CodeOf(err) == CodeInternal {
+				log.Error("request failed", "subject", r.Subject(), "err", err)
+			}
+			respondError(log, r, err)
+			return
+		}
+		data, err := proto.Marshal(resp)
+		if err != nil {
+			respondError(log, r, fmt.Errorf("marshal reply: %w", err))
+			return
+		}
+		if err := r.Respond(data); err != nil {
+			log.Warn("reply not sent", "subject", r.Subject(), "err", err)
+		}
+	})
+}
+
+func safeCall[Req, Resp proto.Message](ctx context.Context, fn HandlerFunc[Req, Resp], req Req) (resp Resp, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &Error{Code: CodeInternal, Message: fmt.Sprintf("panic: %v", p)}
+			slog.Error("handler panic", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	return fn(ctx, req)
+}
+
+func respondError(log *slog.Logger, r micro.Request, err error) {
+	pe := ToProto(err)
+	data, _ := proto.Marshal(pe)
+	if rerr := r.Error(pe.Code, pe.Message, data); rerr != nil {
+		log.Warn("error reply not sent", "subject", r.Subject(), "err", rerr)
+	}
+}
+
+// Async runs h in its own goroutine per request, at most cap(sem) at once,
+// so one slow request does not hold up the others of a subscription.
+func Async(sem chan struct{}, h micro.Handler) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			h.Handle(r)
+		}()
+	})
+}

@@ -1,0 +1,76 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamOptions tune the streams of the bus.
+type StreamOptions struct {
+	// Replicas of each stream: 1 in dev, 3 in production.
+	Replicas int
+	// MaxAge of events and audit records; 0 means 7 days.
+	MaxAge time.Duration
+	// Memory keeps streams in memory (tests that do not restart).
+	Memory bool
+}
+
+// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id.
+const DuplicateWindow = 2 * time.Minute
+
+// EnsureStreams creates or updates the bus streams: events, work and audit
+// (see package subjects). It is idempotent; every service calls it in New,
+// so services can start in any order.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names, o StreamOptions) error {
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 7 * 24 * time.Hour
+	}
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	cfgs := []jetstream.StreamConfig{
+		{
+			Name:        n.EventsStream(),
+			Description: "agentmesh task and agent events",
+			Subjects:    []string{n.Events()},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      o.MaxAge,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			Duplicates:  DuplicateWindow,
+		},
+		{
+			Name:        n.WorkStream(),
+			Description: "agentmesh dispatched work, pulled by executors",
+			Subjects:    []string{n.WorkAll()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			Duplicates:  DuplicateWindow,
+		},
+		{
+			Name:        n.AuditStream(),
+			Description: "agentmesh requests and heartbeats (audit trail)",
+			Subjects:    n.AuditSubjects(),
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      o.MaxAge,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			NoAck:       true,
+		},
+	}
+	for _, cfg := range cfgs {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sync"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// The planning functions below decide what a write does; the stores only
+// persist their output atomically. Keeping the decision here keeps the two
+// stores' semantics identical.
+
+var (
+	entropyMu sync.Mutex
+	entropy   = ulid.Monotonic(rand.Reader, 0)
+)
+
+// NewID returns a new ULID: unique, and sorting by creation time.
+func NewID(now time.Time) string {
+	entropyMu.Lock()
+	defer entropyMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), entropy).String()
+}
+
+// PlanCreate returns the task to insert and its first two events
+// (created, then queued). t is not modified.
+func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent) {
+	task := proto.Clone(t).(*agentmeshv1.Task)
+	task.Id = NewID(now)
+	task.Status = agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED
+	task.Attempt = 0
+	task.LastEventSeq = 0
+	task.StepCount = 0
+	task.Usage = nil
+	task.Result, task.Error, task.Node = "", "", ""
+	task.StartedAt, task.FinishedAt = nil, nil
+	ts := timestamppb.New(now)
+	created := &agentmeshv1.TaskEvent{
+		TaskId: task.Id, Seq: 1, Type: agentmeshv1.EventType_EVENT_TYPE_CREATED,
+		Time: ts, Status: taskstate.Created, Org: task.Org,
+	}
+	task = taskstate.Apply(task, created)
+	queued := &agentmeshv1.TaskEvent{
+		TaskId: task.Id, Seq: 2, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
+		Time: ts, FromStatus: taskstate.Created, Status: taskstate.Queued, Org: task.Org,
+	}
+	task = taskstate.Apply(task, queued)
+	return task, []*agentmeshv1.TaskEvent{created, queued}
+}
+
+// PlanTransition validates tr against the task's current state and returns
+// the event to append and the task after it.
+func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	if tr.To == agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
+		return nil, nil, bus.FieldError("to", "a target status is required")
+	}
+	if tr.From != agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED && cur.Status != tr.From {
+		return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s is %s, not %s",
+			cur.Id, taskstate.Name(cur.Status), taskstate.Name(tr.From))
+	}
+	if tr.Attempt > 0 && cur.Attempt != tr.Attempt {
+		return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: stale attempt %d (current %d)",
+			cur.Id, tr.Attempt, cur.Attempt)
+	}
+	if err := taskstate.Check(cur.Status, tr.To); err != nil {
+		return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: %v", cur.Id, err)
+	}
+	attempt := cur.Attempt
+	if tr.NextAttempt {
+		attempt++
+	}
+	ev := &agentmeshv1.TaskEvent{
+		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
+		Time: timestamppb.New(now), FromStatus: cur.Status, Status: tr.To,
+		Reason: tr.Reason, Attempt: attempt, Result: tr.Result, Org: cur.Org, Node: tr.Node,
+	}
+	return taskstate.Apply(cur, ev), ev, nil
+}
+
+// PlanStep validates a step checkpoint and returns its event and the task
+// after it. Only a running task's current attempt may append steps.
+func PlanStep(cur *agentmeshv1.Task, attempt int32, step *agentmeshv1.Step, now time.Time) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	if step == nil {
+		return nil, nil, bus.FieldError("step", "a step is required")
+	}
+	if cur.Status != taskstate.Running {
+		return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s is %s, not running", cur.Id, taskstate.Name(cur.Status))
+	}
+	if attempt != cur.Attempt {
+		return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: stale attempt %d (current %d)", cur.Id, attempt, cur.Attempt)
+	}
+	s := proto.Clone(step).(*agentmeshv1.Step)
+	s.Attempt = attempt
+	ev := &agentmeshv1.TaskEvent{
+		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STEP,
+		Time: timestamppb.New(now), Status: cur.Status, Attempt: attempt, Step: s, Org: cur.Org, Node: cur.Node,
+	}
+	return taskstate.Apply(cur, ev), ev, nil
+}
+
+// PlanAgent returns the agent to store for a create or replace.
+func PlanAgent(cur, next *agentmeshv1.Agent, create bool, expectedVersion int64, now time.Time) (*agentmeshv1.Agent, error) {
+	if create && cur != nil {
+		return nil, bus.Errorf(bus.CodeAlreadyExists, "agent %q already exists", next.Name)
+	}
+	if !create && cur == nil {
+		return nil, bus.Errorf(bus.CodeNotFound, "agent %q not found", next.Name)
+	}
+	if !create && expectedVersion > 0 && cur.Version != expectedVersion {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "agent %q is at version %d, not %d", next.Name, cur.Version, expectedVersion)
+	}
+	a := proto.Clone(next).(*agentmeshv1.Agent)
+	ts := timestamppb.New(now)
+	a.UpdatedAt = ts
+	if create {
+		a.CreatedAt = ts
+		a.Version = 1
+	} else {
+		a.CreatedAt = cur.CreatedAt
+		a.Version = cur.Version + 1
+	}
+	return a, nil
+}
+
+// TaskNotFound is the error for an unknown task id.
+func TaskNotFound(id string) error {
+	return bus.Errorf(bus.CodeNotFound, "task %q not found", id)
+}
+
+// AgentNotFound is the error for an unknown agent.
+func AgentNotFound(name string) error {
+	return bus.Errorf(bus.CodeNotFound, "agent %q not found", name)
+}
+
+// Internal wraps a storage failure as an internal error.
+func Internal(op string, err error) error {
+	return &bus.Error{Code: bus.CodeInternal, Message: fmt.Sprintf("%s: %v", op, err)}
+}
+
+// HasSkill reports whether a offers skill.
+func HasSkill(a *agentmeshv1.Agent, skill string) bool {
+	for _, s := range a.Skills {
+		if s == skill {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchesQuery reports whether t passes q's filters (not the page token).
+func MatchesQuery(t *agentmeshv1.Task, q TaskQuery) bool {
+	if q.Org != "" && t.Org != q.Org {
+		return false
+	}
+	if q.Agent != "" && t.Agent != q.Agent {
+		return false
+	}
+	if len(q.Statuses) > 0 {
+		ok := false
+		for _, s := range q.Statuses {
+			if s == t.Status {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	created := t.CreatedAt.AsTime()
+	if !q.CreatedAfter.IsZero() && !created.After(q.CreatedAfter) {
+		return false
+	}
+	if !q.CreatedBefore.IsZero() && !created.Before(q.CreatedBefore) {
+		return false
+	}
+	if !q.UpdatedBefore.IsZero() && !t.UpdatedAt.AsTime().Before(q.UpdatedBefore) {
+		return false
+	}
+	return true
+}
+
+// EncodeToken makes an opaque page token of the last key of a page.
+func EncodeToken(lastKey string) string {
+	if lastKey == "" {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte("k:" + lastKey))
+}
+
+// DecodeToken returns the key a page token carries, or invalid_argument.
+func DecodeToken(tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) < 3 || string(b[:2]) != "k:" {
+		return "", bus.FieldError("page_token", "malformed page token")
+	}
+	return string(b[2:]), nil
+}

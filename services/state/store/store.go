@@ -1,0 +1,105 @@
+// Package store is the system of record's one interface. Two
+// implementations satisfy it — pgstore (Postgres, production) and kvstore
+// (JetStream KV and streams, the dev default) — and one conformance suite
+// (storetest) runs against both.
+//
+// Every error a Store returns carries a bus code (pkg/bus): not_found,
+// already_exists, failed_precondition (a transition the table forbids, a
+// stale attempt), invalid_argument, or internal.
+package store
+
+import (
+	"context"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+)
+
+// MaxPageSize bounds every list and history page.
+const MaxPageSize = 1000
+
+// DefaultPageSize is used when a query asks for 0.
+const DefaultPageSize = 50
+
+// Store is the system of record: tasks, their event history and agents.
+type Store interface {
+	// CreateTask records a new task and moves it to queued in the same
+	// commit: two events, created (seq 1) and queued (seq 2). It sets the
+	// id (a ULID, so ids sort by creation time), status, attempt and times.
+	// When t.IdempotencyKey is set and the org already has a task with that
+	// key, it returns that task, no events and created=false.
+	CreateTask(ctx context.Context, t *agentmeshv1.Task) (task *agentmeshv1.Task, events []*agentmeshv1.TaskEvent, created bool, err error)
+	// GetTask returns a task or not_found.
+	GetTask(ctx context.Context, id string) (*agentmeshv1.Task, error)
+	// ListTasks returns tasks newest first (by id), filtered, one page.
+	ListTasks(ctx context.Context, q TaskQuery) (tasks []*agentmeshv1.Task, nextPageToken string, err error)
+	// Transition changes a task's status with compare-and-set and appends
+	// exactly one event. It checks the transition table (pkg/taskstate),
+	// tr.From when set, and the attempt (fencing) when tr.Attempt > 0.
+	Transition(ctx context.Context, tr Transition) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
+	// AppendStep checkpoints a step of a running task whose attempt equals
+	// attempt, appending one step event.
+	AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
+	// History returns the task's events with seq > afterSeq, oldest first,
+	// at most limit (0 means MaxPageSize). not_found for an unknown task.
+	History(ctx context.Context, taskID string, afterSeq int64, limit int) ([]*agentmeshv1.TaskEvent, error)
+
+	// PutAgent creates (create=true; already_exists if present) or replaces
+	// (not_found if absent; failed_precondition if expectedVersion > 0 and
+	// differs) an agent. It sets times and version.
+	PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool, expectedVersion int64) (*agentmeshv1.Agent, error)
+	GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error)
+	// ListAgents returns agents by name, one page, optionally only those
+	// offering q.Skill.
+	ListAgents(ctx context.Context, q AgentQuery) (agents []*agentmeshv1.Agent, nextPageToken string, err error)
+	DeleteAgent(ctx context.Context, name string) error
+
+	Close() error
+}
+
+// TaskQuery filters ListTasks. Zero fields do not filter.
+type TaskQuery struct {
+	Org           string
+	Statuses      []agentmeshv1.TaskStatus
+	Agent         string
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+	UpdatedBefore time.Time
+	PageSize      int
+	PageToken     string
+}
+
+// AgentQuery filters ListAgents.
+type AgentQuery struct {
+	Skill     string
+	PageSize  int
+	PageToken string
+}
+
+// Transition is a requested status change.
+type Transition struct {
+	TaskID string
+	// From, when not unspecified, must be the task's current status.
+	From agentmeshv1.TaskStatus
+	To   agentmeshv1.TaskStatus
+	// Attempt, when > 0, must equal the task's attempt (fencing token).
+	Attempt int32
+	// NextAttempt starts a new attempt (attempt+1) with this transition.
+	NextAttempt bool
+	Reason      string
+	// Result of a completed task.
+	Result string
+	// Node that runs the attempt.
+	Node string
+}
+
+// PageSize clamps a requested page size.
+func PageSize(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultPageSize
+	case n > MaxPageSize:
+		return MaxPageSize
+	}
+	return n
+}
