@@ -63,9 +63,16 @@ const (
 	StateDeleteAgent = "agent.delete"
 )
 
-// Registry request operations.
+// Registry request operations. The agent operations carry the public API's
+// messages (agentmesh.v1.CreateAgentRequest, ...); match carries
+// agentmesh.bus.v1.MatchRequest.
 const (
-	RegistryMatch = "match"
+	RegistryMatch       = "match"
+	RegistryCreateAgent = "agents.create"
+	RegistryGetAgent    = "agents.get"
+	RegistryListAgents  = "agents.list"
+	RegistryUpdateAgent = "agents.update"
+	RegistryDeleteAgent = "agents.delete"
 )
 
 // EventStep is the event-type token of a step event.
