@@ -33,6 +33,7 @@ type Frame struct {
 	//	*Frame_Start
 	//	*Frame_ModelResponse
 	//	*Frame_ToolResponse
+	//	*Frame_StepAck
 	//	*Frame_ModelRequest
 	//	*Frame_ToolRequest
 	//	*Frame_Step
@@ -107,6 +108,15 @@ func (x *Frame) GetToolResponse() *ToolResponse {
 	return nil
 }
 
+func (x *Frame) GetStepAck() *StepAck {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_StepAck); ok {
+			return x.StepAck
+		}
+	}
+	return nil
+}
+
 func (x *Frame) GetModelRequest() *ModelRequest {
 	if x != nil {
 		if x, ok := x.Kind.(*Frame_ModelRequest); ok {
@@ -169,6 +179,10 @@ type Frame_ToolResponse struct {
 	ToolResponse *ToolResponse `protobuf:"bytes,3,opt,name=tool_response,json=toolResponse,proto3,oneof"`
 }
 
+type Frame_StepAck struct {
+	StepAck *StepAck `protobuf:"bytes,4,opt,name=step_ack,json=stepAck,proto3,oneof"`
+}
+
 type Frame_ModelRequest struct {
 	// child → executor
 	ModelRequest *ModelRequest `protobuf:"bytes,10,opt,name=model_request,json=modelRequest,proto3,oneof"`
@@ -195,6 +209,8 @@ func (*Frame_Start) isFrame_Kind() {}
 func (*Frame_ModelResponse) isFrame_Kind() {}
 
 func (*Frame_ToolResponse) isFrame_Kind() {}
+
+func (*Frame_StepAck) isFrame_Kind() {}
 
 func (*Frame_ModelRequest) isFrame_Kind() {}
 
@@ -715,8 +731,8 @@ func (x *ToolResponse) GetIsError() bool {
 	return false
 }
 
-// StepRecord reports a step; the executor checkpoints it before it
-// answers the next request.
+// StepRecord reports a step; the child waits for its StepAck before it
+// goes on, so every step is checkpointed before the next begins.
 type StepRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Step          *v1.Step               `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
@@ -761,6 +777,61 @@ func (x *StepRecord) GetStep() *v1.Step {
 	return nil
 }
 
+// StepAck answers a StepRecord once the step is checkpointed. A non-empty
+// error (the task was cancelled, or this attempt is stale) tells the child
+// to stop at once.
+type StepAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepAck) Reset() {
+	*x = StepAck{}
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepAck) ProtoMessage() {}
+
+func (x *StepAck) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepAck.ProtoReflect.Descriptor instead.
+func (*StepAck) Descriptor() ([]byte, []int) {
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StepAck) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StepAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type Final struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Answer        string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
@@ -770,7 +841,7 @@ type Final struct {
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +853,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +866,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Final) GetAnswer() string {
@@ -816,7 +887,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +899,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +912,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Failure) GetReason() string {
@@ -862,11 +933,12 @@ var File_agentmesh_child_v1_child_proto protoreflect.FileDescriptor
 
 const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\x88\x04\n" +
+	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\xc2\x04\n" +
 	"\x05Frame\x121\n" +
 	"\x05start\x18\x01 \x01(\v2\x19.agentmesh.child.v1.StartH\x00R\x05start\x12J\n" +
 	"\x0emodel_response\x18\x02 \x01(\v2!.agentmesh.child.v1.ModelResponseH\x00R\rmodelResponse\x12G\n" +
-	"\rtool_response\x18\x03 \x01(\v2 .agentmesh.child.v1.ToolResponseH\x00R\ftoolResponse\x12G\n" +
+	"\rtool_response\x18\x03 \x01(\v2 .agentmesh.child.v1.ToolResponseH\x00R\ftoolResponse\x128\n" +
+	"\bstep_ack\x18\x04 \x01(\v2\x1b.agentmesh.child.v1.StepAckH\x00R\astepAck\x12G\n" +
 	"\rmodel_request\x18\n" +
 	" \x01(\v2 .agentmesh.child.v1.ModelRequestH\x00R\fmodelRequest\x12D\n" +
 	"\ftool_request\x18\v \x01(\v2\x1f.agentmesh.child.v1.ToolRequestH\x00R\vtoolRequest\x124\n" +
@@ -917,7 +989,10 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\"4\n" +
 	"\n" +
 	"StepRecord\x12&\n" +
-	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"\x1f\n" +
+	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"5\n" +
+	"\aStepAck\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x1f\n" +
 	"\x05Final\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\"?\n" +
 	"\aFailure\x12\x16\n" +
@@ -936,7 +1011,7 @@ func file_agentmesh_child_v1_child_proto_rawDescGZIP() []byte {
 	return file_agentmesh_child_v1_child_proto_rawDescData
 }
 
-var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_agentmesh_child_v1_child_proto_goTypes = []any{
 	(*Frame)(nil),         // 0: agentmesh.child.v1.Frame
 	(*Message)(nil),       // 1: agentmesh.child.v1.Message
@@ -947,34 +1022,36 @@ var file_agentmesh_child_v1_child_proto_goTypes = []any{
 	(*ToolRequest)(nil),   // 6: agentmesh.child.v1.ToolRequest
 	(*ToolResponse)(nil),  // 7: agentmesh.child.v1.ToolResponse
 	(*StepRecord)(nil),    // 8: agentmesh.child.v1.StepRecord
-	(*Final)(nil),         // 9: agentmesh.child.v1.Final
-	(*Failure)(nil),       // 10: agentmesh.child.v1.Failure
-	(*v1.ToolCall)(nil),   // 11: agentmesh.v1.ToolCall
-	(*v1.Step)(nil),       // 12: agentmesh.v1.Step
-	(*v1.Usage)(nil),      // 13: agentmesh.v1.Usage
+	(*StepAck)(nil),       // 9: agentmesh.child.v1.StepAck
+	(*Final)(nil),         // 10: agentmesh.child.v1.Final
+	(*Failure)(nil),       // 11: agentmesh.child.v1.Failure
+	(*v1.ToolCall)(nil),   // 12: agentmesh.v1.ToolCall
+	(*v1.Step)(nil),       // 13: agentmesh.v1.Step
+	(*v1.Usage)(nil),      // 14: agentmesh.v1.Usage
 }
 var file_agentmesh_child_v1_child_proto_depIdxs = []int32{
 	3,  // 0: agentmesh.child.v1.Frame.start:type_name -> agentmesh.child.v1.Start
 	5,  // 1: agentmesh.child.v1.Frame.model_response:type_name -> agentmesh.child.v1.ModelResponse
 	7,  // 2: agentmesh.child.v1.Frame.tool_response:type_name -> agentmesh.child.v1.ToolResponse
-	4,  // 3: agentmesh.child.v1.Frame.model_request:type_name -> agentmesh.child.v1.ModelRequest
-	6,  // 4: agentmesh.child.v1.Frame.tool_request:type_name -> agentmesh.child.v1.ToolRequest
-	8,  // 5: agentmesh.child.v1.Frame.step:type_name -> agentmesh.child.v1.StepRecord
-	9,  // 6: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
-	10, // 7: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
-	11, // 8: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
-	12, // 9: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
-	1,  // 10: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
-	2,  // 11: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
-	1,  // 12: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
-	13, // 13: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
-	11, // 14: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
-	12, // 15: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	9,  // 3: agentmesh.child.v1.Frame.step_ack:type_name -> agentmesh.child.v1.StepAck
+	4,  // 4: agentmesh.child.v1.Frame.model_request:type_name -> agentmesh.child.v1.ModelRequest
+	6,  // 5: agentmesh.child.v1.Frame.tool_request:type_name -> agentmesh.child.v1.ToolRequest
+	8,  // 6: agentmesh.child.v1.Frame.step:type_name -> agentmesh.child.v1.StepRecord
+	10, // 7: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
+	11, // 8: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
+	12, // 9: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
+	13, // 10: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
+	1,  // 11: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
+	2,  // 12: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
+	1,  // 13: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
+	14, // 14: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
+	12, // 15: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
+	13, // 16: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_child_v1_child_proto_init() }
@@ -986,6 +1063,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 		(*Frame_Start)(nil),
 		(*Frame_ModelResponse)(nil),
 		(*Frame_ToolResponse)(nil),
+		(*Frame_StepAck)(nil),
 		(*Frame_ModelRequest)(nil),
 		(*Frame_ToolRequest)(nil),
 		(*Frame_Step)(nil),
@@ -998,7 +1076,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_child_v1_child_proto_rawDesc), len(file_agentmesh_child_v1_child_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
