@@ -1,0 +1,45 @@
+package app
+
+// Env is one environment variable the agentmesh binary reads. Every flag
+// has an environment variable; the README's configuration table and the
+// deploy files are checked against this list by tests.
+type Env struct {
+	Name    string
+	Default string
+	// Commands that read it ("*" for all).
+	Commands []string
+	Help     string
+}
+
+// EnvVars lists every environment variable agentmesh reads.
+func EnvVars() []Env {
+	return []Env{
+		{"AGENTMESH_NATS_URL", "nats://127.0.0.1:4222", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS server URL(s) of the bus, comma-separated"},
+		{"AGENTMESH_NATS_CREDS", "", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS credentials file (optional)"},
+		{"AGENTMESH_PREFIX", "am", []string{"*"}, "subject prefix of every bus subject and stream"},
+		{"AGENTMESH_STREAM_REPLICAS", "1", []string{"*"}, "JetStream replicas of the bus streams (3 in production)"},
+		{"AGENTMESH_POSTGRES_URL", "", []string{"dev", "state"}, "Postgres URL of the system of record; empty = the embedded JetStream store"},
+		{"AGENTMESH_LISTEN", "127.0.0.1:7400", []string{"dev", "router"}, "gRPC API listen address"},
+		{"AGENTMESH_API_KEYS", "", []string{"dev", "router"}, "API keys as key=org,key2=org2; empty = no authentication (org \"default\")"},
+		{"AGENTMESH_MODEL_BASE_URL", "", []string{"dev", "executor"}, "OpenAI-compatible base URL; empty in dev = start the scripted model"},
+		{"AGENTMESH_MODEL_API_KEY", "", []string{"dev", "executor"}, "API key of the model provider (OPENAI_API_KEY is read too)"},
+		{"AGENTMESH_MODEL", "", []string{"dev", "executor"}, "default model name for agents that name none"},
+		{"AGENTMESH_NODE", "", []string{"dev", "executor"}, "executor node name (default: host name)"},
+		{"AGENTMESH_CAPACITY", "32", []string{"dev", "executor"}, "tasks an executor runs at once"},
+		{"AGENTMESH_WALL_TIME", "10m", []string{"dev", "executor"}, "wall-time limit of one task attempt"},
+		{"AGENTMESH_MAX_STEPS", "16", []string{"dev", "executor"}, "default maximum agent steps per task"},
+		{"AGENTMESH_DATA_DIR", ".agentmesh", []string{"dev"}, "where dev keeps the embedded NATS (JetStream) data"},
+		{"AGENTMESH_NATS_LISTEN", "127.0.0.1:4222", []string{"dev"}, "loopback client port of dev's embedded NATS, for outside NATS clients; \"off\" to disable"},
+		{"AGENTMESH_SCRIPT", "", []string{"dev", "scripted-model"}, "script file of the scripted model (default: the built-in demo script)"},
+		{"AGENTMESH_SCRIPTED_LISTEN", "127.0.0.1:7401", []string{"scripted-model"}, "listen address of the scripted model server"},
+		{"AGENTMESH_LOG_LEVEL", "info", []string{"*"}, "debug, info, warn or error"},
+		{"AGENTMESH_LOG_FORMAT", "text", []string{"*"}, "text or json"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
+	}
+}
+
+// Commands lists the agentmesh subcommands a user runs. ("child" is the
+// hidden subcommand the executor re-executes itself as.)
+func Commands() []string {
+	return []string{"dev", "state", "registry", "scheduler", "executor", "router", "scripted-model", "version"}
+}
