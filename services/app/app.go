@@ -1,5 +1,486 @@
 // Package app is the agentmesh binary: one subcommand per service
 // (state, registry, scheduler, executor, router), `dev` that runs all of
-// them over an embedded NATS server, and the scripted model server. The
-// main in services/cmd/agentmesh only calls Main.
+// them over an embedded NATS server, the scripted model server, and the
+// hidden `child` the executor re-executes itself as. The main in
+// services/cmd/agentmesh only calls Main.
+//
+// Every flag has an environment variable (EnvVars); flags win.
 package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/registry"
+	"github.com/agentmesh/agentmesh/services/router"
+	"github.com/agentmesh/agentmesh/services/scheduler"
+	"github.com/agentmesh/agentmesh/services/stack"
+	"github.com/agentmesh/agentmesh/services/state"
+	"github.com/agentmesh/agentmesh/services/state/kvstore"
+	"github.com/agentmesh/agentmesh/services/state/pgstore"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Version is set at build time (-ldflags -X).
+var Version = "dev"
+
+const usage = `agentmesh — a distributed runtime for LLM agents
+
+Usage:
+  agentmesh dev               run everything in one process: embedded NATS, the
+                              embedded store (or Postgres), the scripted model
+                              unless a real one is configured, and all services
+  agentmesh state             the system of record (Postgres or embedded store)
+  agentmesh registry          the skill registry
+  agentmesh scheduler         the scheduler
+  agentmesh executor          an executor node
+  agentmesh router            the gRPC API
+  agentmesh scripted-model    the scripted OpenAI-compatible model server
+                              (a testing and demo aid, not a language model)
+  agentmesh version
+
+Run 'agentmesh <command> -h' for the flags of a command. Every flag has an
+environment variable (AGENTMESH_...); see the README's configuration table.
+`
+
+// Main runs the binary and returns its exit code.
+func Main(args []string) int {
+	child.RunIfChild()
+	if len(args) < 1 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd {
+	case "child":
+		return child.Main(os.Stdin, os.Stdout)
+	case "version", "--version":
+		fmt.Println("agentmesh", Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	case "dev":
+		err = runDev(ctx, rest)
+	case "state", "registry", "scheduler", "executor", "router":
+		err = runService(ctx, cmd, rest)
+	case "scripted-model":
+		err = runScripted(ctx, rest)
+	default:
+		fmt.Fprintf(os.Stderr, "agentmesh: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(os.Stderr, "agentmesh %s: %v\n", cmd, err)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentmesh %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+// settings are the values of flags and environment variables.
+type settings struct {
+	fs   *flag.FlagSet
+	vals map[string]*string
+}
+
+func newSettings(cmd string) *settings {
+	s := &settings{fs: flag.NewFlagSet("agentmesh "+cmd, flag.ContinueOnError), vals: map[string]*string{}}
+	for _, e := range EnvVars() {
+		if !e.readBy(cmd) {
+			continue
+		}
+		def := e.Default
+		if v, ok := os.LookupEnv(e.Name); ok {
+			def = v
+		}
+		name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(e.Name, "AGENTMESH_"), "_", "-"))
+		if strings.HasPrefix(e.Name, "OTEL_") {
+			continue
+		}
+		s.vals[e.Name] = s.fs.String(name, def, e.Help+" ($"+e.Name+")")
+	}
+	return s
+}
+
+func (e Env) readBy(cmd string) bool {
+	for _, c := range e.Commands {
+		if c == "*" || c == cmd {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *settings) parse(args []string) error {
+	if err := s.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if s.fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", s.fs.Arg(0))}
+	}
+	return nil
+}
+
+func (s *settings) str(name string) string {
+	if p := s.vals[name]; p != nil {
+		return strings.TrimSpace(*p)
+	}
+	return ""
+}
+
+func (s *settings) int(name string) (int, error) {
+	v := s.str(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("%s: not a number: %q", name, v)}
+	}
+	return n, nil
+}
+
+func (s *settings) duration(name string) (time.Duration, error) {
+	v := s.str(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("%s: not a duration: %q", name, v)}
+	}
+	return d, nil
+}
+
+func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(s.str("AGENTMESH_LOG_LEVEL"))); err != nil {
+		return nil, usageError{fmt.Errorf("AGENTMESH_LOG_LEVEL: %w", err)}
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch s.str("AGENTMESH_LOG_FORMAT") {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("AGENTMESH_LOG_FORMAT: want text or json, got %q", s.str("AGENTMESH_LOG_FORMAT"))}
+	}
+}
+
+func (s *settings) streams() (bus.StreamOptions, error) {
+	n, err := s.int("AGENTMESH_STREAM_REPLICAS")
+	if err != nil {
+		return bus.StreamOptions{}, err
+	}
+	if n < 0 || n > 5 {
+		return bus.StreamOptions{}, usageError{fmt.Errorf("AGENTMESH_STREAM_REPLICAS: want 1 to 5, got %d", n)}
+	}
+	return bus.StreamOptions{Replicas: n}, nil
+}
+
+// ParseAPIKeys parses "key=org,key2=org2".
+func ParseAPIKeys(v string) (map[string]string, error) {
+	keys := map[string]string{}
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, org, ok := strings.Cut(part, "=")
+		k, org = strings.TrimSpace(k), strings.TrimSpace(org)
+		if !ok || k == "" || org == "" {
+			return nil, fmt.Errorf("AGENTMESH_API_KEYS: want key=org pairs separated by commas, got %q", part)
+		}
+		if !subjects.ValidToken(org) {
+			return nil, fmt.Errorf("AGENTMESH_API_KEYS: org %q must not contain '.', '*', '>' or spaces", org)
+		}
+		keys[k] = org
+	}
+	return keys, nil
+}
+
+func (s *settings) executorConfig() (executor.Config, error) {
+	capacity, err := s.int("AGENTMESH_CAPACITY")
+	if err != nil {
+		return executor.Config{}, err
+	}
+	wall, err := s.duration("AGENTMESH_WALL_TIME")
+	if err != nil {
+		return executor.Config{}, err
+	}
+	steps, err := s.int("AGENTMESH_MAX_STEPS")
+	if err != nil {
+		return executor.Config{}, err
+	}
+	key := s.str("AGENTMESH_MODEL_API_KEY")
+	if key == "" {
+		key = os.Getenv("OPENAI_API_KEY")
+	}
+	return executor.Config{
+		Prefix:   s.str("AGENTMESH_PREFIX"),
+		Node:     s.str("AGENTMESH_NODE"),
+		Capacity: capacity,
+		WallTime: wall,
+		MaxSteps: steps,
+		Model: executor.ModelConfig{
+			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
+			APIKey:  key,
+			Model:   s.str("AGENTMESH_MODEL"),
+		},
+	}, nil
+}
+
+func (s *settings) routerConfig() (router.Config, error) {
+	keys, err := ParseAPIKeys(s.str("AGENTMESH_API_KEYS"))
+	if err != nil {
+		return router.Config{}, usageError{err}
+	}
+	return router.Config{Prefix: s.str("AGENTMESH_PREFIX"), Listen: s.str("AGENTMESH_LISTEN"), APIKeys: keys}, nil
+}
+
+func loadScript(path string) (*scriptedmodel.Script, error) {
+	if path == "" {
+		return scriptedmodel.DefaultScript(), nil
+	}
+	return scriptedmodel.LoadScript(path)
+}
+
+func runDev(ctx context.Context, args []string) error {
+	s := newSettings("dev")
+	if err := s.parse(args); err != nil {
+		return err
+	}
+	log, err := s.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	shutdown, err := telemetry.Setup(ctx, "dev")
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	streams, err := s.streams()
+	if err != nil {
+		return err
+	}
+	exCfg, err := s.executorConfig()
+	if err != nil {
+		return err
+	}
+	rCfg, err := s.routerConfig()
+	if err != nil {
+		return err
+	}
+	script, err := loadScript(s.str("AGENTMESH_SCRIPT"))
+	if err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(s.str("AGENTMESH_DATA_DIR"))
+	if err != nil {
+		return err
+	}
+	cfg := stack.Config{
+		Prefix: s.str("AGENTMESH_PREFIX"), DataDir: filepath.Join(dataDir, "nats"),
+		PostgresURL: s.str("AGENTMESH_POSTGRES_URL"),
+		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
+		NATSPort:   -1,
+		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
+	}
+	if l := s.str("AGENTMESH_NATS_LISTEN"); l != "off" {
+		host, port, err := net.SplitHostPort(l)
+		if err != nil {
+			return usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: %w", err)}
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: bad port %q", port)}
+		}
+		cfg.NATSHost, cfg.NATSPort = host, p
+	} else {
+		cfg.NATSHost, cfg.NATSPort = "127.0.0.1", -1
+	}
+	st, err := stack.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	storeKind := "embedded JetStream store in " + dataDir
+	if cfg.PostgresURL != "" {
+		storeKind = "Postgres"
+	}
+	model := exCfg.Model.BaseURL
+	if model == "" {
+		model = "SCRIPTED model at " + st.ModelURL() + " (a demo aid, not a language model; set AGENTMESH_MODEL_BASE_URL for a real one)"
+	}
+	log.Info("agentmesh dev is up",
+		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
+	fmt.Fprintf(os.Stderr, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n\n", st.Addr(), st.NATSURL())
+	return st.Run(ctx)
+}
+
+func runScripted(ctx context.Context, args []string) error {
+	s := newSettings("scripted-model")
+	if err := s.parse(args); err != nil {
+		return err
+	}
+	log, err := s.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	script, err := loadScript(s.str("AGENTMESH_SCRIPT"))
+	if err != nil {
+		return err
+	}
+	srv := scriptedmodel.New(script)
+	url, err := srv.Start(s.str("AGENTMESH_SCRIPTED_LISTEN"))
+	if err != nil {
+		return err
+	}
+	log.Warn("SCRIPTED model server: a testing and demo aid that replays a script, not a language model", "url", url)
+	<-ctx.Done()
+	srv.Close()
+	return nil
+}
+
+func runService(ctx context.Context, name string, args []string) error {
+	s := newSettings(name)
+	if err := s.parse(args); err != nil {
+		return err
+	}
+	log, err := s.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	shutdown, err := telemetry.Setup(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	streams, err := s.streams()
+	if err != nil {
+		return err
+	}
+	opts := []nats.Option{nats.Name("agentmesh-" + name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second)}
+	if creds := s.str("AGENTMESH_NATS_CREDS"); creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	nc, err := nats.Connect(s.str("AGENTMESH_NATS_URL"), opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", s.str("AGENTMESH_NATS_URL"), err)
+	}
+	defer nc.Close()
+	// Wait (bounded by ctx) for the first connection, so New can create streams.
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	prefix := s.str("AGENTMESH_PREFIX")
+	var run func(context.Context) error
+	switch name {
+	case "state":
+		var st store.Store
+		if url := s.str("AGENTMESH_POSTGRES_URL"); url != "" {
+			st, err = pgstore.Open(ctx, url)
+		} else {
+			log.Warn("no AGENTMESH_POSTGRES_URL: using the embedded JetStream store")
+			var js jetstream.JetStream
+			if js, err = jetstream.New(nc); err == nil {
+				names, nerr := subjects.New(prefix)
+				if nerr != nil {
+					return usageError{nerr}
+				}
+				st, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		defer st.Close()
+		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams}, state.Deps{NC: nc, Store: st, Log: log})
+		if err != nil {
+			return err
+		}
+		run = svc.Run
+	case "registry":
+		svc, err := registry.New(ctx, registry.Config{Prefix: prefix, Streams: streams}, registry.Deps{NC: nc, Log: log})
+		if err != nil {
+			return err
+		}
+		run = svc.Run
+	case "scheduler":
+		svc, err := scheduler.New(ctx, scheduler.Config{Prefix: prefix, Streams: streams}, scheduler.Deps{NC: nc, Log: log})
+		if err != nil {
+			return err
+		}
+		run = svc.Run
+	case "executor":
+		cfg, err := s.executorConfig()
+		if err != nil {
+			return err
+		}
+		if cfg.Model.BaseURL == "" {
+			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
+		}
+		cfg.Streams = streams
+		svc, err := executor.New(ctx, cfg, executor.Deps{NC: nc, Log: log})
+		if err != nil {
+			return err
+		}
+		run = svc.Run
+	case "router":
+		cfg, err := s.routerConfig()
+		if err != nil {
+			return err
+		}
+		svc, err := router.New(ctx, cfg, router.Deps{NC: nc, Log: log})
+		if err != nil {
+			return err
+		}
+		log.Info("router serving gRPC", "addr", svc.Addr())
+		run = svc.Run
+	}
+	log.Info("agentmesh "+name+" started", "nats", nc.ConnectedUrlRedacted(), "version", Version)
+	err = run(ctx)
+	_ = nc.Drain()
+	return err
+}

@@ -1,0 +1,149 @@
+# agentmesh — build, code generation, checks and tests.
+#
+# `make help` lists the targets (from their `## ` comments) and the variables
+# you can set on the command line (`make test PKGS=./pkg/...`; the environment
+# does not set them).
+#
+# CI (.ci/run) runs: make tools, make lint, make generate-check, make tidy-check, make test.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+MODULE := github.com/agentmesh/agentmesh
+
+# ---------------------------------------------------------------------------
+# Pinned tools: the one place their versions are written. `make tools` installs
+# each into $(TOOLBIN) unless a binary of exactly that version is there already.
+# ---------------------------------------------------------------------------
+BUF                := github.com/bufbuild/buf/cmd/buf@v1.75.0
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+GRPCURL            := github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+GOTESTSUM          := gotest.tools/gotestsum@v1.13.0
+STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+# What `generate`, `generate-check` and `lint` need (and CI installs).
+GEN_TOOLS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+
+GOBIN_DEFAULT := $(or $(shell go env GOBIN),$(shell go env GOPATH)/bin)
+## TOOLBIN: where the pinned tools go (default: go env GOBIN, else GOPATH/bin)
+TOOLBIN = $(GOBIN_DEFAULT)
+## VERSION: version stamped into the binaries
+VERSION = $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+## PKGS: packages `make test` runs
+PKGS = ./...
+## TESTFLAGS: extra `go test` flags, e.g. TESTFLAGS=-v or TESTFLAGS='-run TestE2E'
+TESTFLAGS =
+## BENCH_ARGS: arguments of the load generator (see `go run ./services/cmd/ambench -h`)
+BENCH_ARGS =
+## DEV_ARGS: extra arguments of `agentmesh dev`
+DEV_ARGS =
+## IMAGE: image `make image` builds (the one docker-compose.yml and deploy/k8s use)
+IMAGE = agentmesh:dev
+
+# The local plugins of buf.gen.yaml resolve through PATH: the pinned ones come first.
+TOOLPATH := $(TOOLBIN):$(PATH)
+LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION)
+
+# install_tools SPEC...: `go install` each module/cmd@version whose binary in
+# $(TOOLBIN) is missing or reports another module version (`go version -m`).
+define install_tools
+	@mkdir -p "$(TOOLBIN)"; \
+	for spec in $(1); do \
+	  pkg="$${spec%@*}"; want="$${spec##*@}"; bin="$(TOOLBIN)/$${pkg##*/}"; \
+	  have="$$(go version -m "$$bin" 2>/dev/null | awk '$$1 == "mod" { print $$3; exit }')"; \
+	  if [ "$$have" = "$$want" ]; then \
+	    echo "tools: $${pkg##*/} $$want already in $(TOOLBIN)"; \
+	  else \
+	    echo "tools: go install $$spec (found: $${have:-none}) into $(TOOLBIN)"; \
+	    GOBIN="$(TOOLBIN)" go install "$$spec"; \
+	  fi; \
+	done
+endef
+
+.PHONY: help
+help: ## list the targets and variables
+	@echo "usage: make TARGET [VAR=value ...]"
+	@echo
+	@echo "targets:"
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo
+	@echo "variables:"
+	@awk '/^## [A-Z_]+: / { name = $$2; sub(/:$$/, "", name); sub(/^## [A-Z_]+: /, ""); printf "  %-16s %s\n", name, $$0 }' $(MAKEFILE_LIST)
+
+.PHONY: tools
+tools: ## install buf, protoc-gen-go and protoc-gen-go-grpc (pinned) into TOOLBIN if missing
+	$(call install_tools,$(GEN_TOOLS))
+
+.PHONY: tools-extra
+tools-extra: ## also install grpcurl, gotestsum and staticcheck (pinned)
+	$(call install_tools,$(GRPCURL) $(GOTESTSUM) $(STATICCHECK))
+
+.PHONY: generate
+generate: tools ## regenerate pkg/api from proto/ with buf (buf.gen.yaml, clean: true)
+	PATH="$(TOOLPATH)" buf generate
+
+.PHONY: generate-check
+generate-check: generate ## fail if regenerating changes pkg/api or proto (stale generated code)
+	@if ! git diff --exit-code --stat -- pkg/api proto; then \
+	  echo "generate-check: regenerated code differs from the committed code: run 'make generate' and commit" >&2; \
+	  exit 1; \
+	fi
+	@untracked="$$(git ls-files --others --exclude-standard -- pkg/api proto)"; \
+	if [ -n "$$untracked" ]; then \
+	  echo "generate-check: untracked generated files:" >&2; echo "$$untracked" >&2; \
+	  exit 1; \
+	fi
+	@echo "generate-check: generated code is up to date"
+
+.PHONY: lint
+lint: tools ## gofmt (generated code included), go vet and buf lint
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then \
+	  echo "lint: gofmt -l found unformatted files (run gofmt -w):" >&2; echo "$$unformatted" >&2; \
+	  exit 1; \
+	fi
+	go vet ./...
+	PATH="$(TOOLPATH)" buf lint
+	@echo "lint: clean"
+
+.PHONY: staticcheck
+staticcheck: ## run staticcheck (pinned; not part of CI yet)
+	$(call install_tools,$(STATICCHECK))
+	"$(TOOLBIN)/staticcheck" ./...
+
+.PHONY: tidy-check
+tidy-check: ## fail if `go mod tidy` would change go.mod or go.sum
+	@if ! go mod tidy -diff; then \
+	  echo "tidy-check: go.mod/go.sum are not tidy: run 'go mod tidy' and commit" >&2; \
+	  exit 1; \
+	fi
+	@echo "tidy-check: go.mod and go.sum are tidy"
+
+.PHONY: test
+test: ## run every test with the race detector (CI=true: a test that finds no Postgres fails)
+	go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS)
+
+.PHONY: bench
+bench: ## run the load generator (BENCH_ARGS=...) through the gRPC API; figures go in docs/benchmarks.md
+	go run ./services/cmd/ambench $(BENCH_ARGS)
+
+.PHONY: dev
+dev: ## run everything in one process: embedded NATS + store, scripted model, gRPC API on :7400
+	go run ./services/cmd/agentmesh dev $(DEV_ARGS)
+
+.PHONY: build
+build: ## build bin/agentmesh and bin/amctl (-trimpath, version VERSION)
+	@mkdir -p bin
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/cmd/agentmesh ./services/cmd/amctl
+
+.PHONY: image
+image: ## build the container image IMAGE (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+.PHONY: clean
+clean: ## remove bin/ and the test cache
+	rm -rf bin
+	go clean -testcache

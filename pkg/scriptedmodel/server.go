@@ -1,0 +1,483 @@
+package scriptedmodel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxRequestBytes bounds a request body.
+const MaxRequestBytes = 32 << 20
+
+// Server is the scripted model server. It is an http.Handler; Start also
+// serves it on a listener of its own.
+type Server struct {
+	script *Script
+	log    *slog.Logger
+	mux    *http.ServeMux
+
+	requests atomic.Int64
+	ids      atomic.Int64
+
+	mu         sync.Mutex
+	misbehaved map[[2]int]int // (scenario, turn) → error answers given
+
+	srvMu sync.Mutex
+	srv   *http.Server
+	url   string
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithLogger sets the logger (slog.Default() otherwise).
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// New returns a server driven by script (DefaultScript when nil). The
+// script must come from ParseScript, LoadScript or DefaultScript.
+func New(script *Script, opts ...Option) *Server {
+	if script == nil {
+		script = DefaultScript()
+	}
+	s := &Server{script: script, log: slog.Default(), misbehaved: map[[2]int]int{}}
+	for _, o := range opts {
+		o(s)
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	return s
+}
+
+// ServeHTTP serves the OpenAI-compatible endpoints.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Start listens on addr ("127.0.0.1:0" picks a port) and serves in the
+// background. It returns the base URL for OpenAI clients ("http://host:port/v1").
+func (s *Server) Start(addr string) (string, error) {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("scriptedmodel: already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("scriptedmodel: listen: %w", err)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = srv
+	s.url = "http://" + ln.Addr().String() + "/v1"
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("scripted model server stopped", "err", err)
+		}
+	}()
+	s.log.Info("scripted model server listening — a testing and demo aid, not a real model; configure a real OpenAI-compatible model for real answers",
+		"url", s.url, "model", s.modelName(""), "scenarios", len(s.script.Scenarios))
+	return s.url, nil
+}
+
+// URL returns the base URL Start listens on ("" before Start).
+func (s *Server) URL() string {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	return s.url
+}
+
+// Close stops the server started by Start, ending open requests.
+func (s *Server) Close() error {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Close()
+	s.srv = nil
+	return err
+}
+
+// Requests returns how many chat completion requests the server received
+// (errors and injected failures included).
+func (s *Server) Requests() int64 { return s.requests.Load() }
+
+func (s *Server) modelName(requested string) string {
+	if requested != "" {
+		return requested
+	}
+	if s.script.Model != "" {
+		return s.script.Model
+	}
+	return "scripted"
+}
+
+// ---- wire types ----
+
+type chatRequest struct {
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type chatMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []wireToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+}
+
+// text returns the message's content: a string, or the text parts of a
+// list of content parts.
+func (m chatMessage) text() string {
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err == nil {
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(p.Text)
+		}
+		return b.String()
+	}
+	return ""
+}
+
+type wireToolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type wireUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type wireMessage struct {
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+}
+
+type wireChoice struct {
+	Index        int          `json:"index"`
+	Message      *wireMessage `json:"message,omitempty"`
+	Delta        *wireMessage `json:"delta,omitempty"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type wireResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []wireChoice `json:"choices"`
+	Usage   *wireUsage   `json:"usage,omitempty"`
+}
+
+// answer is a turn rendered for one request.
+type answer struct {
+	content      string
+	calls        []wireToolCall
+	usage        wireUsage
+	finishReason string
+}
+
+// ---- handlers ----
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id": s.modelName(""), "object": "model", "created": 0, "owned_by": "agentmesh-scripted",
+		}},
+	})
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	var req chatRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "request body is not a chat completion request: "+err.Error())
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
+		return
+	}
+	input, lastTool, assistants := "", "", 0
+	for _, m := range req.Messages {
+		switch m.Role {
+		case "user":
+			if input == "" {
+				input = m.text()
+			}
+		case "assistant":
+			assistants++
+		case "tool":
+			lastTool = m.text()
+		}
+	}
+	si := -1
+	for i, sc := range s.script.Scenarios {
+		if sc.re == nil || sc.re.MatchString(input) {
+			si = i
+			break
+		}
+	}
+	if si < 0 {
+		writeError(w, http.StatusNotFound, "scripted_error", "no scenario of the script matches the first user message")
+		return
+	}
+	sc := s.script.Scenarios[si]
+	k := assistants
+	past := k >= len(sc.Turns)
+	if past {
+		k = len(sc.Turns) - 1
+	}
+	turn := sc.Turns[k]
+	if past {
+		turn = Turn{Content: turn.Content, DelayMS: turn.DelayMS}
+	}
+
+	if turn.DelayMS > 0 {
+		t := time.NewTimer(time.Duration(turn.DelayMS) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if (turn.Status != 0 || turn.Garbage) && s.misbehave(si, k, turn.Times) {
+		if turn.Status != 0 {
+			writeError(w, turn.Status, "scripted_error", fmt.Sprintf("scripted HTTP %d (scenario %d, turn %d)", turn.Status, si, k))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("<html>this is not JSON, on purpose (scripted garbage)"))
+		return
+	}
+
+	a := render(turn, k, input, lastTool, req.Messages)
+	id := fmt.Sprintf("chatcmpl-scripted-%d", s.ids.Add(1))
+	model := s.modelName(req.Model)
+	if req.Stream {
+		s.stream(w, r.Context(), id, model, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	content := a.content
+	fr := a.finishReason
+	writeJSON(w, http.StatusOK, wireResponse{
+		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model,
+		Choices: []wireChoice{{Message: &wireMessage{Role: "assistant", Content: &content, ToolCalls: a.calls}, FinishReason: &fr}},
+		Usage:   &a.usage,
+	})
+}
+
+// misbehave reports whether this request gets the turn's injected failure.
+func (s *Server) misbehave(scenario, turn, times int) bool {
+	if times == 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := [2]int{scenario, turn}
+	if s.misbehaved[key] >= times {
+		return false
+	}
+	s.misbehaved[key]++
+	return true
+}
+
+func render(t Turn, k int, input, lastTool string, msgs []chatMessage) answer {
+	fill := strings.NewReplacer("{{input}}", input, "{{last_tool_result}}", lastTool)
+	a := answer{content: fill.Replace(t.Content), finishReason: t.FinishReason}
+	for i, c := range t.ToolCalls {
+		wc := wireToolCall{ID: c.ID, Type: "function"}
+		if wc.ID == "" {
+			wc.ID = fmt.Sprintf("call_%d_%d", k, i)
+		}
+		wc.Function.Name = c.Name
+		wc.Function.Arguments = renderArguments(c.Arguments, fill)
+		a.calls = append(a.calls, wc)
+	}
+	if a.finishReason == "" {
+		a.finishReason = "stop"
+		if len(a.calls) > 0 {
+			a.finishReason = "tool_calls"
+		}
+	}
+	if t.Usage != nil {
+		a.usage = wireUsage{PromptTokens: t.Usage.PromptTokens, CompletionTokens: t.Usage.CompletionTokens}
+	} else {
+		for _, m := range msgs {
+			a.usage.PromptTokens += words(m.text())
+			for _, c := range m.ToolCalls {
+				a.usage.PromptTokens += words(c.Function.Arguments)
+			}
+		}
+		a.usage.CompletionTokens = words(a.content)
+		for _, c := range a.calls {
+			a.usage.CompletionTokens += 1 + words(c.Function.Arguments)
+		}
+		a.usage.PromptTokens = max(a.usage.PromptTokens, 1)
+		a.usage.CompletionTokens = max(a.usage.CompletionTokens, 1)
+	}
+	a.usage.TotalTokens = a.usage.PromptTokens + a.usage.CompletionTokens
+	return a
+}
+
+// words approximates tokens: one per word (and per punctuation-joined run).
+func words(s string) int {
+	return len(strings.FieldsFunc(s, func(r rune) bool {
+		return r == ' ' || r == '\n' || r == '\t' || r == '"' || r == ',' || r == ':' || r == '{' || r == '}'
+	}))
+}
+
+// renderArguments fills placeholders inside the strings of a JSON value
+// and encodes it; a JSON string is sent as is (after filling).
+func renderArguments(raw json.RawMessage, fill *strings.Replacer) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
+	}
+	if s, ok := v.(string); ok {
+		return fill.Replace(s)
+	}
+	out, err := json.Marshal(fillValue(v, fill))
+	if err != nil {
+		return string(raw)
+	}
+	return string(out)
+}
+
+func fillValue(v any, fill *strings.Replacer) any {
+	switch x := v.(type) {
+	case string:
+		return fill.Replace(x)
+	case []any:
+		for i := range x {
+			x[i] = fillValue(x[i], fill)
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = fillValue(x[k], fill)
+		}
+	}
+	return v
+}
+
+// stream answers as server-sent events: a role chunk, content chunks,
+// one chunk per tool call (id and name, then arguments), the finish
+// chunk, a usage chunk when asked for, then [DONE].
+func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model string, a answer, includeUsage bool) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	created := time.Now().Unix()
+	send := func(choices []wireChoice, usage *wireUsage) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if choices == nil {
+			choices = []wireChoice{}
+		}
+		data, _ := json.Marshal(wireResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices, Usage: usage})
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	delta := func(m wireMessage) []wireChoice { return []wireChoice{{Delta: &m}} }
+	empty := ""
+	if !send(delta(wireMessage{Role: "assistant", Content: &empty}), nil) {
+		return
+	}
+	for _, piece := range chunks(a.content) {
+		if !send(delta(wireMessage{Content: &piece}), nil) {
+			return
+		}
+	}
+	for i, c := range a.calls {
+		head := wireToolCall{Index: &i, ID: c.ID, Type: "function"}
+		head.Function.Name = c.Function.Name
+		if !send(delta(wireMessage{ToolCalls: []wireToolCall{head}}), nil) {
+			return
+		}
+		for _, piece := range chunks(c.Function.Arguments) {
+			body := wireToolCall{Index: &i}
+			body.Function.Arguments = piece
+			if !send(delta(wireMessage{ToolCalls: []wireToolCall{body}}), nil) {
+				return
+			}
+		}
+	}
+	fr := a.finishReason
+	if !send([]wireChoice{{Delta: &wireMessage{}, FinishReason: &fr}}, nil) {
+		return
+	}
+	if includeUsage && !send(nil, &a.usage) {
+		return
+	}
+	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
+}
+
+// chunks cuts s into pieces of about 16 bytes on rune boundaries.
+func chunks(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		n := min(16, len(s))
+		for n < len(s) && !utf8RuneStart(s[n]) {
+			n++
+		}
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return out
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"message": msg, "type": typ, "param": nil, "code": nil,
+	}})
+}

@@ -1,0 +1,197 @@
+// Package tools defines the tools an agent may use: for each, its name, a
+// description for the model, the JSON Schema of its arguments, a category
+// and a risk class, and the function that runs it.
+//
+// The agent child process (services/executor/child) looks an agent's tools
+// up here, describes them to the model, validates the arguments of every
+// call against the tool's schema before anything runs, and runs the tool.
+// Today's built-in tools are harmless (echo, current_time) and run inside
+// the child; tools that need the network or secrets (web_fetch, sql_query,
+// delegation) will run in the executor on the child's behalf, which is
+// what Spec.Runs records.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	_ "time/tzdata" // current_time resolves IANA zones without the host's zoneinfo
+)
+
+// Category groups tools for people listing them.
+type Category string
+
+const (
+	// CategoryUtility: small helpers without side effects.
+	CategoryUtility Category = "utility"
+)
+
+// Risk is a tool's risk class: what a call can do beyond returning text.
+// Policy (approvals) is decided from it.
+type Risk string
+
+const (
+	// RiskNone: no side effects, no access to data outside the call.
+	RiskNone Risk = "none"
+	// RiskRead: reads data (files, the network, a database).
+	RiskRead Risk = "read"
+	// RiskWrite: changes something outside the conversation.
+	RiskWrite Risk = "write"
+)
+
+// Where says which process runs a tool.
+type Where string
+
+const (
+	// InChild: the agent child process runs the tool in its sandbox.
+	InChild Where = "child"
+	// InExecutor: the executor runs the tool on the child's behalf (it has
+	// the network access or the secrets the child must not have).
+	InExecutor Where = "executor"
+)
+
+// Spec describes a tool.
+type Spec struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments (an object schema).
+	Parameters json.RawMessage
+	Category   Category
+	Risk       Risk
+	Runs       Where
+}
+
+// Func runs a tool with arguments that already passed the schema.
+type Func func(ctx context.Context, args json.RawMessage) (string, error)
+
+// Tool is a Spec and the function that runs it.
+type Tool struct {
+	Spec
+	Run Func
+}
+
+// MaxOutput caps what a tool returns to the model (bytes); longer output is
+// cut and marked as cut.
+const MaxOutput = 256 << 10
+
+// ErrUnknownTool is returned (wrapped) for a tool name nobody defines.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// ErrInvalidArguments is returned (wrapped) for arguments that are not
+// JSON or do not satisfy the tool's schema. Nothing ran.
+var ErrInvalidArguments = errors.New("invalid arguments")
+
+// Call validates args against the tool's schema and, if they pass, runs
+// the tool. The output is capped at MaxOutput.
+func (t Tool) Call(ctx context.Context, args string) (string, error) {
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	if err := Validate(t.Parameters, []byte(args)); err != nil {
+		return "", fmt.Errorf("%s: %w: %w", t.Name, ErrInvalidArguments, err)
+	}
+	out, err := t.Run(ctx, json.RawMessage(args))
+	if err != nil {
+		return "", err
+	}
+	if len(out) > MaxOutput {
+		out = out[:MaxOutput] + "\n[output cut at 256 KiB]"
+	}
+	return out, nil
+}
+
+var builtin = []Tool{
+	{
+		Spec: Spec{
+			Name:        "echo",
+			Description: "Returns the given text unchanged. Useful to check that tool calls work.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{` +
+				`"text":{"type":"string","description":"The text to return.","maxLength":65536}},` +
+				`"required":["text"],"additionalProperties":false}`),
+			Category: CategoryUtility,
+			Risk:     RiskNone,
+			Runs:     InChild,
+		},
+		Run: runEcho,
+	},
+	{
+		Spec: Spec{
+			Name:        "current_time",
+			Description: "Returns the current date and time in RFC 3339 format, in the given IANA time zone (UTC when none is given).",
+			Parameters: json.RawMessage(`{"type":"object","properties":{` +
+				`"timezone":{"type":"string","description":"An IANA time zone name such as Europe/Paris; UTC when empty.","maxLength":64}},` +
+				`"additionalProperties":false}`),
+			Category: CategoryUtility,
+			Risk:     RiskNone,
+			Runs:     InChild,
+		},
+		Run: runCurrentTime,
+	},
+}
+
+// Builtin returns the built-in tools, sorted by name.
+func Builtin() []Tool {
+	out := slices.Clone(builtin)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Lookup returns the built-in tool called name.
+func Lookup(name string) (Tool, bool) {
+	for _, t := range builtin {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Resolve returns the tools named, in order, or an error naming the first
+// unknown one.
+func Resolve(names []string) ([]Tool, error) {
+	out := make([]Tool, 0, len(names))
+	for _, n := range names {
+		t, ok := Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("%w %q", ErrUnknownTool, n)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Now is the clock current_time reads; tests replace it.
+var Now = time.Now
+
+func runEcho(_ context.Context, args json.RawMessage) (string, error) {
+	var a struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", fmt.Errorf("echo: %w: %w", ErrInvalidArguments, err)
+	}
+	return a.Text, nil
+}
+
+func runCurrentTime(_ context.Context, args json.RawMessage) (string, error) {
+	var a struct {
+		Timezone string `json:"timezone"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", fmt.Errorf("current_time: %w: %w", ErrInvalidArguments, err)
+	}
+	loc := time.UTC
+	if a.Timezone != "" {
+		l, err := time.LoadLocation(a.Timezone)
+		if err != nil {
+			return "", fmt.Errorf("current_time: %w: unknown time zone %q", ErrInvalidArguments, a.Timezone)
+		}
+		loc = l
+	}
+	return Now().In(loc).Format(time.RFC3339), nil
+}

@@ -1,0 +1,26 @@
+// Command amctl is the command line client of agentmesh. It speaks only the
+// public gRPC API (agentmesh.v1 TaskService and AgentService).
+//
+//	amctl submit [--agent A | --skill S ...] [--wait] TEXT
+//	amctl get|cancel|watch|history ID
+//	amctl list [--status S ...] [--agent A] [--since 1h]
+//	amctl agents create|list|get|update|delete ...
+//
+// Run `amctl help` for every command and flag. Exit status: 0 on success,
+// 1 on an error (or a task that failed or was cancelled under --wait and
+// watch), 2 on a usage error.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

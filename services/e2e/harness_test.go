@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/stack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func TestMain(m *testing.M) {
+	child.RunIfChild()
+	pgtest.Main(m)
+}
+
+// testScript drives the scripted model in these tests:
+//   - "slow ...": a model turn that takes 30 s (to cancel a running task);
+//   - anything else: one echo tool call, then a final answer quoting it.
+const testScript = `{
+  "scenarios": [
+    {"match": "^slow", "turns": [{"delay_ms": 30000, "content": "too late"}]},
+    {"turns": [
+      {"content": "Let me echo that.", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+      {"content": "final answer: {{last_tool_result}}"}
+    ]}
+  ]
+}`
+
+type env struct {
+	stack  *stack.Stack
+	tasks  agentmeshv1.TaskServiceClient
+	agents agentmeshv1.AgentServiceClient
+	stop   func()
+}
+
+type opts struct {
+	dataDir  string
+	postgres string
+}
+
+func logger() *slog.Logger {
+	if os.Getenv("AGENTMESH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// start builds the whole stack in this process and connects a gRPC client
+// to its public API. stop() shuts it down and waits (also at cleanup).
+func start(t *testing.T, o opts) *env {
+	t.Helper()
+	if o.dataDir == "" {
+		o.dataDir = t.TempDir()
+	}
+	scriptPath := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(scriptPath, []byte(testScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, err := scriptedmodel.LoadScript(scriptPath)
+	if err != nil {
+		t.Fatalf("load script: %v", err)
+	}
+	cfg := stack.Config{
+		DataDir:     o.dataDir,
+		NATSHost:    "127.0.0.1",
+		NATSPort:    -1,
+		PostgresURL: o.postgres,
+		Script:      script,
+		Log:         logger(),
+	}
+	cfg.Router.Listen = "127.0.0.1:0"
+	cfg.Executor.ChildCommand = []string{os.Args[0]}
+	cfg.Executor.WallTime = 2 * time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("stack: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	conn, err := grpc.NewClient(st.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = conn.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("stack run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("stack did not stop within 30s")
+		}
+	}
+	t.Cleanup(stop)
+	return &env{stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), stop: stop}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) createAgent(t *testing.T, name string, skills ...string) *agentmeshv1.Agent {
+	t.Helper()
+	resp, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+		Name: name, SystemPrompt: "You are a test agent.", Tools: []string{"echo", "current_time"}, Skills: skills,
+	}})
+	if err != nil {
+		t.Fatalf("create agent %s: %v", name, err)
+	}
+	return resp.Agent
+}
+
+func (e *env) submit(t *testing.T, req *agentmeshv1.SubmitTaskRequest) *agentmeshv1.Task {
+	t.Helper()
+	resp, err := e.tasks.SubmitTask(ctxT(t), req)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return resp.Task
+}
+
+// waitStatus polls GetTask until the task has status want.
+func (e *env) waitStatus(t *testing.T, id string, want agentmeshv1.TaskStatus, timeout time.Duration) *agentmeshv1.Task {
+	t.Helper()
+	var task *agentmeshv1.Task
+	poll.Until(t, timeout, func() error {
+		resp, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: id})
+		if err != nil {
+			return err
+		}
+		task = resp.Task
+		if task.Status != want {
+			if taskstate.Terminal(task.Status) {
+				t.Fatalf("task %s ended %s (%s), want %s", id, taskstate.Name(task.Status), task.Error, taskstate.Name(want))
+			}
+			return errStatus{task.Status, want}
+		}
+		return nil
+	})
+	return task
+}
+
+type errStatus struct{ got, want agentmeshv1.TaskStatus }
+
+func (e errStatus) Error() string {
+	return "status " + taskstate.Name(e.got) + ", want " + taskstate.Name(e.want)
+}
+
+func (e *env) history(t *testing.T, id string) []*agentmeshv1.TaskEvent {
+	t.Helper()
+	resp, err := e.tasks.GetTaskHistory(ctxT(t), &agentmeshv1.GetTaskHistoryRequest{Id: id})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	return resp.Events
+}

@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// agentmeshBinary builds services/cmd/agentmesh once per test run.
+func agentmeshBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agentmesh-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "agentmesh")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/agentmesh/agentmesh/services/cmd/agentmesh")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// spawn starts `agentmesh <name>` with env as its own OS process.
+func spawn(t *testing.T, bin, name string, env ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, name)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "AGENTMESH_LOG_LEVEL=debug"}, env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath}
+	t.Cleanup(func() {
+		p.stop(t)
+		f.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("---- %s log ----\n%s", name, lastLines(string(b), 40))
+		}
+	})
+	return p
+}
+
+func (p *proc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Errorf("%s did not stop on SIGTERM within 15s; killing", p.name)
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestMultiProcess runs the five services as separate OS processes against
+// one nats-server and one Postgres, and drives them through the gRPC API.
+func TestMultiProcess(t *testing.T) {
+	bin := agentmeshBinary(t)
+	srv := natstest.Start(t)
+	pgURL := pgtest.NewDatabase(t)
+	modelAddr := freeAddr(t)
+	apiAddr := freeAddr(t)
+	common := []string{"AGENTMESH_NATS_URL=" + srv.URL(), "AGENTMESH_PREFIX=mp"}
+
+	spawn(t, bin, "scripted-model", "AGENTMESH_SCRIPTED_LISTEN="+modelAddr)
+	stateEnv := append([]string{"AGENTMESH_POSTGRES_URL=" + pgURL}, common...)
+	state := spawn(t, bin, "state", stateEnv...)
+	spawn(t, bin, "registry", common...)
+	spawn(t, bin, "scheduler", common...)
+	spawn(t, bin, "executor", append([]string{"AGENTMESH_MODEL_BASE_URL=http://" + modelAddr + "/v1", "AGENTMESH_NODE=node-1"}, common...)...)
+	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr}, common...)...)
+
+	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	poll.Until(t, 60*time.Second, func() error {
+		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if resp.Status != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %v", resp.Status)
+		}
+		return nil
+	})
+	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	// The state service may still be starting: retry the first call.
+	poll.Until(t, 60*time.Second, func() error {
+		_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+			Name: "assistant", Tools: []string{"echo", "current_time"}, Skills: []string{"general"},
+		}})
+		return err
+	})
+	first := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "across processes"})
+	done := e.waitStatus(t, first.Id, taskstate.Completed, 60*time.Second)
+	if done.Node != "node-1" {
+		t.Errorf("node = %q, want node-1", done.Node)
+	}
+
+	// Restart the state service: the record survives, and work goes on.
+	state.stop(t)
+	spawn(t, bin, "state", stateEnv...)
+	poll.Until(t, 60*time.Second, func() error {
+		got, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: first.Id})
+		if err != nil {
+			return err
+		}
+		if got.Task.Status != taskstate.Completed {
+			return fmt.Errorf("status %s after state restart", taskstate.Name(got.Task.Status))
+		}
+		return nil
+	})
+	second := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "after the state restart"})
+	e.waitStatus(t, second.Id, taskstate.Completed, 60*time.Second)
+}

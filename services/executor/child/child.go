@@ -1,0 +1,337 @@
+// Package child is the agent loop that runs inside an agent child process.
+//
+// The executor re-executes its own binary with AGENTMESH_CHILD=1 (or as
+// `agentmesh child`) and a clean environment; the child speaks only over
+// its stdin and stdout, in the frames of services/executor/childproto:
+//
+//	executor → child: Start, then ModelResponse and StepAck answers
+//	child → executor: ModelRequest, StepRecord (one per step), then Final
+//	                  or Failure
+//
+// The loop: build the conversation (system prompt, the task's input, and
+// the steps an earlier attempt checkpointed, so a resumed task continues
+// where it stopped without repeating model turns), then up to max_steps
+// times: ask the executor for a model turn, report it as a MODEL_TURN step;
+// if the model asked for no tool, send Final with its text; otherwise, for
+// each tool call, report a TOOL_CALL step, run the tool here (an unknown
+// tool or arguments that fail its schema become an error observation for
+// the model, and nothing runs), report the TOOL_RESULT step and add the
+// observation to the conversation. Every step waits for its StepAck, so it
+// is checkpointed before the next begins; an ack with an error (the task
+// was cancelled, or this attempt is stale) ends the child quietly.
+package child
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/agentmesh/agentmesh/services/executor/childproto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// EnvChild is the environment variable that makes a binary act as the child.
+const EnvChild = "AGENTMESH_CHILD"
+
+// DefaultMaxSteps bounds model turns when Start does not.
+const DefaultMaxSteps = 16
+
+// ToolTimeout bounds one local tool call.
+const ToolTimeout = 30 * time.Second
+
+// Exit codes of Main.
+const (
+	ExitOK = 0
+	// ExitFailed: the child sent Failure, or an ack told it to stop.
+	ExitFailed = 1
+	// ExitProtocol: the executor spoke out of turn, or the pipe broke.
+	ExitProtocol = 2
+)
+
+// RunIfChild runs Main on stdin and stdout and exits when the environment
+// says this process is an agent child; otherwise it returns at once. Call
+// it first thing in main (and in TestMain of tests that spawn children).
+func RunIfChild() {
+	if os.Getenv(EnvChild) != "1" {
+		return
+	}
+	os.Exit(Main(os.Stdin, os.Stdout))
+}
+
+// Main runs one task's agent loop over in and out and returns the exit code.
+// Diagnostics go to stderr, whose tail the executor keeps for its reports.
+func Main(in io.Reader, out io.Writer) int {
+	l := &loop{r: childproto.NewReader(in), w: childproto.NewWriter(out)}
+	err := l.run()
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, errStopped):
+		fmt.Fprintf(os.Stderr, "agentmesh child: %v\n", err)
+		return ExitFailed
+	case errors.Is(err, errFailed):
+		return ExitFailed
+	default:
+		fmt.Fprintf(os.Stderr, "agentmesh child: %v\n", err)
+		return ExitProtocol
+	}
+}
+
+var (
+	// errStopped: an ack told the child to stop.
+	errStopped = errors.New("stopped by the executor")
+	// errFailed: the child reported a Failure.
+	errFailed = errors.New("failure reported")
+)
+
+type loop struct {
+	r *childproto.Reader
+	w *childproto.Writer
+
+	start    *childv1.Start
+	tools    map[string]tools.Tool
+	specs    []*childv1.ToolSpec
+	messages []*childv1.Message
+	next     int32 // index of the next step
+	turns    int   // model turns taken, earlier attempts included
+	reqID    int64
+}
+
+func (l *loop) run() error {
+	f, err := l.r.Read()
+	if err != nil {
+		return fmt.Errorf("read start: %w", err)
+	}
+	l.start = f.GetStart()
+	if l.start == nil {
+		return fmt.Errorf("first frame is %s, want start", childproto.Kind(f))
+	}
+	ts, err := tools.Resolve(l.start.Tools)
+	if err != nil {
+		return l.fail(fmt.Sprintf("agent configuration: %v", err), true)
+	}
+	l.tools = make(map[string]tools.Tool, len(ts))
+	for _, t := range ts {
+		l.tools[t.Name] = t
+		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
+	}
+	if p := l.start.SystemPrompt; p != "" {
+		l.messages = append(l.messages, &childv1.Message{Role: "system", Content: p})
+	}
+	l.messages = append(l.messages, &childv1.Message{Role: "user", Content: l.start.Input})
+
+	pending, final, done := l.replay(l.start.History)
+	if done {
+		return l.send(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: final}}})
+	}
+	if err := l.runTools(pending); err != nil {
+		return err
+	}
+
+	maxSteps := int(l.start.MaxSteps)
+	if maxSteps <= 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	for l.turns < maxSteps {
+		l.turns++
+		resp, err := l.model()
+		if err != nil {
+			return err
+		}
+		if resp.Error != "" {
+			return l.fail("model call failed: "+resp.Error, false)
+		}
+		msg := resp.GetMessage()
+		if msg == nil {
+			msg = &childv1.Message{}
+		}
+		msg.Role = "assistant"
+		for i, c := range msg.ToolCalls {
+			if c.Id == "" {
+				c.Id = fmt.Sprintf("call_%d_%d", l.next, i)
+			}
+		}
+		step := &agentmeshv1.Step{
+			Kind:         agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
+			Content:      msg.Content,
+			ToolCalls:    msg.ToolCalls,
+			Usage:        resp.Usage,
+			Model:        resp.Model,
+			FinishReason: resp.FinishReason,
+			Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
+		}
+		if err := l.record(step); err != nil {
+			return err
+		}
+		l.messages = append(l.messages, msg)
+		if len(msg.ToolCalls) == 0 {
+			return l.send(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: msg.Content}}})
+		}
+		if err := l.runTools(msg.ToolCalls); err != nil {
+			return err
+		}
+	}
+	return l.fail(fmt.Sprintf("agent took %d model turns without a final answer (max_steps %d)", l.turns, maxSteps), true)
+}
+
+// replay rebuilds the conversation from checkpointed steps. It returns the
+// tool calls of the last model turn that have no result yet, or, when the
+// last model turn was the final answer, that answer and done.
+func (l *loop) replay(history []*agentmeshv1.Step) (pending []*agentmeshv1.ToolCall, final string, done bool) {
+	steps := append([]*agentmeshv1.Step(nil), history...)
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
+	var last *agentmeshv1.Step
+	answered := map[string]bool{}
+	for _, s := range steps {
+		if s.Index >= l.next {
+			l.next = s.Index + 1
+		}
+		switch s.Kind {
+		case agentmeshv1.StepKind_STEP_KIND_MODEL_TURN:
+			l.turns++
+			last = s
+			answered = map[string]bool{}
+			l.messages = append(l.messages, &childv1.Message{Role: "assistant", Content: s.Content, ToolCalls: s.ToolCalls})
+		case agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT:
+			if answered[s.ToolCallId] {
+				continue // a result recorded twice (the tool re-ran after a resume)
+			}
+			answered[s.ToolCallId] = true
+			l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: s.Content, ToolCallId: s.ToolCallId, Name: s.ToolName})
+		}
+	}
+	if last == nil {
+		return nil, "", false
+	}
+	if len(last.ToolCalls) == 0 {
+		return nil, last.Content, true
+	}
+	for _, c := range last.ToolCalls {
+		if !answered[c.Id] {
+			pending = append(pending, c)
+		}
+	}
+	return pending, "", false
+}
+
+func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
+	for _, c := range calls {
+		if err := l.record(&agentmeshv1.Step{
+			Kind:       agentmeshv1.StepKind_STEP_KIND_TOOL_CALL,
+			ToolCallId: c.Id,
+			ToolName:   c.Name,
+			Arguments:  c.Arguments,
+		}); err != nil {
+			return err
+		}
+		began := time.Now()
+		out, isErr := l.callTool(c)
+		if err := l.record(&agentmeshv1.Step{
+			Kind:       agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT,
+			Content:    out,
+			ToolCallId: c.Id,
+			ToolName:   c.Name,
+			IsError:    isErr,
+			Duration:   durationpb.New(time.Since(began)),
+		}); err != nil {
+			return err
+		}
+		l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: out, ToolCallId: c.Id, Name: c.Name})
+	}
+	return nil
+}
+
+// callTool runs one call and returns the observation for the model.
+func (l *loop) callTool(c *agentmeshv1.ToolCall) (string, bool) {
+	t, ok := l.tools[c.Name]
+	if !ok {
+		names := make([]string, 0, len(l.tools))
+		for n := range l.tools {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		avail := "none"
+		if len(names) > 0 {
+			avail = strings.Join(names, ", ")
+		}
+		return fmt.Sprintf("error: unknown tool %q; the tools you may call are: %s", c.Name, avail), true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
+	defer cancel()
+	out, err := t.Call(ctx, c.Arguments)
+	if err != nil {
+		return "error: " + err.Error(), true
+	}
+	return out, false
+}
+
+// model asks the executor for one model turn.
+func (l *loop) model() (*childv1.ModelResponse, error) {
+	l.reqID++
+	id := l.reqID
+	err := l.send(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{
+		Id: id, Messages: l.messages, Tools: l.specs,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	f, err := l.r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("read model response: %w", err)
+	}
+	resp := f.GetModelResponse()
+	if resp == nil {
+		return nil, fmt.Errorf("got %s, want model_response", childproto.Kind(f))
+	}
+	if resp.Id != id {
+		return nil, fmt.Errorf("model response %d answers no request (want %d)", resp.Id, id)
+	}
+	return resp, nil
+}
+
+// record reports a step and waits for its checkpoint.
+func (l *loop) record(s *agentmeshv1.Step) error {
+	s.Index = l.next
+	s.Attempt = l.start.Attempt
+	l.next++
+	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: s}}}); err != nil {
+		return err
+	}
+	f, err := l.r.Read()
+	if err != nil {
+		return fmt.Errorf("read step ack: %w", err)
+	}
+	ack := f.GetStepAck()
+	if ack == nil {
+		return fmt.Errorf("got %s, want step_ack", childproto.Kind(f))
+	}
+	if ack.Index != s.Index {
+		return fmt.Errorf("ack of step %d, want %d", ack.Index, s.Index)
+	}
+	if ack.Error != "" {
+		return fmt.Errorf("%w: %s", errStopped, ack.Error)
+	}
+	return nil
+}
+
+func (l *loop) fail(reason string, permanent bool) error {
+	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_Failure{Failure: &childv1.Failure{Reason: reason, Permanent: permanent}}}); err != nil {
+		return err
+	}
+	return errFailed
+}
+
+func (l *loop) send(f *childv1.Frame) error {
+	if err := l.w.Write(f); err != nil {
+		return fmt.Errorf("send %s: %w", childproto.Kind(f), err)
+	}
+	return nil
+}

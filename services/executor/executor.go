@@ -1,0 +1,412 @@
+// Package executor runs tasks: one executor per node takes dispatched work,
+// runs each task's agent in an isolated child process (a re-execution of
+// its own binary, see package child), brokers the child's model calls,
+// checkpoints every step with the state service and records the outcome.
+//
+// Subjects (see pkg/subjects):
+//
+//	consumes  <p>.work.>                    WorkItems, through the durable pull
+//	                                        consumer "executors" on <P>_WORK
+//	                                        (explicit acks, AckWait with
+//	                                        in-progress heartbeats, unlimited
+//	                                        redelivery)
+//	          <p>.evt.task.*.cancelled      core subscription: kill the child
+//	                                        of a cancelled task
+//	requests  <p>.state.task.transition     assigned → running, running →
+//	                                        completed | failed | queued
+//	          <p>.state.task.step           one checkpoint per agent step
+//	          <p>.state.task.get            on redelivered work
+//	          <p>.state.task.history        the steps of earlier attempts
+//	publishes <p>.exec.heartbeat.<node>     ExecutorHeartbeat (core NATS)
+//
+// Every write to state presents the WorkItem's attempt, the fencing token:
+// an executor that lost its task (it was re-dispatched, or cancelled) has
+// its writes refused and kills the child.
+//
+// The child gets a clean environment (AGENTMESH_CHILD=1, PATH, LANG and
+// HOME set to a per-task workspace directory removed afterwards), no API
+// keys and no bus credentials; its only channel is its stdio. It runs in
+// its own process group, which is killed on cancel, on wall-time overrun,
+// on a broken protocol and at executor shutdown. The sandbox proper
+// (namespaces, Landlock, cgroups) is not built yet.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Config configures an executor. Zero values take the defaults named.
+type Config struct {
+	// Prefix of every subject ("am").
+	Prefix string
+	// Node names this executor in heartbeats and task records; the host
+	// name by default (dots become dashes: it is a subject token).
+	Node string
+	// Capacity is how many tasks run at once (32).
+	Capacity int
+	// ChildCommand runs an agent child ([this executable, "child"]).
+	ChildCommand []string
+	// Model is the default model; an agent's own settings override it.
+	Model ModelConfig
+	// WallTime bounds one attempt of a task (10m).
+	WallTime time.Duration
+	// MaxSteps bounds the model turns of a task whose agent sets none (16).
+	MaxSteps int
+	// AckWait is how long work stays ours without a sign of life (30s);
+	// running tasks send in-progress every AckWait/3.
+	AckWait time.Duration
+	// HeartbeatInterval between executor heartbeats (5s).
+	HeartbeatInterval time.Duration
+	// Streams tunes the bus streams this service ensures.
+	Streams bus.StreamOptions
+}
+
+// ModelConfig says how to reach the default model.
+type ModelConfig struct {
+	// BaseURL of an OpenAI-compatible API ("https://api.openai.com/v1").
+	BaseURL string
+	// APIKey for BaseURL. It is sent only to BaseURL, never to a base URL
+	// an agent names, and never reaches the child.
+	APIKey string
+	// Model name used when the agent names none.
+	Model string
+	// Timeout of one model call (2m).
+	Timeout time.Duration
+	// Retries after a failed call: errors, 5xx, 429, garbage (3; negative
+	// means none).
+	Retries int
+}
+
+// Deps are the executor's dependencies.
+type Deps struct {
+	NC  *nats.Conn
+	Log *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultCapacity          = 32
+	DefaultWallTime          = 10 * time.Minute
+	DefaultMaxSteps          = 16
+	DefaultAckWait           = 30 * time.Second
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultModelTimeout      = 2 * time.Minute
+	DefaultModelRetries      = 3
+	// MaxAckPending of the shared executors consumer: work handed out and
+	// not yet acked, across all executors.
+	MaxAckPending = 1 << 16
+)
+
+// Service is one executor.
+type Service struct {
+	cfg   Config
+	nc    *nats.Conn
+	log   *slog.Logger
+	names subjects.Names
+	cons  jetstream.Consumer
+	model *modelClient
+
+	mu      sync.Mutex
+	runs    map[runKey]*run
+	closing bool
+}
+
+type runKey struct {
+	task    string
+	attempt int32
+}
+
+// run is one attempt of a task running here.
+type run struct {
+	key    runKey
+	cancel context.CancelCauseFunc
+
+	mu  sync.Mutex
+	msg jetstream.Msg // the latest delivery of its work item
+}
+
+func (r *run) current() jetstream.Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msg
+}
+
+// Reasons a run is stopped from outside.
+var (
+	errCancelled = errors.New("task cancelled")
+	errShutdown  = errors.New("executor shutting down")
+)
+
+// New validates cfg, ensures the bus streams and the executors consumer.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	if deps.NC == nil {
+		return nil, errors.New("executor: Deps.NC is required")
+	}
+	if deps.Log == nil {
+		return nil, errors.New("executor: Deps.Log is required")
+	}
+	names, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if cfg.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("executor: node name: %w", err)
+		}
+		cfg.Node = strings.NewReplacer(".", "-", "*", "-", ">", "-", " ", "-").Replace(h)
+	}
+	if !subjects.ValidToken(cfg.Node) {
+		return nil, fmt.Errorf("executor: node %q is not a valid subject token", cfg.Node)
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if len(cfg.ChildCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("executor: child command: %w", err)
+		}
+		cfg.ChildCommand = []string{exe, "child"}
+	}
+	if cfg.WallTime <= 0 {
+		cfg.WallTime = DefaultWallTime
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = DefaultMaxSteps
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.Model.Timeout <= 0 {
+		cfg.Model.Timeout = DefaultModelTimeout
+	}
+	switch {
+	case cfg.Model.Retries == 0:
+		cfg.Model.Retries = DefaultModelRetries
+	case cfg.Model.Retries < 0:
+		cfg.Model.Retries = 0
+	}
+
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("executor: jetstream: %w", err)
+	}
+	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, names.WorkStream(), jetstream.ConsumerConfig{
+		Durable:       subjects.ConsumerExecutors,
+		Description:   "agentmesh executors pull dispatched work",
+		FilterSubject: names.WorkAll(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err)
+	}
+	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	return &Service{
+		cfg:   cfg,
+		nc:    deps.NC,
+		log:   log,
+		names: names,
+		cons:  cons,
+		model: newModelClient(cfg.Model, log),
+		runs:  map[runKey]*run{},
+	}, nil
+}
+
+// Node returns the executor's node name.
+func (s *Service) Node() string { return s.cfg.Node }
+
+// Run takes work until ctx ends. Then it stops pulling, kills the children
+// still running (their tasks go back to the queue for another executor),
+// waits for every task goroutine and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	sub, err := s.nc.Subscribe(s.names.TaskEventsOfType(subjects.StatusToken(statusCancelled)), s.onCancelled)
+	if err != nil {
+		return fmt.Errorf("executor: subscribe to cancellations: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.heartbeats(ctx) })
+
+	slots := make(chan struct{}, s.cfg.Capacity)
+	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0])
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		free := 1
+	more:
+		for free < s.cfg.Capacity {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		batch, err := s.cons.Fetch(free, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			for range free {
+				<-slots
+			}
+			s.log.Warn("fetch work failed", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			wg.Go(func() {
+				defer func() { <-slots }()
+				defer func() {
+					// A bug in one task must not take the node's other tasks down.
+					if p := recover(); p != nil {
+						s.log.Error("task handler panicked; the work will be redelivered", "panic", p, "stack", string(debug.Stack()))
+						_ = msg.Nak()
+					}
+				}()
+				s.handle(msg)
+			})
+		}
+		cancel()
+		for range free - got {
+			<-slots
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			s.log.Warn("fetch work failed", "err", err)
+			sleep(ctx, time.Second)
+		}
+	}
+
+	s.mu.Lock()
+	s.closing = true
+	for _, r := range s.runs {
+		r.cancel(errShutdown)
+	}
+	s.mu.Unlock()
+	wg.Wait()
+	s.log.Info("executor stopped")
+	return nil
+}
+
+// register records a run of the task's attempt. It returns nil when the
+// executor is closing; existing when this attempt already runs here.
+func (s *Service) register(ctx context.Context, key runKey, msg jetstream.Msg) (r *run, rctx context.Context, existing *run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, nil, nil
+	}
+	if e, ok := s.runs[key]; ok {
+		return nil, nil, e
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	r = &run{key: key, cancel: cancel, msg: msg}
+	s.runs[key] = r
+	return r, rctx, nil
+}
+
+func (s *Service) unregister(r *run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs[r.key] == r {
+		delete(s.runs, r.key)
+	}
+	r.cancel(nil)
+}
+
+// onCancelled kills the child of a task cancelled while it runs here. The
+// state already says cancelled; nothing is written.
+func (s *Service) onCancelled(m *nats.Msg) {
+	id := taskIDFromSubject(m.Subject)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, r := range s.runs {
+		if k.task == id {
+			s.log.Info("task cancelled; killing its agent process", "task", id, "attempt", k.attempt)
+			r.cancel(errCancelled)
+		}
+	}
+}
+
+// taskIDFromSubject returns <id> of <p>.evt.task.<id>.<type>.
+func taskIDFromSubject(subj string) string {
+	toks := strings.Split(subj, ".")
+	if len(toks) < 2 {
+		return ""
+	}
+	return toks[len(toks)-2]
+}
+
+func (s *Service) heartbeats(ctx context.Context) {
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		s.heartbeat(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Service) heartbeat(ctx context.Context) {
+	s.mu.Lock()
+	hb := &busv1.ExecutorHeartbeat{
+		Node:     s.cfg.Node,
+		Capacity: int32(s.cfg.Capacity),
+		Time:     timestamppb.Now(),
+	}
+	for k := range s.runs {
+		hb.RunningTasks = append(hb.RunningTasks, k.task)
+	}
+	s.mu.Unlock()
+	hb.Running = int32(len(hb.RunningTasks))
+	msg, err := bus.NewMsg(ctx, s.names.Heartbeat(s.cfg.Node), hb)
+	if err == nil {
+		err = s.nc.PublishMsg(msg)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("heartbeat not sent", "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,574 @@
+package executor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/state"
+	"github.com/agentmesh/agentmesh/services/state/kvstore"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+const script = `{"scenarios": [
+  {"match": "^what time", "turns": [
+    {"content": "checking", "tool_calls": [{"name": "current_time", "arguments": {"timezone": "UTC"}}]},
+    {"content": "It is {{last_tool_result}}."}
+  ]},
+  {"match": "^echo:", "turns": [
+    {"tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+    {"content": "the tool said {{last_tool_result}}"}
+  ]},
+  {"match": "^slow", "turns": [{"content": "too late", "delay_ms": 20000}]},
+  {"match": "^garbage", "turns": [{"content": "x", "garbage": true}]},
+  {"turns": [{"content": "hello"}]}
+]}`
+
+type env struct {
+	t     *testing.T
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names subjects.Names
+	model *scriptedmodel.Server
+	cfg   executor.Config
+	log   *slog.Logger
+}
+
+func testLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// newEnv starts NATS, the real state service on the embedded store, and
+// the scripted model. The executor is started by startExecutor.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := subjects.Must("am")
+	log := testLog()
+	st, err := kvstore.Open(ctx, js, names, kvstore.Options{Memory: true})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: nc, Store: st, Log: log})
+	if err != nil {
+		t.Fatalf("state.New: %v", err)
+	}
+	runService(t, svc.Run)
+
+	s, err := scriptedmodel.ParseScript([]byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := scriptedmodel.New(s, scriptedmodel.WithLogger(log))
+	url, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { model.Close() })
+
+	return &env{t: t, nc: nc, js: js, names: names, model: model, log: log, cfg: executor.Config{
+		Prefix:            "am",
+		Node:              "node-1",
+		Capacity:          4,
+		ChildCommand:      []string{os.Args[0]},
+		Model:             executor.ModelConfig{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
+		WallTime:          30 * time.Second,
+		AckWait:           5 * time.Second,
+		HeartbeatInterval: 50 * time.Millisecond,
+		Streams:           bus.StreamOptions{Memory: true},
+	}}
+}
+
+// runService runs fn until the test ends (or stop is called) and checks
+// it returns nil.
+func runService(t *testing.T, fn func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v, want nil", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) startExecutor() (stop func()) {
+	e.t.Helper()
+	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log})
+	if err != nil {
+		e.t.Fatalf("executor.New: %v", err)
+	}
+	return runService(e.t, ex.Run)
+}
+
+var agent = &agentmeshv1.Agent{
+	Name:         "helper",
+	SystemPrompt: "You are a helpful agent.",
+	Tools:        []string{"echo", "current_time"},
+}
+
+// submit does what the router and the scheduler do: create the task, move
+// it to assigned with a new attempt, publish its work.
+func (e *env) submit(input string) *agentmeshv1.Task {
+	e.t.Helper()
+	ctx := context.Background()
+	var created busv1.CreateTaskResponse
+	if err := bus.Request(ctx, e.nc, e.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
+		Org: "acme", Title: input, Input: input, Agent: agent.Name, AgentSpec: agent,
+	}}, &created); err != nil {
+		e.t.Fatalf("create task: %v", err)
+	}
+	task := e.assign(created.Task.Id)
+	e.publishWork(task)
+	return task
+}
+
+func (e *env) assign(id string) *agentmeshv1.Task {
+	e.t.Helper()
+	var tr busv1.TransitionResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+		TaskId: id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
+	}, &tr); err != nil {
+		e.t.Fatalf("assign: %v", err)
+	}
+	return tr.Task
+}
+
+func (e *env) publishWork(task *agentmeshv1.Task) {
+	e.t.Helper()
+	msg, err := bus.NewMsg(context.Background(), e.names.Work(task.Agent), &busv1.WorkItem{Task: task, Attempt: task.Attempt})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", task.Id, task.Attempt))
+	if _, err := e.js.PublishMsg(context.Background(), msg); err != nil {
+		e.t.Fatalf("publish work: %v", err)
+	}
+}
+
+func (e *env) get(id string) *agentmeshv1.Task {
+	e.t.Helper()
+	var resp busv1.GetTaskResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateGetTask), &busv1.GetTaskRequest{Id: id}, &resp); err != nil {
+		e.t.Fatalf("get task: %v", err)
+	}
+	return resp.Task
+}
+
+func (e *env) history(id string) []*agentmeshv1.TaskEvent {
+	e.t.Helper()
+	var resp busv1.HistoryResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateHistory), &busv1.HistoryRequest{TaskId: id}, &resp); err != nil {
+		e.t.Fatalf("history: %v", err)
+	}
+	return resp.Events
+}
+
+func (e *env) waitStatus(id string, want agentmeshv1.TaskStatus, timeout time.Duration) *agentmeshv1.Task {
+	e.t.Helper()
+	var task *agentmeshv1.Task
+	poll.Until(e.t, timeout, func() error {
+		task = e.get(id)
+		if task.Status != want {
+			return fmt.Errorf("task %s is %s (error %q), want %s", id, taskstate.Name(task.Status), task.Error, taskstate.Name(want))
+		}
+		return nil
+	})
+	return task
+}
+
+func steps(events []*agentmeshv1.TaskEvent) []*agentmeshv1.Step {
+	var out []*agentmeshv1.Step
+	for _, ev := range events {
+		if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STEP {
+			out = append(out, ev.Step)
+		}
+	}
+	return out
+}
+
+// children lists the live processes whose parent is this test process.
+func children(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	var out []int
+	me := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so cut at the last ')'.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[0] != "Z" && fields[1] == strconv.Itoa(me) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestTaskCompletesWithToolCall(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+	task := e.submit("what time is it?")
+	got := e.waitStatus(task.Id, taskstate.Completed, 20*time.Second)
+	if !strings.HasPrefix(got.Result, "It is 20") || got.Node != "node-1" || got.Attempt != 1 {
+		t.Errorf("completed task = result %q node %q attempt %d", got.Result, got.Node, got.Attempt)
+	}
+	if got.Usage.GetTotalTokens() == 0 || got.StepCount != 4 {
+		t.Errorf("usage %v, step count %d; want tokens counted and 4 steps", got.Usage, got.StepCount)
+	}
+
+	events := e.history(task.Id)
+	var kinds []string
+	for _, ev := range events {
+		if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STEP {
+			kinds = append(kinds, fmt.Sprintf("%d:%s", ev.Step.Index, strings.TrimPrefix(ev.Step.Kind.String(), "STEP_KIND_")))
+		} else {
+			kinds = append(kinds, taskstate.Name(ev.Status))
+		}
+	}
+	want := "created queued assigned running 0:MODEL_TURN 1:TOOL_CALL 2:TOOL_RESULT 3:MODEL_TURN completed"
+	if g := strings.Join(kinds, " "); g != want {
+		t.Fatalf("history = %s\nwant      %s", g, want)
+	}
+	st := steps(events)
+	if c := st[0].ToolCalls; len(c) != 1 || c[0].Name != "current_time" || st[0].Usage.GetTotalTokens() == 0 || st[0].Model != "scripted" {
+		t.Errorf("model turn = %v", st[0])
+	}
+	if st[1].ToolName != "current_time" || st[1].Arguments != `{"timezone":"UTC"}` {
+		t.Errorf("tool call = %v", st[1])
+	}
+	if _, err := time.Parse(time.RFC3339, st[2].Content); err != nil || st[2].IsError {
+		t.Errorf("tool result %q is not an RFC 3339 time: %v", st[2].Content, err)
+	}
+	if got.Result != "It is "+st[2].Content+"." {
+		t.Errorf("result %q does not use the tool result %q", got.Result, st[2].Content)
+	}
+	for _, s := range st {
+		if s.Attempt != 1 {
+			t.Errorf("step %d has attempt %d, want 1", s.Index, s.Attempt)
+		}
+	}
+	if n := e.model.Requests(); n != 2 {
+		t.Errorf("model calls = %d, want 2", n)
+	}
+}
+
+func TestCrashedChildFailsOthersCarryOn(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+	crash := e.submit("please " + CrashMarker)
+	ok := e.submit("echo: still here")
+	failed := e.waitStatus(crash.Id, taskstate.Failed, 20*time.Second)
+	if !strings.Contains(failed.Error, "agent process exited with status 2") || !strings.Contains(failed.Error, "simulated crash") {
+		t.Errorf("reason = %q, want the exit status and the stderr tail", failed.Error)
+	}
+	done := e.waitStatus(ok.Id, taskstate.Completed, 20*time.Second)
+	if done.Result != "the tool said echo: still here" {
+		t.Errorf("result = %q", done.Result)
+	}
+	// The executor still takes new work after the crash.
+	again := e.submit("hi")
+	if r := e.waitStatus(again.Id, taskstate.Completed, 20*time.Second).Result; r != "hello" {
+		t.Errorf("result = %q", r)
+	}
+}
+
+func TestWallTimeExceeded(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.WallTime = time.Second
+	e.startExecutor()
+	began := time.Now()
+	task := e.submit("slow please")
+	got := e.waitStatus(task.Id, taskstate.Failed, 10*time.Second)
+	if got.Error != "wall time 1s exceeded" {
+		t.Errorf("reason = %q, want %q", got.Error, "wall time 1s exceeded")
+	}
+	if d := time.Since(began); d > 8*time.Second {
+		t.Errorf("failed after %v", d)
+	}
+	poll.Until(t, 5*time.Second, func() error {
+		if c := children(t); len(c) > 0 {
+			return fmt.Errorf("child processes still alive: %v", c)
+		}
+		return nil
+	})
+}
+
+func TestCancelKillsChild(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+
+	var mu sync.Mutex
+	var last *busv1.ExecutorHeartbeat
+	sub, err := e.nc.Subscribe(e.names.Heartbeat("node-1"), func(m *nats.Msg) {
+		var hb busv1.ExecutorHeartbeat
+		if proto.Unmarshal(m.Data, &hb) == nil {
+			mu.Lock()
+			last = &hb
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	task := e.submit("slow please")
+	e.waitStatus(task.Id, taskstate.Running, 10*time.Second)
+	poll.Until(t, 10*time.Second, func() error {
+		if e.model.Requests() == 0 {
+			return errors.New("the model call has not started")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if last == nil || last.Running != 1 || len(last.RunningTasks) != 1 || last.RunningTasks[0] != task.Id || last.Capacity != 4 {
+			return fmt.Errorf("heartbeat = %v, want the task running", last)
+		}
+		return nil
+	})
+	if n := len(children(t)); n != 1 {
+		t.Fatalf("%d child processes, want 1", n)
+	}
+
+	var tr busv1.TransitionResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+		TaskId: task.Id, To: taskstate.Cancelled, Reason: "user changed their mind",
+	}, &tr); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	// The child dies long before the scripted 20 s delay ends.
+	poll.Until(t, 5*time.Second, func() error {
+		if c := children(t); len(c) > 0 {
+			return fmt.Errorf("child processes still alive: %v", c)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if last.Running != 0 {
+			return fmt.Errorf("heartbeat still shows %d running", last.Running)
+		}
+		return nil
+	})
+	got := e.get(task.Id)
+	if got.Status != taskstate.Cancelled || got.Error != "user changed their mind" {
+		t.Errorf("task = %s %q, want cancelled with the user's reason", taskstate.Name(got.Status), got.Error)
+	}
+	evs := e.history(task.Id)
+	if lastEv := evs[len(evs)-1]; lastEv.Status != taskstate.Cancelled || lastEv.Type != agentmeshv1.EventType_EVENT_TYPE_STATUS {
+		t.Errorf("last event = %v, want the cancel", lastEv)
+	}
+}
+
+func TestModelDownFailsAfterRetries(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + ln.Addr().String() + "/v1"
+	ln.Close()
+	e.cfg.Model.BaseURL = deadURL
+	e.startExecutor()
+	task := e.submit("hi")
+	got := e.waitStatus(task.Id, taskstate.Failed, 20*time.Second)
+	for _, want := range []string{"model call failed", deadURL, "connection refused", "(3 attempts)"} {
+		if !strings.Contains(got.Error, want) {
+			t.Errorf("reason %q does not contain %q", got.Error, want)
+		}
+	}
+}
+
+func TestModelGarbageFailsAfterRetries(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+	task := e.submit("garbage please")
+	got := e.waitStatus(task.Id, taskstate.Failed, 20*time.Second)
+	if !strings.Contains(got.Error, "model call failed") || !strings.Contains(got.Error, "(3 attempts)") {
+		t.Errorf("reason = %q", got.Error)
+	}
+	if n := e.model.Requests(); n != 3 {
+		t.Errorf("model calls = %d, want 3 (one try and two retries)", n)
+	}
+}
+
+// An executor took the work, moved the task to running and died without
+// acking. The work comes back to another executor, which re-queues the
+// task for the scheduler to dispatch a new attempt.
+func TestLostExecutorRequeues(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.AckWait = time.Second
+	// The consumer exists (New creates it) but nobody runs yet.
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log}); err != nil {
+		t.Fatal(err)
+	}
+	task := e.submit("hi")
+	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++ // the dead executor never acks
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d work items, want 1", n)
+	}
+	var tr busv1.TransitionResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "dead-node",
+	}, &tr); err != nil {
+		t.Fatal(err)
+	}
+
+	e.startExecutor()
+	got := e.waitStatus(task.Id, taskstate.Queued, 15*time.Second)
+	if got.Attempt != 1 || got.Node != "" {
+		t.Errorf("re-queued task attempt %d node %q", got.Attempt, got.Node)
+	}
+	evs := e.history(task.Id)
+	if r := evs[len(evs)-1].Reason; r != "executor lost; re-dispatching" {
+		t.Errorf("reason = %q", r)
+	}
+	if n := e.model.Requests(); n != 0 {
+		t.Errorf("model calls = %d, want none", n)
+	}
+
+	// The scheduler's next attempt runs to completion here.
+	next := e.assign(task.Id)
+	e.publishWork(next)
+	done := e.waitStatus(task.Id, taskstate.Completed, 20*time.Second)
+	if done.Attempt != 2 || done.Result != "hello" {
+		t.Errorf("attempt %d result %q", done.Attempt, done.Result)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := executor.New(context.Background(), executor.Config{}, executor.Deps{Log: testLog()}); err == nil || !strings.Contains(err.Error(), "NC") {
+		t.Errorf("missing NC: err = %v", err)
+	}
+	e := newEnv(t)
+	e.cfg.Node = "bad.node"
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log}); err == nil {
+		t.Error("a node name with a dot was accepted")
+	}
+}
+
+// At shutdown the executor kills its children and puts their tasks back in
+// the queue for another executor.
+func TestShutdownRequeues(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startExecutor()
+	task := e.submit("slow please")
+	e.waitStatus(task.Id, taskstate.Running, 10*time.Second)
+	poll.Until(t, 10*time.Second, func() error {
+		if len(children(t)) != 1 {
+			return errors.New("no child yet")
+		}
+		return nil
+	})
+	began := time.Now()
+	stop()
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("Run took %v to return", d)
+	}
+	if c := children(t); len(c) != 0 {
+		t.Errorf("children alive after Run returned: %v", c)
+	}
+	got := e.get(task.Id)
+	if got.Status != taskstate.Queued || got.Attempt != 1 {
+		t.Fatalf("task = %s attempt %d, want queued", taskstate.Name(got.Status), got.Attempt)
+	}
+	evs := e.history(task.Id)
+	if r := evs[len(evs)-1].Reason; r != "executor shut down; re-dispatching" {
+		t.Errorf("reason = %q", r)
+	}
+}
+
+// A child that breaks the protocol or ends without an answer fails its
+// task with a reason that says so.
+func TestMisbehavingChild(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		want   []string
+	}{
+		{"garbage frame", `printf '\000\000\000\003\377\377\377'; sleep 10`, []string{"agent process broke the protocol", "malformed frame"}},
+		{"huge frame", `printf '\377\377\377\377'; sleep 10`, []string{"agent process broke the protocol", "frame too large"}},
+		{"silent exit", `exit 0`, []string{"agent process exited with status 0 without a final answer"}},
+		{"killed", `echo dying >&2; kill -9 $$`, []string{"agent process was killed by signal killed: dying"}},
+		{"clean environment", `env | grep -v '^PWD=\|^SHLVL=\|^_=' | sort >&2; exit 3`, []string{"status 3: AGENTMESH_CHILD=1\nHOME=/", "\nLANG=", "\nPATH="}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.ChildCommand = []string{"/bin/sh", "-c", tt.script}
+			e.cfg.Model.APIKey = "sk-secret"
+			e.startExecutor()
+			task := e.submit("hi")
+			got := e.waitStatus(task.Id, taskstate.Failed, 15*time.Second)
+			for _, w := range tt.want {
+				if !strings.Contains(got.Error, w) {
+					t.Errorf("reason %q does not contain %q", got.Error, w)
+				}
+			}
+			if strings.Contains(got.Error, "sk-secret") || strings.Count(got.Error, "=") > 4 && tt.name == "clean environment" {
+				t.Errorf("the child saw more than its clean environment: %q", got.Error)
+			}
+		})
+	}
+}

@@ -1,0 +1,306 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/executor/childproto"
+)
+
+// StderrTail is how much of a child's stderr is kept for error reports.
+const StderrTail = 4 << 10
+
+// exitGrace is how long a child that sent its last frame may take to exit
+// before its process group is killed.
+const exitGrace = 2 * time.Second
+
+// errWallTime ends a run that outlived Config.WallTime.
+type errWallTime struct{ d time.Duration }
+
+func (e errWallTime) Error() string { return fmt.Sprintf("wall time %s exceeded", e.d) }
+
+// runTask runs one attempt of task in a child process and returns how it
+// ended. ctx's cause says why it was stopped from outside, if it was.
+func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task, attempt int32, tp string) outcome {
+	steps, err := s.history(ctx, task.Id)
+	if err != nil {
+		if gone(err) {
+			return outcome{kind: outGone, reason: err.Error()}
+		}
+		return outcome{kind: outRequeue, reason: "could not read the task's checkpoints: " + err.Error()}
+	}
+	spec := task.GetAgentSpec()
+	start := &childv1.Start{
+		TaskId:       task.Id,
+		Attempt:      attempt,
+		SystemPrompt: spec.GetSystemPrompt(),
+		Input:        task.Input,
+		Tools:        spec.GetTools(),
+		MaxSteps:     spec.GetMaxSteps(),
+		History:      steps,
+		Traceparent:  tp,
+	}
+	if start.MaxSteps <= 0 {
+		start.MaxSteps = int32(s.cfg.MaxSteps)
+	}
+
+	wall := errWallTime{s.cfg.WallTime}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.WallTime, wall)
+	defer cancel()
+
+	p, err := s.spawn(ctx, task.Id)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return stopped(cause)
+		}
+		return outcome{kind: outFailed, reason: err.Error()}
+	}
+	defer p.cleanup()
+	log.Info("agent process started", "pid", p.cmd.Process.Pid, "resumed_steps", len(steps))
+
+	res := s.serve(ctx, task, attempt, start, p)
+	status := p.wait(res.last)
+
+	switch {
+	case res.final != nil:
+		return outcome{kind: outCompleted, result: res.final.Answer}
+	case res.failure != nil:
+		return outcome{kind: outFailed, reason: res.failure.Reason}
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		return stopped(cause)
+	}
+	switch {
+	case res.stepErr != nil && gone(res.stepErr):
+		return outcome{kind: outGone, reason: res.stepErr.Error()}
+	case res.stepErr != nil:
+		return outcome{kind: outRequeue, reason: "checkpoint failed: " + res.stepErr.Error()}
+	case res.protoErr != nil:
+		return outcome{kind: outFailed, reason: withTail("agent process broke the protocol: "+res.protoErr.Error(), p.stderr.String())}
+	}
+	reason := "agent process " + status
+	if strings.TrimSpace(p.stderr.String()) == "" {
+		reason += " without a final answer"
+	}
+	return outcome{kind: outFailed, reason: withTail(reason, p.stderr.String())}
+}
+
+// stopped maps the cause of a stop from outside to an outcome.
+func stopped(cause error) outcome {
+	var wall errWallTime
+	switch {
+	case errors.As(cause, &wall):
+		return outcome{kind: outFailed, reason: wall.Error()}
+	case errors.Is(cause, errCancelled):
+		return outcome{kind: outGone, reason: "cancelled"}
+	case errors.Is(cause, errShutdown):
+		return outcome{kind: outRequeue, reason: "executor shut down; re-dispatching"}
+	}
+	return outcome{kind: outRequeue, reason: cause.Error()}
+}
+
+func withTail(reason, tail string) string {
+	tail = strings.TrimSpace(tail)
+	if tail == "" {
+		return reason
+	}
+	return reason + ": " + tail
+}
+
+// process is a running child.
+type process struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr *tailBuffer
+	dir    string
+}
+
+// spawn starts a child in a fresh workspace, its own process group and a
+// clean environment. ctx ending kills the whole group.
+func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
+	dir, err := os.MkdirTemp("", "agentmesh-task-")
+	if err != nil {
+		return nil, fmt.Errorf("create task workspace: %w", err)
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	cmd := exec.CommandContext(ctx, s.cfg.ChildCommand[0], s.cfg.ChildCommand[1:]...)
+	cmd.Env = []string{child.EnvChild + "=1", "PATH=" + os.Getenv("PATH"), "LANG=" + lang, "HOME=" + dir}
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.WaitDelay = exitGrace
+	p := &process{cmd: cmd, stderr: &tailBuffer{max: StderrTail}, dir: dir}
+	cmd.Stderr = p.stderr
+	if p.stdin, err = cmd.StdinPipe(); err == nil {
+		p.stdout, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start agent process %s: %w", s.cfg.ChildCommand[0], err)
+	}
+	return p, nil
+}
+
+// wait closes the child's stdin and waits for it to exit; a child that
+// does not exit within exitGrace after its last frame is killed. It
+// returns how the process ended ("exited with status 2").
+func (p *process) wait(last bool) string {
+	_ = p.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	var err error
+	if last {
+		select {
+		case err = <-done:
+		case <-time.After(exitGrace):
+			_ = killGroup(p.cmd)
+			err = <-done
+		}
+	} else {
+		// The conversation broke off: nothing more is expected from it.
+		_ = killGroup(p.cmd)
+		err = <-done
+	}
+	st := p.cmd.ProcessState
+	switch {
+	case st == nil:
+		return fmt.Sprintf("could not be waited for (%v)", err)
+	case st.Exited():
+		return fmt.Sprintf("exited with status %d", st.ExitCode())
+	default:
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("was killed by signal %s", ws.Signal())
+		}
+		return "ended: " + st.String()
+	}
+}
+
+// cleanup kills what is left of the process group and removes the workspace.
+func (p *process) cleanup() {
+	_ = killGroup(p.cmd)
+	_ = os.RemoveAll(p.dir)
+}
+
+func killGroup(cmd *exec.Cmd) error {
+	if cmd.Process == nil {
+		return nil
+	}
+	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// serveResult is how a conversation with a child ended.
+type serveResult struct {
+	final    *childv1.Final
+	failure  *childv1.Failure
+	stepErr  error // a checkpoint was refused or failed
+	protoErr error // a malformed or unexpected frame
+	// last is true when the child sent its last frame (Final, Failure, or
+	// got a stop ack) and should exit by itself.
+	last bool
+}
+
+// serve answers the child's frames in order until it sends Final or
+// Failure, breaks the protocol, or its stdout ends.
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process) serveResult {
+	w := childproto.NewWriter(p.stdin)
+	r := childproto.NewReader(p.stdout)
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+		return serveResult{}
+	}
+	for {
+		f, err := r.Read()
+		if err != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return serveResult{}
+			}
+			if errors.Is(err, childproto.ErrMalformed) || errors.Is(err, childproto.ErrFrameTooLarge) {
+				return serveResult{protoErr: err}
+			}
+			return serveResult{} // the pipe broke: the exit status tells why
+		}
+		switch k := f.Kind.(type) {
+		case *childv1.Frame_ModelRequest:
+			resp := s.model.complete(ctx, task.GetAgentSpec().GetModel(), k.ModelRequest)
+			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}}); err != nil {
+				return serveResult{}
+			}
+		case *childv1.Frame_ToolRequest:
+			// No tool runs in the executor yet (tools.InExecutor): refuse
+			// so the model hears about it.
+			resp := &childv1.ToolResponse{Id: k.ToolRequest.GetId(), IsError: true,
+				Output: fmt.Sprintf("error: tool %q does not run in the executor", k.ToolRequest.GetCall().GetName())}
+			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ToolResponse{ToolResponse: resp}}); err != nil {
+				return serveResult{}
+			}
+		case *childv1.Frame_Step:
+			step := k.Step.GetStep()
+			if step == nil {
+				return serveResult{protoErr: errors.New("step frame without a step")}
+			}
+			step.Attempt = attempt
+			ack := &childv1.StepAck{Index: step.Index}
+			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			if stepErr != nil {
+				ack.Error = stepErr.Error()
+			}
+			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}}); err != nil && stepErr == nil {
+				return serveResult{}
+			}
+			if stepErr != nil {
+				return serveResult{stepErr: stepErr}
+			}
+		case *childv1.Frame_Final:
+			return serveResult{final: k.Final, last: true}
+		case *childv1.Frame_Failure:
+			return serveResult{failure: k.Failure, last: true}
+		default:
+			return serveResult{protoErr: fmt.Errorf("unexpected %s frame from the agent", childproto.Kind(f))}
+		}
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

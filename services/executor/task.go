@@ -1,0 +1,263 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	statusQueued    = taskstate.Queued
+	statusAssigned  = taskstate.Assigned
+	statusRunning   = taskstate.Running
+	statusCompleted = taskstate.Completed
+	statusFailed    = taskstate.Failed
+	statusCancelled = taskstate.Cancelled
+)
+
+// stateTimeout bounds one request to the state service.
+const stateTimeout = 10 * time.Second
+
+// handle takes one delivery of a work item to its end: the task ran and
+// its outcome is recorded, or the work was set aside, and the message is
+// acked, naked or termed accordingly.
+func (s *Service) handle(msg jetstream.Msg) {
+	var item busv1.WorkItem
+	if err := proto.Unmarshal(msg.Data(), &item); err != nil || item.GetTask().GetId() == "" || item.Attempt <= 0 {
+		s.log.Warn("malformed work item set aside", "subject", msg.Subject(), "bytes", len(msg.Data()), "err", err)
+		_ = msg.Term()
+		return
+	}
+	ctx := bus.Extract(context.Background(), nats.Header(msg.Headers()))
+	key := runKey{task: item.Task.Id, attempt: item.Attempt}
+	log := s.log.With("task", key.task, "attempt", key.attempt)
+
+	r, rctx, existing := s.register(ctx, key, msg)
+	switch {
+	case existing != nil:
+		// Our own work came back (an in-progress signal was lost): keep
+		// running and answer for the newest delivery from now on.
+		existing.mu.Lock()
+		existing.msg = msg
+		existing.mu.Unlock()
+		return
+	case r == nil:
+		_ = msg.Nak() // closing: another executor takes it
+		return
+	}
+	defer s.unregister(r)
+
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		s.redelivered(ctx, log, msg, &item)
+		return
+	}
+
+	resp, err := s.transition(ctx, &busv1.TransitionRequest{
+		TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
+	})
+	if err != nil {
+		if gone(err) {
+			log.Info("work dropped: the task moved on", "reason", err)
+			_ = msg.Ack()
+			return
+		}
+		log.Warn("could not start task; the work will come back", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+
+	stopProgress := s.inProgress(r)
+	out := s.runTask(rctx, log, resp.GetTask(), key.attempt, traceparent(ctx))
+	stopProgress()
+	s.finish(ctx, log, r, out)
+}
+
+// redelivered handles work delivered again: the executor that had it died
+// or went silent. If the task still waits for that attempt, it goes back to
+// the queue for the scheduler to dispatch a new attempt.
+func (s *Service) redelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, item *busv1.WorkItem) {
+	var got busv1.GetTaskResponse
+	err := s.request(ctx, subjects.StateGetTask, &busv1.GetTaskRequest{Id: item.Task.Id}, &got)
+	if err != nil {
+		if errors.Is(err, bus.ErrNotFound) {
+			_ = msg.Ack()
+			return
+		}
+		log.Warn("redelivered work: task not read; will retry", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	t := got.GetTask()
+	if (t.Status != statusAssigned && t.Status != statusRunning) || t.Attempt != item.Attempt {
+		log.Info("redelivered work dropped: the task moved on", "status", taskstate.Name(t.Status), "task_attempt", t.Attempt)
+		_ = msg.Ack()
+		return
+	}
+	_, err = s.transition(ctx, &busv1.TransitionRequest{
+		TaskId: t.Id, From: t.Status, To: statusQueued, Attempt: item.Attempt,
+		Reason: "executor lost; re-dispatching",
+	})
+	switch {
+	case err == nil:
+		log.Info("executor lost; task re-queued", "was", taskstate.Name(t.Status))
+		_ = msg.Ack()
+	case gone(err) || errors.Is(err, bus.ErrConflict):
+		_ = msg.Ack()
+	default:
+		log.Warn("redelivered work: re-queue failed; will retry", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+	}
+}
+
+// outcome is how a run ended.
+type outcome struct {
+	kind   outcomeKind
+	result string // completed
+	reason string // failed, requeue
+}
+
+type outcomeKind int
+
+const (
+	outCompleted outcomeKind = iota
+	outFailed
+	// outGone: the task is no longer ours (cancelled, or a stale attempt);
+	// nothing to record.
+	outGone
+	// outRequeue: put the task back in the queue (shutdown, a transient
+	// failure of the state service).
+	outRequeue
+)
+
+// finish records the outcome and settles the message.
+func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outcome) {
+	msg := r.current()
+	var tr *busv1.TransitionRequest
+	switch out.kind {
+	case outGone:
+		log.Info("task ended elsewhere; nothing to record", "reason", out.reason)
+		_ = msg.Ack()
+		return
+	case outCompleted:
+		tr = &busv1.TransitionRequest{To: statusCompleted, Result: out.result}
+		log.Info("task completed")
+	case outFailed:
+		tr = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason}
+		log.Info("task failed", "reason", out.reason)
+	case outRequeue:
+		tr = &busv1.TransitionRequest{To: statusQueued, Reason: out.reason}
+		log.Info("task goes back to the queue", "reason", out.reason)
+	}
+	tr.TaskId, tr.From, tr.Attempt = r.key.task, statusRunning, r.key.attempt
+	var err error
+	for i := range 4 {
+		if _, err = s.transition(ctx, tr); err == nil || gone(err) {
+			break
+		}
+		time.Sleep(time.Duration(1<<i) * 250 * time.Millisecond)
+	}
+	switch {
+	case err == nil:
+		_ = msg.Ack()
+	case gone(err):
+		log.Info("outcome not recorded: the task moved on", "reason", err)
+		_ = msg.Ack()
+	default:
+		// The work comes back, the task is re-queued and resumes from its
+		// checkpoints (a final answer already checkpointed is not redone).
+		log.Error("outcome not recorded; the work will be redelivered", "err", err)
+		_ = msg.Nak()
+	}
+}
+
+// inProgress tells JetStream the work is alive every AckWait/3 until the
+// returned function is called.
+func (s *Service) inProgress(r *run) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(s.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := r.current().InProgress(); err != nil {
+					s.log.Warn("in-progress signal not sent", "task", r.key.task, "err", err)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// history returns the steps checkpointed by earlier attempts, in order.
+func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.Step, error) {
+	var steps []*agentmeshv1.Step
+	after := int64(0)
+	const page = 1000
+	for {
+		var resp busv1.HistoryResponse
+		if err := s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp); err != nil {
+			return nil, err
+		}
+		for _, ev := range resp.Events {
+			after = ev.Seq
+			if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STEP && ev.Step != nil {
+				steps = append(steps, ev.Step)
+			}
+		}
+		if len(resp.Events) < page || (resp.LastSeq > 0 && after >= resp.LastSeq) {
+			return steps, nil
+		}
+	}
+}
+
+func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
+	var resp busv1.TransitionResponse
+	if err := s.request(ctx, subjects.StateTransition, req, &resp); err != nil {
+		return nil, fmt.Errorf("transition task %s to %s: %w", req.TaskId, taskstate.Name(req.To), err)
+	}
+	return &resp, nil
+}
+
+func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) error {
+	var resp busv1.AppendStepResponse
+	if err := s.request(ctx, subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}, &resp); err != nil {
+		return fmt.Errorf("checkpoint step %d of task %s: %w", step.GetIndex(), taskID, err)
+	}
+	return nil
+}
+
+func (s *Service) request(ctx context.Context, op string, req, resp proto.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	return bus.Request(ctx, s.nc, s.names.State(op), req, resp)
+}
+
+// gone reports whether err says the task is no longer ours to write:
+// cancelled, finished, re-dispatched (a stale attempt) or unknown.
+func gone(err error) bool {
+	return errors.Is(err, bus.ErrFailedPrecondition) || errors.Is(err, bus.ErrNotFound)
+}
+
+// traceparent returns ctx's W3C traceparent, if any.
+func traceparent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	bus.Propagator().Inject(ctx, c)
+	return c["traceparent"]
+}

@@ -1,0 +1,86 @@
+package router
+
+import (
+	"context"
+	"crypto/sha256"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// protectedPrefix is the method prefix of the RPCs that need an API key;
+// health and reflection do not.
+const protectedPrefix = "/agentmesh."
+
+type orgKey struct{}
+
+// orgFrom returns the caller's org that authentication put in ctx.
+func orgFrom(ctx context.Context) string {
+	org, _ := ctx.Value(orgKey{}).(string)
+	return org
+}
+
+// authenticate returns ctx carrying the caller's org, or Unauthenticated.
+func (s *Service) authenticate(ctx context.Context, method string) (context.Context, error) {
+	if !strings.HasPrefix(method, protectedPrefix) {
+		return ctx, nil
+	}
+	if len(s.keys) == 0 {
+		return context.WithValue(ctx, orgKey{}, DefaultOrg), nil
+	}
+	key := apiKey(ctx)
+	if key == "" {
+		return nil, status.Error(codes.Unauthenticated, "missing API key: send metadata \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
+	}
+	org, ok := s.keys[sha256.Sum256([]byte(key))]
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "unknown API key")
+	}
+	return context.WithValue(ctx, orgKey{}, org), nil
+}
+
+// apiKey returns the key the caller presented, if any.
+func apiKey(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
+		if ok && strings.EqualFold(scheme, "bearer") {
+			if tok = strings.TrimSpace(tok); tok != "" {
+				return tok
+			}
+		}
+	}
+	for _, v := range md.Get("x-api-key") {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (s *Service) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Service) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+}
+
+// ctxStream is a server stream with a replaced context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }

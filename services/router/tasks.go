@@ -1,0 +1,194 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+)
+
+// taskServer implements agentmeshv1.TaskService.
+type taskServer struct {
+	agentmeshv1.UnimplementedTaskServiceServer
+	s *Service
+}
+
+func (t *taskServer) SubmitTask(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
+	resp, err := t.s.submit(ctx, req)
+	return resp, toStatus(t.s.log, "SubmitTask", err)
+}
+
+func (t *taskServer) GetTask(ctx context.Context, req *agentmeshv1.GetTaskRequest) (*agentmeshv1.GetTaskResponse, error) {
+	task, err := t.s.getTask(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(t.s.log, "GetTask", err)
+	}
+	return &agentmeshv1.GetTaskResponse{Task: task}, nil
+}
+
+func (t *taskServer) ListTasks(ctx context.Context, req *agentmeshv1.ListTasksRequest) (*agentmeshv1.ListTasksResponse, error) {
+	resp, err := t.s.listTasks(ctx, req)
+	return resp, toStatus(t.s.log, "ListTasks", err)
+}
+
+func (t *taskServer) CancelTask(ctx context.Context, req *agentmeshv1.CancelTaskRequest) (*agentmeshv1.CancelTaskResponse, error) {
+	resp, err := t.s.cancelTask(ctx, req)
+	return resp, toStatus(t.s.log, "CancelTask", err)
+}
+
+func (t *taskServer) GetTaskHistory(ctx context.Context, req *agentmeshv1.GetTaskHistoryRequest) (*agentmeshv1.GetTaskHistoryResponse, error) {
+	resp, err := t.s.taskHistory(ctx, req)
+	return resp, toStatus(t.s.log, "GetTaskHistory", err)
+}
+
+func (t *taskServer) WatchTask(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.TaskService_WatchTaskServer) error {
+	return toStatus(t.s.log, "WatchTask", t.s.watch(req, stream))
+}
+
+func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
+	prio, err := validateSubmit(req, s.limits())
+	if err != nil {
+		return nil, err
+	}
+	var match busv1.MatchResponse
+	err = bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
+		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills()}, &match)
+	if err != nil {
+		return nil, matchError(req, err)
+	}
+	if match.GetAgent().GetName() == "" {
+		return nil, matchError(req, bus.ErrNotFound)
+	}
+	var created busv1.CreateTaskResponse
+	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
+		Org:            orgFrom(ctx),
+		Title:          req.GetTitle(),
+		Input:          req.GetInput(),
+		Agent:          match.GetAgent().GetName(),
+		RequiredSkills: req.GetRequiredSkills(),
+		Priority:       prio,
+		Metadata:       req.GetMetadata(),
+		IdempotencyKey: req.GetIdempotencyKey(),
+		AgentSpec:      match.GetAgent(),
+	}}, &created)
+	if err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	return &agentmeshv1.SubmitTaskResponse{Task: created.GetTask(), Created: created.GetCreated()}, nil
+}
+
+// matchError turns a failed match into FailedPrecondition naming the
+// unknown agent or skills; other failures keep their code.
+func matchError(req *agentmeshv1.SubmitTaskRequest, err error) error {
+	code := bus.CodeOf(err)
+	if code != bus.CodeNotFound && code != bus.CodeFailedPrecondition {
+		return fmt.Errorf("match agent: %w", err)
+	}
+	field, what := "agent", fmt.Sprintf("unknown agent %q", req.GetAgent())
+	if req.GetAgent() == "" {
+		field, what = "required_skills", fmt.Sprintf("no agent offers the skills %q", req.GetRequiredSkills())
+	}
+	msg := what
+	var be *bus.Error
+	if errors.As(err, &be) && be.Message != "" {
+		msg = be.Message
+	}
+	return &bus.Error{Code: bus.CodeFailedPrecondition, Field: field, Message: msg}
+}
+
+func (s *Service) getTask(ctx context.Context, id string) (*agentmeshv1.Task, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var resp busv1.GetTaskResponse
+	if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateGetTask),
+		&busv1.GetTaskRequest{Id: id, Org: orgFrom(ctx)}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.GetTask(), nil
+}
+
+func (s *Service) listTasks(ctx context.Context, req *agentmeshv1.ListTasksRequest) (*agentmeshv1.ListTasksResponse, error) {
+	if err := validateList(req); err != nil {
+		return nil, err
+	}
+	var resp busv1.ListTasksResponse
+	if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
+		Org:           orgFrom(ctx),
+		Statuses:      req.GetStatuses(),
+		Agent:         req.GetAgent(),
+		CreatedAfter:  req.GetCreatedAfter(),
+		CreatedBefore: req.GetCreatedBefore(),
+		PageSize:      req.GetPageSize(),
+		PageToken:     req.GetPageToken(),
+	}, &resp); err != nil {
+		return nil, err
+	}
+	return &agentmeshv1.ListTasksResponse{Tasks: resp.GetTasks(), NextPageToken: resp.GetNextPageToken()}, nil
+}
+
+func (s *Service) cancelTask(ctx context.Context, req *agentmeshv1.CancelTaskRequest) (*agentmeshv1.CancelTaskResponse, error) {
+	if err := checkID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	if err := checkReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "cancelled by the client"
+	}
+	var resp busv1.TransitionResponse
+	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+		TaskId: req.GetId(),
+		To:     taskstate.Cancelled,
+		Reason: reason,
+		Org:    orgFrom(ctx),
+	}, &resp)
+	if errors.Is(err, bus.ErrFailedPrecondition) {
+		// Say why in the client's terms when the task has already ended.
+		if task, gerr := s.getTask(ctx, req.GetId()); gerr == nil && taskstate.Terminal(task.GetStatus()) {
+			return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s already finished (%s)", req.GetId(), statusName(task.GetStatus()))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &agentmeshv1.CancelTaskResponse{Task: resp.GetTask()}, nil
+}
+
+func (s *Service) taskHistory(ctx context.Context, req *agentmeshv1.GetTaskHistoryRequest) (*agentmeshv1.GetTaskHistoryResponse, error) {
+	if err := checkID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	if err := checkAfterSeq(req.GetAfterSeq()); err != nil {
+		return nil, err
+	}
+	if req.GetLimit() < 0 || req.GetLimit() > maxPageSize {
+		return nil, bus.FieldError("limit", "must be between 0 and %d", maxPageSize)
+	}
+	limit := req.GetLimit()
+	if limit == 0 {
+		limit = maxPageSize
+	}
+	hist, err := s.history(ctx, req.GetId(), req.GetAfterSeq(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return &agentmeshv1.GetTaskHistoryResponse{Events: hist.GetEvents()}, nil
+}
+
+func (s *Service) history(ctx context.Context, id string, after int64, limit int32) (*busv1.HistoryResponse, error) {
+	var resp busv1.HistoryResponse
+	if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateHistory), &busv1.HistoryRequest{
+		TaskId: id, AfterSeq: after, Limit: limit, Org: orgFrom(ctx),
+	}, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}

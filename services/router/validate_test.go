@@ -1,0 +1,77 @@
+package router
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+)
+
+// FuzzValidateSubmit checks that validation never panics, that every
+// refusal is InvalidArgument or ResourceExhausted naming a field, and that
+// whatever it accepts is within the limits.
+func FuzzValidateSubmit(f *testing.F) {
+	f.Add("hello", "title", "helper", "", int32(0), "k", "v", "")
+	f.Add("", "", "", "sql", int32(9), "", "", "idem")
+	f.Add("x", "a\nb", "Bad", "a b", int32(-1), "k\x00", "v", strings.Repeat("i", 300))
+	l := limits{maxInputBytes: 64, maxMetadataEntries: 4, maxMetadataBytes: 32}
+	f.Fuzz(func(t *testing.T, input, title, agent, skill string, prio int32, mk, mv, idem string) {
+		req := &agentmeshv1.SubmitTaskRequest{
+			Input: input, Title: title, Agent: agent, Priority: agentmeshv1.Priority(prio), IdempotencyKey: idem,
+		}
+		if skill != "" {
+			req.RequiredSkills = strings.Split(skill, ",")
+		}
+		if mk != "" || mv != "" {
+			req.Metadata = map[string]string{mk: mv}
+		}
+		got, err := validateSubmit(req, l)
+		if err != nil {
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Field == "" ||
+				(be.Code != bus.CodeInvalidArgument && be.Code != bus.CodeResourceExhausted) {
+				t.Fatalf("refusal %v does not name a field with a client error code", err)
+			}
+			return
+		}
+		switch {
+		case strings.TrimSpace(input) == "" || len(input) > l.maxInputBytes:
+			t.Fatalf("accepted input %q", input)
+		case (agent == "") == (len(req.RequiredSkills) == 0):
+			t.Fatalf("accepted agent %q with skills %q", agent, req.RequiredSkills)
+		case agent != "" && !nameRe.MatchString(agent):
+			t.Fatalf("accepted agent %q", agent)
+		case got < agentmeshv1.Priority_PRIORITY_BACKLOG || got > agentmeshv1.Priority_PRIORITY_CRITICAL:
+			t.Fatalf("accepted priority %v", got)
+		case len(mk)+len(mv) > l.maxMetadataBytes:
+			t.Fatalf("accepted metadata of %d bytes", len(mk)+len(mv))
+		case strings.ContainsAny(title, "\n\r\x00"):
+			t.Fatalf("accepted title %q", title)
+		}
+	})
+}
+
+func TestCheckID(t *testing.T) {
+	tests := []struct {
+		id string
+		ok bool
+	}{
+		{"01J9ZK3M8Q4W5E6R7T8Y9U0I1O", true},
+		{"abc_-1", true},
+		{"", false},
+		{"a.b", false},
+		{"*", false},
+		{">", false},
+		{"a b", false},
+		{strings.Repeat("a", 129), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			if err := checkID("id", tt.id); (err == nil) != tt.ok {
+				t.Fatalf("checkID(%q) = %v, want ok=%v", tt.id, err, tt.ok)
+			}
+		})
+	}
+}

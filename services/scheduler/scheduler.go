@@ -1,0 +1,260 @@
+// Package scheduler decides when each task runs and dispatches it.
+//
+// It consumes <p>.evt.task.*.queued from the events stream (durable
+// consumer "scheduler"). For each queued task it asks state to move it
+// queued → assigned with a new attempt — the attempt is the fencing token
+// the executor must present — and publishes a busv1.WorkItem to
+// <p>.work.<agent> with Nats-Msg-Id "<task>:<attempt>", so a republish is
+// de-duplicated by JetStream and a stale copy is refused by state.
+//
+// A reconcile loop finds what the bus may have lost: tasks queued for
+// longer than QueuedGrace are dispatched again, and tasks assigned for
+// longer than AssignedGrace get their work republished.
+//
+// Priorities, dependencies and per-agent concurrency come in later issues.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Config of the scheduler.
+type Config struct {
+	Prefix  string
+	Streams bus.StreamOptions
+	// Workers dispatch tasks in parallel (default 64).
+	Workers int
+	// ReconcileInterval between scans for lost work (default 10s).
+	ReconcileInterval time.Duration
+	// QueuedGrace: a task queued this long without dispatch is dispatched
+	// again (default 15s).
+	QueuedGrace time.Duration
+	// AssignedGrace: a task assigned this long without an executor taking
+	// it gets its work republished (default 2m).
+	AssignedGrace time.Duration
+}
+
+// Deps are the scheduler's required dependencies.
+type Deps struct {
+	NC  *nats.Conn
+	Log *slog.Logger
+}
+
+// Service is a running scheduler.
+type Service struct {
+	cfg   Config
+	names subjects.Names
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cons  jetstream.Consumer
+	log   *slog.Logger
+}
+
+// New validates cfg, ensures the streams and the durable consumer.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	if deps.NC == nil {
+		return nil, errors.New("scheduler: Deps.NC is required")
+	}
+	if deps.Log == nil {
+		return nil, errors.New("scheduler: Deps.Log is required")
+	}
+	names, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 64
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = 10 * time.Second
+	}
+	if cfg.QueuedGrace <= 0 {
+		cfg.QueuedGrace = 15 * time.Second
+	}
+	if cfg.AssignedGrace <= 0 {
+		cfg.AssignedGrace = 2 * time.Minute
+	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{
+		Durable:       subjects.ConsumerScheduler,
+		Description:   "scheduler: dispatches queued tasks",
+		FilterSubject: names.TaskEventsOfType(subjects.StatusToken(taskstate.Queued)),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 10000,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: consumer: %w", err)
+	}
+	return &Service{cfg: cfg, names: names, nc: deps.NC, js: js, cons: cons, log: deps.Log.With("service", "scheduler")}, nil
+}
+
+// Run dispatches until ctx ends, then drains and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	jobs := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for i := 0; i < s.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range jobs {
+				s.handle(ctx, m)
+			}
+		}()
+	}
+	cc, err := s.cons.Consume(func(m jetstream.Msg) {
+		select {
+		case jobs <- m:
+		case <-ctx.Done():
+			_ = m.Nak()
+		}
+	}, jetstream.PullMaxMessages(2*s.cfg.Workers))
+	if err != nil {
+		close(jobs)
+		wg.Wait()
+		return fmt.Errorf("scheduler: consume: %w", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.reconcileLoop(ctx)
+	}()
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	close(jobs)
+	wg.Wait()
+	return nil
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	var ev agentmeshv1.TaskEvent
+	if err := proto.Unmarshal(m.Data(), &ev); err != nil || ev.TaskId == "" {
+		s.log.Warn("malformed event set aside", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
+	if err := s.dispatch(ctx, ev.TaskId); err != nil {
+		s.log.Warn("dispatch failed; will retry", "task", ev.TaskId, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+// dispatch moves a queued task to assigned (new attempt) and publishes its
+// work. A task already assigned gets the work of its current attempt
+// published again (the first publish may have been lost). Any other status
+// means there is nothing to do.
+func (s *Service) dispatch(ctx context.Context, taskID string) error {
+	var tr busv1.TransitionResponse
+	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+		TaskId: taskID, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
+	}, &tr)
+	switch {
+	case err == nil:
+		return s.publishWork(ctx, tr.Task)
+	case errors.Is(err, bus.ErrFailedPrecondition):
+		var gt busv1.GetTaskResponse
+		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateGetTask), &busv1.GetTaskRequest{Id: taskID}, &gt); err != nil {
+			if errors.Is(err, bus.ErrNotFound) {
+				return nil
+			}
+			return err
+		}
+		if gt.Task.Status == taskstate.Assigned {
+			return s.publishWork(ctx, gt.Task)
+		}
+		return nil
+	case errors.Is(err, bus.ErrNotFound):
+		s.log.Warn("queued event for an unknown task", "task", taskID)
+		return nil
+	default:
+		return err
+	}
+}
+
+func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task) error {
+	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), &busv1.WorkItem{Task: task, Attempt: task.Attempt})
+	if err != nil {
+		return err
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, task.Id+":"+strconv.Itoa(int(task.Attempt)))
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish work of %s: %w", task.Id, err)
+	}
+	s.log.Debug("dispatched", "task", task.Id, "agent", task.Agent, "attempt", task.Attempt)
+	return nil
+}
+
+func (s *Service) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := s.Reconcile(ctx); err != nil {
+				s.log.Warn("reconcile", "err", err)
+			} else if n > 0 {
+				s.log.Info("reconcile re-dispatched lost work", "tasks", n)
+			}
+		}
+	}
+}
+
+// Reconcile re-dispatches tasks left queued or assigned past their grace
+// and reports how many it touched.
+func (s *Service) Reconcile(ctx context.Context) (int, error) {
+	n := 0
+	for _, st := range []struct {
+		status agentmeshv1.TaskStatus
+		grace  time.Duration
+	}{{taskstate.Queued, s.cfg.QueuedGrace}, {taskstate.Assigned, s.cfg.AssignedGrace}} {
+		var resp busv1.ListTasksResponse
+		err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
+			Statuses:      []agentmeshv1.TaskStatus{st.status},
+			UpdatedBefore: timestamppb.New(time.Now().Add(-st.grace)),
+			PageSize:      500,
+		}, &resp)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range resp.Tasks {
+			if ctx.Err() != nil {
+				return n, nil
+			}
+			if err := s.dispatch(ctx, t.Id); err != nil {
+				s.log.Warn("reconcile dispatch", "task", t.Id, "err", err)
+				continue
+			}
+			n++
+		}
+	}
+	return n, nil
+}

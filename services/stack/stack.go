@@ -1,0 +1,310 @@
+// Package stack builds the five agentmesh services over one bus: an
+// embedded nats-server with JetStream (or a given NATS URL), the embedded
+// store or Postgres, and the scripted model when no real model is
+// configured. `agentmesh dev` and the end-to-end tests use it.
+//
+// Each service gets its own NATS connection and talks to the others only
+// over the bus. Services start in order — state, registry, scheduler,
+// executor, router — and stop in reverse.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/embednats"
+	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/registry"
+	"github.com/agentmesh/agentmesh/services/router"
+	"github.com/agentmesh/agentmesh/services/scheduler"
+	"github.com/agentmesh/agentmesh/services/state"
+	"github.com/agentmesh/agentmesh/services/state/kvstore"
+	"github.com/agentmesh/agentmesh/services/state/pgstore"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of a whole stack.
+type Config struct {
+	Prefix string
+	// DataDir holds the embedded NATS server's JetStream data. Required
+	// unless NATSURL is set.
+	DataDir string
+	// NATSURL of an existing server; empty starts an embedded one.
+	NATSURL string
+	// NATSHost/NATSPort of the embedded server's loopback client listener,
+	// so outside NATS clients can look in (Port -1: a random free port).
+	NATSHost string
+	NATSPort int
+	// PostgresURL of the system of record; empty uses the embedded store.
+	PostgresURL string
+	// Router settings (Listen, APIKeys, limits). Prefix is set from above.
+	Router router.Config
+	// Executor settings. When Executor.Model.BaseURL is empty a scripted
+	// model server is started on ScriptedListen with Script.
+	Executor       executor.Config
+	Script         *scriptedmodel.Script
+	ScriptedListen string
+	// Scheduler settings.
+	Scheduler scheduler.Config
+	Streams   bus.StreamOptions
+	Log       *slog.Logger
+	// SeedAgents are created through the registry at start when absent
+	// (dev seeds the default "assistant").
+	SeedAgents []*agentmeshv1.Agent
+}
+
+// Stack is a built stack, ready to Run.
+type Stack struct {
+	cfg   Config
+	log   *slog.Logger
+	nats  *embednats.Server
+	conns []*nats.Conn
+	store store.Store
+	model *scriptedmodel.Server
+
+	modelURL string
+	runners  []runner // in start order
+	router   *router.Service
+}
+
+type runner struct {
+	name string
+	run  func(context.Context) error
+}
+
+// New builds every service; when it returns the stack is serving requests.
+// Call Run to run it and Close if Run is never called.
+func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	names, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{cfg: cfg, log: cfg.Log}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	connect := func(name string) (*nats.Conn, error) {
+		var nc *nats.Conn
+		var err error
+		if s.nats != nil {
+			nc, err = s.nats.Connect("agentmesh-" + name)
+		} else {
+			nc, err = nats.Connect(cfg.NATSURL, nats.Name("agentmesh-"+name), nats.MaxReconnects(-1))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("connect %s to nats: %w", name, err)
+		}
+		s.conns = append(s.conns, nc)
+		return nc, nil
+	}
+
+	if cfg.NATSURL == "" {
+		if cfg.DataDir == "" {
+			return nil, errors.New("stack: DataDir is required with the embedded NATS server")
+		}
+		s.nats, err = embednats.Start(embednats.Config{StoreDir: cfg.DataDir, Host: cfg.NATSHost, Port: cfg.NATSPort})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	// state
+	nc, err := connect("state")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PostgresURL != "" {
+		s.store, err = pgstore.Open(ctx, cfg.PostgresURL)
+	} else {
+		var js jetstream.JetStream
+		js, err = jetstream.New(nc)
+		if err == nil {
+			s.store, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stack: open store: %w", err)
+	}
+	st, err := state.New(ctx, state.Config{Prefix: cfg.Prefix, Streams: cfg.Streams}, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"state", st.Run})
+
+	// registry
+	if nc, err = connect("registry"); err != nil {
+		return nil, err
+	}
+	reg, err := registry.New(ctx, registry.Config{Prefix: cfg.Prefix, Streams: cfg.Streams}, registry.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"registry", reg.Run})
+
+	// scheduler
+	if nc, err = connect("scheduler"); err != nil {
+		return nil, err
+	}
+	schedCfg := cfg.Scheduler
+	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
+	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"scheduler", sch.Run})
+
+	// the model: a real one by configuration, else the scripted one
+	execCfg := cfg.Executor
+	execCfg.Prefix, execCfg.Streams = cfg.Prefix, cfg.Streams
+	if execCfg.Model.BaseURL == "" {
+		script := cfg.Script
+		if script == nil {
+			script = scriptedmodel.DefaultScript()
+		}
+		s.model = scriptedmodel.New(script)
+		listen := cfg.ScriptedListen
+		if listen == "" {
+			listen = "127.0.0.1:0"
+		}
+		url, err := s.model.Start(listen)
+		if err != nil {
+			return nil, fmt.Errorf("stack: start scripted model: %w", err)
+		}
+		execCfg.Model.BaseURL = url
+		cfg.Log.Warn("no model configured: using the SCRIPTED model server (a testing and demo aid, not a language model)", "url", url)
+	}
+	s.modelURL = execCfg.Model.BaseURL
+
+	// executor
+	if nc, err = connect("executor"); err != nil {
+		return nil, err
+	}
+	ex, err := executor.New(ctx, execCfg, executor.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"executor", ex.Run})
+
+	// router
+	if nc, err = connect("router"); err != nil {
+		return nil, err
+	}
+	rcfg := cfg.Router
+	rcfg.Prefix = cfg.Prefix
+	rt, err := router.New(ctx, rcfg, router.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.router = rt
+	s.runners = append(s.runners, runner{"router", rt.Run})
+
+	// Seed agents through the registry, over the bus like any client.
+	for _, a := range cfg.SeedAgents {
+		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateAgent),
+			&agentmeshv1.CreateAgentRequest{Agent: a}, &agentmeshv1.CreateAgentResponse{})
+		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
+			return nil, fmt.Errorf("stack: seed agent %s: %w", a.Name, err)
+		}
+	}
+	return s, nil
+}
+
+// DefaultAgent is the agent `agentmesh dev` seeds: the built-in tools and
+// the skill "general".
+func DefaultAgent() *agentmeshv1.Agent {
+	return &agentmeshv1.Agent{
+		Name:         registry.DefaultAgent,
+		Description:  "General assistant (seeded by agentmesh dev)",
+		SystemPrompt: "You are a helpful assistant. Use the tools when they help, then answer.",
+		Tools:        []string{"echo", "current_time"},
+		Skills:       []string{"general"},
+	}
+}
+
+// Addr is the gRPC API's address.
+func (s *Stack) Addr() string { return s.router.Addr() }
+
+// NATSURL is the loopback URL of the embedded NATS server ("" if external).
+func (s *Stack) NATSURL() string {
+	if s.nats == nil {
+		return s.cfg.NATSURL
+	}
+	return s.nats.URL()
+}
+
+// ModelURL is the base URL the executor uses for models.
+func (s *Stack) ModelURL() string { return s.modelURL }
+
+// ScriptedModel is the scripted model server, or nil with a real model.
+func (s *Stack) ScriptedModel() *scriptedmodel.Server { return s.model }
+
+// Run runs every service until ctx ends, then stops them in reverse order
+// (router first, state last), closes the store and the bus, and returns the
+// first error a service returned.
+func (s *Stack) Run(ctx context.Context) error {
+	type running struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	var rs []running
+	var firstErr error
+	var once sync.Once
+	failed := make(chan struct{})
+	for _, r := range s.runners {
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func(r runner) {
+			err := r.run(rctx)
+			if err != nil {
+				s.log.Error("service stopped with an error", "service", r.name, "err", err)
+				once.Do(func() { firstErr = fmt.Errorf("%s: %w", r.name, err); close(failed) })
+			}
+			done <- err
+		}(r)
+		rs = append(rs, running{cancel, done})
+	}
+	select {
+	case <-ctx.Done():
+	case <-failed:
+	}
+	for i := len(rs) - 1; i >= 0; i-- {
+		rs[i].cancel()
+		<-rs[i].done
+	}
+	s.Close()
+	return firstErr
+}
+
+// Close releases what New built (Run calls it on the way out).
+func (s *Stack) Close() {
+	for i := len(s.conns) - 1; i >= 0; i-- {
+		_ = s.conns[i].Drain()
+	}
+	s.conns = nil
+	if s.store != nil {
+		_ = s.store.Close()
+		s.store = nil
+	}
+	if s.model != nil {
+		s.model.Close()
+		s.model = nil
+	}
+	if s.nats != nil {
+		s.nats.Stop()
+		s.nats = nil
+	}
+}

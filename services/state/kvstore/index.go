@@ -1,0 +1,96 @@
+package kvstore
+
+import (
+	"slices"
+	"sort"
+	"sync"
+)
+
+// index is an in-memory copy of one bucket, kept in key order. Each value
+// carries the KV revision it was read at, so a late update (from the
+// watcher, or from this process's own write) never overwrites a newer one.
+// Deleted keys keep a tombstone revision for the same reason.
+type index[T any] struct {
+	mu   sync.RWMutex
+	m    map[string]indexed[T]
+	keys []string // live keys, ascending
+}
+
+type indexed[T any] struct {
+	v    T
+	rev  uint64
+	live bool
+}
+
+func newIndex[T any]() *index[T] {
+	return &index[T]{m: map[string]indexed[T]{}}
+}
+
+func (ix *index[T]) put(key string, v T, rev uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	cur, ok := ix.m[key]
+	if ok && cur.rev >= rev {
+		return
+	}
+	ix.m[key] = indexed[T]{v: v, rev: rev, live: true}
+	if ok && cur.live {
+		return
+	}
+	// New keys mostly sort last (ULIDs grow with time): append fast path.
+	if n := len(ix.keys); n == 0 || ix.keys[n-1] < key {
+		ix.keys = append(ix.keys, key)
+		return
+	}
+	i := sort.SearchStrings(ix.keys, key)
+	ix.keys = slices.Insert(ix.keys, i, key)
+}
+
+func (ix *index[T]) del(key string, rev uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	cur, ok := ix.m[key]
+	if ok && cur.rev >= rev {
+		return
+	}
+	ix.m[key] = indexed[T]{rev: rev}
+	if ok && cur.live {
+		if i := sort.SearchStrings(ix.keys, key); i < len(ix.keys) && ix.keys[i] == key {
+			ix.keys = slices.Delete(ix.keys, i, i+1)
+		}
+	}
+}
+
+// descend calls fn for live keys below `before` ("" = from the top),
+// greatest first, while fn returns true.
+func (ix *index[T]) descend(before string, fn func(string, T) bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	i := len(ix.keys)
+	if before != "" {
+		i = sort.SearchStrings(ix.keys, before)
+	}
+	for i--; i >= 0; i-- {
+		k := ix.keys[i]
+		if !fn(k, ix.m[k].v) {
+			return
+		}
+	}
+}
+
+// ascend calls fn for live keys above `after` ("" = from the bottom),
+// least first, while fn returns true.
+func (ix *index[T]) ascend(after string, fn func(string, T) bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	i := 0
+	if after != "" {
+		i = sort.Search(len(ix.keys), func(j int) bool { return ix.keys[j] > after })
+	}
+	for ; i < len(ix.keys); i++ {
+		k := ix.keys[i]
+		if !fn(k, ix.m[k].v) {
+			return
+		}
+	}
+}

@@ -1,0 +1,475 @@
+// Package pgstore is the Postgres implementation of store.Store, the
+// production system of record. It owns three tables (migrations embedded
+// and applied by Open with goose):
+//
+//	tasks        one row per task: the filter columns (org, agent, status,
+//	             attempt, last_event_seq, idempotency_key, times) and data,
+//	             the agentmesh.v1.Task protobuf
+//	task_events  the task's history: (task_id, seq) → agentmesh.v1.TaskEvent
+//	agents       the agent catalogue: name, version, skills, agentmesh.v1.Agent
+//
+// What a write does is decided by the shared planning in package store; this
+// package only persists it. Every write is one statement (one implicit
+// transaction) that updates the task row with compare-and-set on
+// last_event_seq and inserts the event only when the update matched; a lost
+// race re-reads and re-plans, a bounded number of times.
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	"google.golang.org/protobuf/proto"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// maxRetries bounds the re-read/re-plan loop of a write that lost a
+// compare-and-set.
+const maxRetries = 64
+
+// Store is the Postgres store. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to url, applies the migrations and returns the store.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: parse url: %w", err)
+	}
+	if err := migrate(ctx, cfg.ConnConfig); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: ping: %w", err)
+	}
+	return &Store{pool: pool, now: time.Now}, nil
+}
+
+// migrate applies the embedded migrations under a Postgres advisory lock,
+// so several state services starting at once migrate once.
+func migrate(ctx context.Context, cc *pgx.ConnConfig) error {
+	db := stdlib.OpenDB(*cc.Copy())
+	defer db.Close()
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("pgstore: migration lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func marshal(m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, store.Internal("marshal", err)
+	}
+	return b, nil
+}
+
+func decodeTask(b []byte) (*agentmeshv1.Task, error) {
+	t := &agentmeshv1.Task{}
+	if err := proto.Unmarshal(b, t); err != nil {
+		return nil, store.Internal("decode task", err)
+	}
+	return t, nil
+}
+
+// CreateTask inserts the task and its two events in one statement. A
+// concurrent duplicate idempotency key makes the insert do nothing; the
+// existing task is then returned.
+func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, bool, error) {
+	if t == nil {
+		return nil, nil, false, bus.FieldError("task", "a task is required")
+	}
+	if t.IdempotencyKey != "" {
+		if cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey); err == nil {
+			return cur, nil, false, nil
+		} else if !errors.Is(err, bus.ErrNotFound) {
+			return nil, nil, false, err
+		}
+	}
+	task, events := store.PlanCreate(t, s.now())
+	data, err := marshal(task)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	ev1, err := marshal(events[0])
+	if err != nil {
+		return nil, nil, false, err
+	}
+	ev2, err := marshal(events[1])
+	if err != nil {
+		return nil, nil, false, err
+	}
+	tag, err := s.pool.Exec(ctx, `
+WITH t AS (
+  INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+  ON CONFLICT (org, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
+  RETURNING id
+)
+INSERT INTO task_events (task_id, seq, type, time, data)
+SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
+  (VALUES ($11::bigint, $12::smallint, $13::timestamptz, $14::bytea),
+          ($15::bigint, $16::smallint, $17::timestamptz, $18::bytea)) AS e(seq, type, time, data)`,
+		task.Id, task.Org, task.Agent, int16(task.Status), task.Attempt, task.LastEventSeq, task.IdempotencyKey,
+		task.CreatedAt.AsTime(), task.UpdatedAt.AsTime(), data,
+		events[0].Seq, int16(events[0].Type), events[0].Time.AsTime(), ev1,
+		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2)
+	if err != nil {
+		return nil, nil, false, store.Internal("create task", err)
+	}
+	if tag.RowsAffected() == 0 {
+		// Another create with the same key won.
+		cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("idempotency key %q lost a race, then: %w", t.IdempotencyKey, err)
+		}
+		return cur, nil, false, nil
+	}
+	return task, events, true, nil
+}
+
+func (s *Store) byKey(ctx context.Context, org, key string) (*agentmeshv1.Task, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM tasks WHERE org = $1 AND idempotency_key = $2 AND idempotency_key <> ''`, org, key).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, bus.Errorf(bus.CodeNotFound, "no task with idempotency key %q", key)
+	}
+	if err != nil {
+		return nil, store.Internal("get task by idempotency key", err)
+	}
+	return decodeTask(data)
+}
+
+// GetTask returns the task or not_found.
+func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM tasks WHERE id = $1`, id).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, store.TaskNotFound(id)
+	}
+	if err != nil {
+		return nil, store.Internal("get task", err)
+	}
+	return decodeTask(data)
+}
+
+// ListTasks returns one page of tasks newest first; the page token is the
+// last id of the previous page (keyset pagination).
+func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv1.Task, string, error) {
+	after, err := store.DecodeToken(q.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if q.Org != "" {
+		where = append(where, "org = "+arg(q.Org))
+	}
+	if q.Agent != "" {
+		where = append(where, "agent = "+arg(q.Agent))
+	}
+	if len(q.Statuses) > 0 {
+		st := make([]int16, len(q.Statuses))
+		for i, v := range q.Statuses {
+			st[i] = int16(v)
+		}
+		where = append(where, "status = ANY("+arg(st)+"::smallint[])")
+	}
+	if !q.CreatedAfter.IsZero() {
+		where = append(where, "created_at > "+arg(q.CreatedAfter))
+	}
+	if !q.CreatedBefore.IsZero() {
+		where = append(where, "created_at < "+arg(q.CreatedBefore))
+	}
+	if !q.UpdatedBefore.IsZero() {
+		where = append(where, "updated_at < "+arg(q.UpdatedBefore))
+	}
+	if after != "" {
+		where = append(where, "id < "+arg(after))
+	}
+	n := store.PageSize(q.PageSize)
+	sqlText := "SELECT data FROM tasks"
+	if len(where) > 0 {
+		sqlText += " WHERE " + strings.Join(where, " AND ")
+	}
+	sqlText += " ORDER BY id DESC LIMIT " + arg(n+1)
+	rows, err := s.pool.Query(ctx, sqlText, args...)
+	if err != nil {
+		return nil, "", store.Internal("list tasks", err)
+	}
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, "", store.Internal("list tasks", err)
+	}
+	tasks := make([]*agentmeshv1.Task, 0, min(len(datas), n))
+	for _, d := range datas[:min(len(datas), n)] {
+		t, err := decodeTask(d)
+		if err != nil {
+			return nil, "", err
+		}
+		tasks = append(tasks, t)
+	}
+	next := ""
+	if len(datas) > n {
+		next = store.EncodeToken(tasks[len(tasks)-1].Id)
+	}
+	return tasks, next, nil
+}
+
+// write runs the compare-and-set loop shared by Transition and AppendStep:
+// read, plan, update-if-unchanged plus insert the event, in one statement.
+func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	for range maxRetries {
+		cur, err := s.GetTask(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		next, ev, err := plan(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		data, err := marshal(next)
+		if err != nil {
+			return nil, nil, err
+		}
+		evData, err := marshal(ev)
+		if err != nil {
+			return nil, nil, err
+		}
+		tag, err := s.pool.Exec(ctx, `
+WITH u AS (
+  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7
+  WHERE id = $1 AND last_event_seq = $2
+  RETURNING id
+)
+INSERT INTO task_events (task_id, seq, type, time, data)
+SELECT u.id, $5, $8, $9, $10 FROM u`,
+			id, cur.LastEventSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
+			int16(ev.Type), ev.Time.AsTime(), evData)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
+				continue
+			}
+			return nil, nil, store.Internal("write task "+id, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return next, ev, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, store.Internal("write task "+id, err)
+		}
+	}
+	return nil, nil, bus.Errorf(bus.CodeConflict, "task %s: too much contention, retry", id)
+}
+
+// Transition changes a task's status (see store.Store).
+func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return s.write(ctx, tr.TaskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return store.PlanTransition(cur, tr, s.now())
+	})
+}
+
+// AppendStep checkpoints a step (see store.Store).
+func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return store.PlanStep(cur, attempt, step, s.now())
+	})
+}
+
+// History returns events after afterSeq, oldest first.
+func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limit int) ([]*agentmeshv1.TaskEvent, error) {
+	if limit <= 0 || limit > store.MaxPageSize {
+		limit = store.MaxPageSize
+	}
+	rows, err := s.pool.Query(ctx, `SELECT data FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, taskID, afterSeq, limit)
+	if err != nil {
+		return nil, store.Internal("history", err)
+	}
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, store.Internal("history", err)
+	}
+	if len(datas) == 0 {
+		var one int
+		err := s.pool.QueryRow(ctx, `SELECT 1 FROM tasks WHERE id = $1`, taskID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, store.TaskNotFound(taskID)
+		}
+		if err != nil {
+			return nil, store.Internal("history", err)
+		}
+		return nil, nil
+	}
+	events := make([]*agentmeshv1.TaskEvent, len(datas))
+	for i, d := range datas {
+		ev := &agentmeshv1.TaskEvent{}
+		if err := proto.Unmarshal(d, ev); err != nil {
+			return nil, store.Internal("decode event", err)
+		}
+		events[i] = ev
+	}
+	return events, nil
+}
+
+func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM agents WHERE name = $1`, name).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, store.Internal("get agent", err)
+	}
+	a := &agentmeshv1.Agent{}
+	if err := proto.Unmarshal(data, a); err != nil {
+		return nil, store.Internal("decode agent", err)
+	}
+	return a, nil
+}
+
+// PutAgent creates or replaces an agent (see store.Store).
+func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool, expectedVersion int64) (*agentmeshv1.Agent, error) {
+	if a == nil || a.Name == "" {
+		return nil, bus.FieldError("agent.name", "a name is required")
+	}
+	for range maxRetries {
+		cur, err := s.getAgent(ctx, a.Name)
+		if err != nil {
+			return nil, err
+		}
+		next, err := store.PlanAgent(cur, a, create, expectedVersion, s.now())
+		if err != nil {
+			return nil, err
+		}
+		data, err := marshal(next)
+		if err != nil {
+			return nil, err
+		}
+		skills := next.Skills
+		if skills == nil {
+			skills = []string{}
+		}
+		var tag pgconn.CommandTag
+		if create {
+			tag, err = s.pool.Exec(ctx, `INSERT INTO agents (name, version, skills, updated_at, data) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING`,
+				next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data)
+		} else {
+			tag, err = s.pool.Exec(ctx, `UPDATE agents SET version = $2, skills = $3, updated_at = $4, data = $5 WHERE name = $1 AND version = $6`,
+				next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
+		}
+		if err != nil {
+			return nil, store.Internal("put agent", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return next, nil
+		}
+		// Lost a race: re-read, and let PlanAgent decide again.
+	}
+	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
+}
+
+// GetAgent returns an agent or not_found.
+func (s *Store) GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error) {
+	a, err := s.getAgent(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, store.AgentNotFound(name)
+	}
+	return a, nil
+}
+
+// ListAgents returns agents by name, one page.
+func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmeshv1.Agent, string, error) {
+	after, err := store.DecodeToken(q.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	n := store.PageSize(q.PageSize)
+	rows, err := s.pool.Query(ctx, `SELECT data FROM agents WHERE ($1 = '' OR $1 = ANY(skills)) AND name > $2 ORDER BY name LIMIT $3`,
+		q.Skill, after, n+1)
+	if err != nil {
+		return nil, "", store.Internal("list agents", err)
+	}
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, "", store.Internal("list agents", err)
+	}
+	agents := make([]*agentmeshv1.Agent, 0, min(len(datas), n))
+	for _, d := range datas[:min(len(datas), n)] {
+		a := &agentmeshv1.Agent{}
+		if err := proto.Unmarshal(d, a); err != nil {
+			return nil, "", store.Internal("decode agent", err)
+		}
+		agents = append(agents, a)
+	}
+	next := ""
+	if len(datas) > n {
+		next = store.EncodeToken(agents[len(agents)-1].Name)
+	}
+	return agents, next, nil
+}
+
+// DeleteAgent removes an agent or answers not_found.
+func (s *Store) DeleteAgent(ctx context.Context, name string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM agents WHERE name = $1`, name)
+	if err != nil {
+		return store.Internal("delete agent", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.AgentNotFound(name)
+	}
+	return nil
+}

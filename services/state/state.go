@@ -1,0 +1,492 @@
+// Package state is the system of record: the one service that writes tasks,
+// their histories and the agent catalogue, through a store.Store (pgstore in
+// production, kvstore in dev). Every status change goes through the one
+// transition table (pkg/taskstate) with compare-and-set.
+//
+// It serves, as the nats.go micro service "agentmesh-state" in queue group
+// "state", protobuf requests (agentmesh.bus.v1) on <p>.state.<op>:
+//
+//	task.create task.get task.list task.transition task.step task.history
+//	agent.put agent.get agent.list agent.delete
+//
+// and publishes, through JetStream and only after the commit:
+//
+//	<p>.evt.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
+//	<p>.evt.agent.<name>      agentmesh.bus.v1.AgentEvent
+//
+// It replies after the publish acks, but a failed publish does not fail a
+// request: the record is the truth, and at start-up the latest event of
+// every unfinished task is republished (de-duplicated by Msg-Id), so what
+// the record holds and the bus lost comes back.
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ServiceName is the micro service name ($SRV.INFO.agentmesh-state).
+const ServiceName = "agentmesh-state"
+
+// Version of the service as micro reports it.
+const Version = "0.1.0"
+
+// DefaultConcurrency bounds the requests served at once when the config
+// says 0.
+const DefaultConcurrency = 256
+
+// drainTimeout bounds how long Run waits for requests in flight at stop.
+const drainTimeout = 10 * time.Second
+
+// Config of the state service.
+type Config struct {
+	// Prefix of every subject; "" means subjects.DefaultPrefix.
+	Prefix string
+	// Streams tunes the bus streams New ensures.
+	Streams bus.StreamOptions
+	// Concurrency bounds the requests served at once; 0 means
+	// DefaultConcurrency.
+	Concurrency int
+}
+
+// Deps are the service's required dependencies.
+type Deps struct {
+	NC    *nats.Conn
+	Store store.Store
+	Log   *slog.Logger
+}
+
+// Service is a ready state service.
+type Service struct {
+	names subjects.Names
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store store.Store
+	log   *slog.Logger
+	sem   chan struct{}
+	svc   micro.Service
+}
+
+// New validates cfg and deps, ensures the bus streams, republishes the
+// latest event of every unfinished task and registers the micro service.
+// When it returns, the service answers requests.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	switch {
+	case deps.NC == nil:
+		return nil, errors.New("state: Deps.NC is required")
+	case deps.Store == nil:
+		return nil, errors.New("state: Deps.Store is required")
+	case deps.Log == nil:
+		return nil, errors.New("state: Deps.Log is required")
+	}
+	if cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("state: Concurrency %d is negative", cfg.Concurrency)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	names, err := subjects.New(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("state: jetstream: %w", err)
+	}
+	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	s := &Service{
+		names: names, nc: deps.NC, js: js, store: deps.Store,
+		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
+	}
+	if err := s.republish(ctx); err != nil {
+		return nil, fmt.Errorf("state: republish: %w", err)
+	}
+	svc, err := micro.AddService(deps.NC, micro.Config{
+		Name:        ServiceName,
+		Version:     Version,
+		Description: "agentmesh system of record: tasks, histories, agents",
+		QueueGroup:  subjects.QueueState,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: add micro service: %w", err)
+	}
+	s.svc = svc
+	if err := s.addEndpoints(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Service) addEndpoints() error {
+	eps := []struct {
+		op string
+		h  micro.Handler
+	}{
+		{subjects.StateCreateTask, bus.Handler(s.log, func() *busv1.CreateTaskRequest { return &busv1.CreateTaskRequest{} }, s.createTask)},
+		{subjects.StateGetTask, bus.Handler(s.log, func() *busv1.GetTaskRequest { return &busv1.GetTaskRequest{} }, s.getTask)},
+		{subjects.StateListTasks, bus.Handler(s.log, func() *busv1.ListTasksRequest { return &busv1.ListTasksRequest{} }, s.listTasks)},
+		{subjects.StateTransition, bus.Handler(s.log, func() *busv1.TransitionRequest { return &busv1.TransitionRequest{} }, s.transition)},
+		{subjects.StateAppendStep, bus.Handler(s.log, func() *busv1.AppendStepRequest { return &busv1.AppendStepRequest{} }, s.appendStep)},
+		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
+		{subjects.StatePutAgent, bus.Handler(s.log, func() *busv1.PutAgentRequest { return &busv1.PutAgentRequest{} }, s.putAgent)},
+		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
+		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
+		{subjects.StateDeleteAgent, bus.Handler(s.log, func() *busv1.DeleteAgentRequest { return &busv1.DeleteAgentRequest{} }, s.deleteAgent)},
+	}
+	for _, ep := range eps {
+		name := strings.ReplaceAll(ep.op, ".", "-")
+		if err := s.svc.AddEndpoint(name, bus.Async(s.sem, detach(s.nc, ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
+			return fmt.Errorf("add endpoint %s: %w", ep.op, err)
+		}
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then stops taking requests, waits (bounded)
+// for those in flight and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	<-ctx.Done()
+	if err := s.svc.Stop(); err != nil {
+		s.log.Warn("stop micro service", "err", err)
+	}
+	timeout := time.After(drainTimeout)
+	for range cap(s.sem) {
+		select {
+		case s.sem <- struct{}{}:
+		case <-timeout:
+			s.log.Warn("requests still in flight at stop")
+			return nil
+		}
+	}
+	for range cap(s.sem) {
+		<-s.sem
+	}
+	return nil
+}
+
+// ---- publishing ----
+
+// eventToken is the last subject token of a task event.
+func eventToken(ev *agentmeshv1.TaskEvent) string {
+	switch ev.Type {
+	case agentmeshv1.EventType_EVENT_TYPE_CREATED:
+		return "created"
+	case agentmeshv1.EventType_EVENT_TYPE_STEP:
+		return subjects.EventStep
+	}
+	return subjects.StatusToken(ev.Status)
+}
+
+// publishEvents publishes committed events in order and waits for their
+// acks. Failures are logged, not returned: the record is the truth.
+func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.TaskEvent) {
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	for _, ev := range events {
+		msg, err := bus.NewMsg(ctx, s.names.TaskEvent(ev.TaskId, eventToken(ev)), ev)
+		if err != nil {
+			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
+			continue
+		}
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", ev.TaskId, ev.Seq))
+		f, err := s.js.PublishMsgAsync(msg)
+		if err != nil {
+			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
+			continue
+		}
+		futures = append(futures, f)
+	}
+	s.await(ctx, futures)
+}
+
+func (s *Service) await(ctx context.Context, futures []jetstream.PubAckFuture) {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			s.log.Error("event not stored on the bus", "subject", f.Msg().Subject, "err", err)
+		case <-ctx.Done():
+			s.log.Error("event publish not acknowledged", "subject", f.Msg().Subject, "err", ctx.Err())
+			return
+		}
+	}
+}
+
+func (s *Service) publishAgent(ctx context.Context, ev *busv1.AgentEvent) {
+	msg, err := bus.NewMsg(ctx, s.names.AgentEvent(ev.GetAgent().GetName()), ev)
+	if err != nil {
+		s.log.Error("agent event not published", "agent", ev.GetAgent().GetName(), "err", err)
+		return
+	}
+	if !ev.Deleted {
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("agent:%s:%d", ev.Agent.Name, ev.Agent.Version))
+	}
+	f, err := s.js.PublishMsgAsync(msg)
+	if err != nil {
+		s.log.Error("agent event not published", "agent", ev.GetAgent().GetName(), "err", err)
+		return
+	}
+	s.await(ctx, []jetstream.PubAckFuture{f})
+}
+
+// republish publishes the latest event of every unfinished task. Msg-Id
+// de-duplication makes this harmless for events the bus already has.
+func (s *Service) republish(ctx context.Context) error {
+	q := store.TaskQuery{
+		Statuses: []agentmeshv1.TaskStatus{taskstate.Created, taskstate.Queued, taskstate.Assigned, taskstate.Running, taskstate.Blocked},
+		PageSize: store.MaxPageSize,
+	}
+	n := 0
+	for {
+		tasks, next, err := s.store.ListTasks(ctx, q)
+		if err != nil {
+			return err
+		}
+		var last []*agentmeshv1.TaskEvent
+		for _, t := range tasks {
+			evs, err := s.store.History(ctx, t.Id, t.LastEventSeq-1, 1)
+			if err != nil {
+				s.log.Warn("republish: read history", "task", t.Id, "err", err)
+				continue
+			}
+			last = append(last, evs...)
+		}
+		s.publishEvents(ctx, last...)
+		n += len(last)
+		if next == "" {
+			break
+		}
+		q.PageToken = next
+	}
+	if n > 0 {
+		s.log.Info("republished the latest event of unfinished tasks", "tasks", n)
+	}
+	return nil
+}
+
+// ---- handlers ----
+
+func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) (*busv1.CreateTaskResponse, error) {
+	t := req.GetTask()
+	switch {
+	case t == nil:
+		return nil, bus.FieldError("task", "a task is required")
+	case t.Agent == "":
+		return nil, bus.FieldError("task.agent", "an agent is required")
+	case !subjects.ValidToken(t.Agent):
+		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
+	}
+	task, events, created, err := s.store.CreateTask(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	if created {
+		s.publishEvents(ctx, events...)
+	}
+	return &busv1.CreateTaskResponse{Task: task, Created: created}, nil
+}
+
+// taskOf returns the task, not_found when org is set and is not its org.
+func (s *Service) taskOf(ctx context.Context, id, org string) (*agentmeshv1.Task, error) {
+	if id == "" {
+		return nil, bus.FieldError("id", "a task id is required")
+	}
+	t, err := s.store.GetTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if org != "" && t.Org != org {
+		return nil, store.TaskNotFound(id)
+	}
+	return t, nil
+}
+
+func (s *Service) getTask(ctx context.Context, req *busv1.GetTaskRequest) (*busv1.GetTaskResponse, error) {
+	t, err := s.taskOf(ctx, req.Id, req.Org)
+	if err != nil {
+		return nil, err
+	}
+	return &busv1.GetTaskResponse{Task: t}, nil
+}
+
+func validStatus(st agentmeshv1.TaskStatus) bool {
+	_, ok := agentmeshv1.TaskStatus_name[int32(st)]
+	return ok && st != agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (s *Service) listTasks(ctx context.Context, req *busv1.ListTasksRequest) (*busv1.ListTasksResponse, error) {
+	if req.PageSize < 0 {
+		return nil, bus.FieldError("page_size", "must not be negative")
+	}
+	for _, st := range req.Statuses {
+		if !validStatus(st) {
+			return nil, bus.FieldError("statuses", "%v is not a task status", st)
+		}
+	}
+	q := store.TaskQuery{Org: req.Org, Statuses: req.Statuses, Agent: req.Agent, PageSize: int(req.PageSize), PageToken: req.PageToken}
+	for _, ts := range []struct {
+		field string
+		in    *timestamppb.Timestamp
+		out   *time.Time
+	}{
+		{"created_after", req.CreatedAfter, &q.CreatedAfter},
+		{"created_before", req.CreatedBefore, &q.CreatedBefore},
+		{"updated_before", req.UpdatedBefore, &q.UpdatedBefore},
+	} {
+		if ts.in == nil {
+			continue
+		}
+		if err := ts.in.CheckValid(); err != nil {
+			return nil, bus.FieldError(ts.field, "%v", err)
+		}
+		*ts.out = ts.in.AsTime()
+	}
+	tasks, next, err := s.store.ListTasks(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &busv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}, nil
+}
+
+func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
+	switch {
+	case req.TaskId == "":
+		return nil, bus.FieldError("task_id", "a task id is required")
+	case !validStatus(req.To):
+		return nil, bus.FieldError("to", "a target status is required")
+	case req.From != agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED && !validStatus(req.From):
+		return nil, bus.FieldError("from", "%v is not a task status", req.From)
+	case req.Attempt < 0:
+		return nil, bus.FieldError("attempt", "must not be negative")
+	}
+	if req.Org != "" {
+		if _, err := s.taskOf(ctx, req.TaskId, req.Org); err != nil {
+			return nil, err
+		}
+	}
+	t, ev, err := s.store.Transition(ctx, store.Transition{
+		TaskID: req.TaskId, From: req.From, To: req.To, Attempt: req.Attempt, NextAttempt: req.NextAttempt,
+		Reason: req.Reason, Result: req.Result, Node: req.Node,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
+	}
+	s.publishEvents(ctx, ev)
+	return &busv1.TransitionResponse{Task: t, Event: ev}, nil
+}
+
+func (s *Service) appendStep(ctx context.Context, req *busv1.AppendStepRequest) (*busv1.AppendStepResponse, error) {
+	switch {
+	case req.TaskId == "":
+		return nil, bus.FieldError("task_id", "a task id is required")
+	case req.Attempt <= 0:
+		return nil, bus.FieldError("attempt", "the attempt (fencing token) is required")
+	case req.Step == nil:
+		return nil, bus.FieldError("step", "a step is required")
+	}
+	_, ev, err := s.store.AppendStep(ctx, req.TaskId, req.Attempt, req.Step)
+	if err != nil {
+		return nil, fmt.Errorf("append step to task %s: %w", req.TaskId, err)
+	}
+	s.publishEvents(ctx, ev)
+	return &busv1.AppendStepResponse{Event: ev}, nil
+}
+
+func (s *Service) history(ctx context.Context, req *busv1.HistoryRequest) (*busv1.HistoryResponse, error) {
+	switch {
+	case req.TaskId == "":
+		return nil, bus.FieldError("task_id", "a task id is required")
+	case req.AfterSeq < 0:
+		return nil, bus.FieldError("after_seq", "must not be negative")
+	case req.Limit < 0:
+		return nil, bus.FieldError("limit", "must not be negative")
+	}
+	t, err := s.taskOf(ctx, req.TaskId, req.Org)
+	if err != nil {
+		return nil, err
+	}
+	events, err := s.store.History(ctx, req.TaskId, req.AfterSeq, int(req.Limit))
+	if err != nil {
+		return nil, err
+	}
+	resp := &busv1.HistoryResponse{Events: events, Status: t.Status, LastSeq: t.LastEventSeq}
+	if n := len(events); n > 0 {
+		resp.Status = events[n-1].Status
+		resp.LastSeq = max(resp.LastSeq, events[n-1].Seq)
+	}
+	return resp, nil
+}
+
+func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*busv1.PutAgentResponse, error) {
+	a := req.GetAgent()
+	switch {
+	case a == nil:
+		return nil, bus.FieldError("agent", "an agent is required")
+	case a.Name == "":
+		return nil, bus.FieldError("agent.name", "a name is required")
+	case !subjects.ValidToken(a.Name):
+		return nil, bus.FieldError("agent.name", "%q is not a valid name (no spaces, '.', '*' or '>')", a.Name)
+	case req.ExpectedVersion < 0:
+		return nil, bus.FieldError("expected_version", "must not be negative")
+	}
+	got, err := s.store.PutAgent(ctx, a, req.Create, req.ExpectedVersion)
+	if err != nil {
+		return nil, fmt.Errorf("put agent %q: %w", a.Name, err)
+	}
+	s.publishAgent(ctx, &busv1.AgentEvent{Agent: got})
+	return &busv1.PutAgentResponse{Agent: got}, nil
+}
+
+func (s *Service) getAgent(ctx context.Context, req *busv1.GetAgentRequest) (*busv1.GetAgentResponse, error) {
+	if req.Name == "" {
+		return nil, bus.FieldError("name", "a name is required")
+	}
+	a, err := s.store.GetAgent(ctx, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &busv1.GetAgentResponse{Agent: a}, nil
+}
+
+func (s *Service) listAgents(ctx context.Context, req *busv1.ListAgentsRequest) (*busv1.ListAgentsResponse, error) {
+	if req.PageSize < 0 {
+		return nil, bus.FieldError("page_size", "must not be negative")
+	}
+	agents, next, err := s.store.ListAgents(ctx, store.AgentQuery{Skill: req.Skill, PageSize: int(req.PageSize), PageToken: req.PageToken})
+	if err != nil {
+		return nil, err
+	}
+	return &busv1.ListAgentsResponse{Agents: agents, NextPageToken: next}, nil
+}
+
+func (s *Service) deleteAgent(ctx context.Context, req *busv1.DeleteAgentRequest) (*busv1.DeleteAgentResponse, error) {
+	if req.Name == "" {
+		return nil, bus.FieldError("name", "a name is required")
+	}
+	a, err := s.store.GetAgent(ctx, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteAgent(ctx, req.Name); err != nil {
+		return nil, fmt.Errorf("delete agent %q: %w", req.Name, err)
+	}
+	s.publishAgent(ctx, &busv1.AgentEvent{Agent: a, Deleted: true})
+	return &busv1.DeleteAgentResponse{}, nil
+}
