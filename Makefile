@@ -36,7 +36,7 @@ VERSION = $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PKGS = ./...
 ## TESTFLAGS: extra `go test` flags, e.g. TESTFLAGS=-v or TESTFLAGS='-run TestE2E'
 TESTFLAGS =
-## BENCH_ARGS: arguments of the load generator (see `go run ./services/cmd/ambench -h`)
+## BENCH_ARGS: load generator flags, e.g. BENCH_ARGS='-n 5000 -c 100 -store both' (see `go run ./services/cmd/ambench -h`)
 BENCH_ARGS =
 ## DEV_ARGS: extra arguments of `agentmesh dev`
 DEV_ARGS =
@@ -127,7 +127,7 @@ test: ## run every test with the race detector (CI=true: a test that finds no Po
 	go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS)
 
 .PHONY: bench
-bench: ## run the load generator (BENCH_ARGS=...) through the gRPC API; figures go in docs/benchmarks.md
+bench: build ## build, then run the load generator (BENCH_ARGS) against bin/agentmesh; figures go in docs/benchmarks.md
 	go run ./services/cmd/ambench $(BENCH_ARGS)
 
 .PHONY: dev

@@ -6,6 +6,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,12 +51,12 @@ func NewMsg(ctx context.Context, subject string, m proto.Message) (*nats.Msg, er
 
 // Request sends req to subject and decodes the reply into resp. An error
 // reply comes back as *Error with its code; no responder is ErrUnavailable.
+// It waits at most DefaultTimeout (or ctx's deadline if sooner): a request
+// lost on the way, e.g. by a service that was stopping, surfaces as
+// unavailable instead of holding the caller for its whole deadline.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
 	msg, err := NewMsg(ctx, subject, req)
 	if err != nil {
 		return err
@@ -133,19 +134,82 @@ func safeCall[Req, Resp proto.Message](ctx context.Context, fn HandlerFunc[Req, 
 func respondError(log *slog.Logger, r micro.Request, err error) {
 	pe := ToProto(err)
 	data, _ := proto.Marshal(pe)
-	if rerr := r.Error(pe.Code, pe.Message, data); rerr != nil {
+	desc := pe.Message
+	if desc == "" {
+		desc = pe.Code // micro refuses an empty description; a reply beats a timeout
+	}
+	if rerr := r.Error(pe.Code, desc, data); rerr != nil {
 		log.Warn("error reply not sent", "subject", r.Subject(), "err", rerr)
 	}
 }
 
 // Async runs h in its own goroutine per request, at most cap(sem) at once,
-// so one slow request does not hold up the others of a subscription.
-func Async(sem chan struct{}, h micro.Handler) micro.Handler {
+// so one slow request does not hold up the others of a subscription. The
+// handler gets a request of its own that replies straight through nc:
+// micro reads its request's error state for stats once the dispatch
+// returns, which would race with a handler still running on another
+// goroutine. The price is that micro's per-endpoint error counts stay at
+// zero; request counts are kept.
+func Async(nc *nats.Conn, sem chan struct{}, h micro.Handler) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
+		d := &detached{nc: nc, subject: r.Subject(), reply: r.Reply(), data: r.Data(), headers: r.Headers()}
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			h.Handle(r)
+			h.Handle(d)
 		}()
 	})
 }
+
+type detached struct {
+	nc      *nats.Conn
+	subject string
+	reply   string
+	data    []byte
+	headers micro.Headers
+}
+
+func (d *detached) respond(m *nats.Msg, opts []micro.RespondOpt) error {
+	if d.reply == "" {
+		return nats.ErrMsgNoReply
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	m.Subject = d.reply
+	if err := d.nc.PublishMsg(m); err != nil {
+		return fmt.Errorf("%w: %s", micro.ErrRespond, err)
+	}
+	return nil
+}
+
+func (d *detached) Respond(data []byte, opts ...micro.RespondOpt) error {
+	return d.respond(&nats.Msg{Data: data}, opts)
+}
+
+func (d *detached) RespondJSON(v any, opts ...micro.RespondOpt) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return micro.ErrMarshalResponse
+	}
+	return d.Respond(b, opts...)
+}
+
+func (d *detached) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	if code == "" {
+		return fmt.Errorf("%w: error code", micro.ErrArgRequired)
+	}
+	if description == "" {
+		description = code
+	}
+	m := &nats.Msg{Data: data, Header: nats.Header{
+		micro.ErrorHeader:     []string{description},
+		micro.ErrorCodeHeader: []string{code},
+	}}
+	return d.respond(m, opts)
+}
+
+func (d *detached) Data() []byte           { return d.data }
+func (d *detached) Headers() micro.Headers { return d.headers }
+func (d *detached) Subject() string        { return d.subject }
+func (d *detached) Reply() string          { return d.reply }

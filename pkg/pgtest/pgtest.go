@@ -91,7 +91,8 @@ func isFile(p string) bool {
 }
 
 // StartCluster initialises and starts a cluster in a new directory under
-// dir ("" means the system temp dir). When AGENTMESH_TEST_PG_URL is set it
+// dir (created if missing; "" means the system temp dir, which is also used
+// when the postgres user cannot reach dir). When AGENTMESH_TEST_PG_URL is set it
 // returns a Cluster for that server instead. Stop it with Stop.
 func StartCluster(dir string) (*Cluster, error) {
 	if u := os.Getenv(EnvURL); u != "" {
@@ -104,6 +105,11 @@ func StartCluster(dir string) (*Cluster, error) {
 	bindir, err := BinDir()
 	if err != nil {
 		return nil, err
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
 	}
 	asUser := ""
 	if os.Geteuid() == 0 {

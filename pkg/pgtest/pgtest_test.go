@@ -3,6 +3,7 @@ package pgtest_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
@@ -46,7 +47,7 @@ func TestStartClusterStop(t *testing.T) {
 		t.Skipf("skipping: %v", err)
 	}
 	t.Setenv(pgtest.EnvURL, "")
-	c, err := pgtest.StartCluster(t.TempDir())
+	c, err := pgtest.StartCluster(filepath.Join(t.TempDir(), "not", "yet"))
 	if err != nil {
 		t.Fatalf("StartCluster: %v", err)
 	}

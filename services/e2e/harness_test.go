@@ -116,6 +116,14 @@ func start(t *testing.T, o opts) *env {
 	return &env{stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), stop: stop}
 }
 
+// ctxShort bounds one call made inside a poll loop, so a call lost during a
+// restart is retried rather than waited on.
+func ctxShort(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -147,7 +155,7 @@ func (e *env) waitStatus(t *testing.T, id string, want agentmeshv1.TaskStatus, t
 	t.Helper()
 	var task *agentmeshv1.Task
 	poll.Until(t, timeout, func() error {
-		resp, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: id})
+		resp, err := e.tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: id})
 		if err != nil {
 			return err
 		}

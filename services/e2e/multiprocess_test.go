@@ -19,8 +19,10 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -132,7 +134,7 @@ func TestMultiProcess(t *testing.T) {
 	state := spawn(t, bin, "state", stateEnv...)
 	spawn(t, bin, "registry", common...)
 	spawn(t, bin, "scheduler", common...)
-	spawn(t, bin, "executor", append([]string{"AGENTMESH_MODEL_BASE_URL=http://" + modelAddr + "/v1", "AGENTMESH_NODE=node-1"}, common...)...)
+	spawn(t, bin, "executor", append([]string{"AGENTMESH_MODEL_BASE_URL=http://" + modelAddr + "/v1", "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=node-1"}, common...)...)
 	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr}, common...)...)
 
 	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -154,9 +156,12 @@ func TestMultiProcess(t *testing.T) {
 	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
 	// The state service may still be starting: retry the first call.
 	poll.Until(t, 60*time.Second, func() error {
-		_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 			Name: "assistant", Tools: []string{"echo", "current_time"}, Skills: []string{"general"},
 		}})
+		if status.Code(err) == codes.AlreadyExists { // an earlier try got through
+			return nil
+		}
 		return err
 	})
 	first := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "across processes"})
@@ -169,7 +174,7 @@ func TestMultiProcess(t *testing.T) {
 	state.stop(t)
 	spawn(t, bin, "state", stateEnv...)
 	poll.Until(t, 60*time.Second, func() error {
-		got, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: first.Id})
+		got, err := e.tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: first.Id})
 		if err != nil {
 			return err
 		}

@@ -285,6 +285,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		got := 0
 		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				_ = msg.Nak() // arrived as we stop: another executor takes it
+				continue
+			}
 			got++
 			wg.Go(func() {
 				defer func() { <-slots }()

@@ -43,8 +43,8 @@ func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgent
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	if check == nil && req.GetSkill() != "" {
-		check = checkSkills("skill", []string{req.GetSkill()})
+	if check == nil && req.GetSkill() != "" && checkSkills("skill", []string{req.GetSkill()}) != nil {
+		check = bus.FieldError("skill", "must be 1-%d bytes without spaces or control characters", maxSkillBytes)
 	}
 	return registry(ctx, a.s, "ListAgents", subjects.RegistryListAgents, check, req, &agentmeshv1.ListAgentsResponse{})
 }

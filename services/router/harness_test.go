@@ -79,7 +79,10 @@ type fakeBus struct {
 func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
 	f := &fakeBus{
 		t: t, nc: nc,
-		agents:   map[string]*agentmeshv1.Agent{"helper": {Name: "helper", Skills: []string{"summarise", "sql"}, Version: 1}},
+		agents: map[string]*agentmeshv1.Agent{
+			"helper":    {Name: "helper", Skills: []string{"summarise", "sql"}, Version: 1},
+			"assistant": {Name: "assistant", Version: 1},
+		},
 		tasks:    map[string]*agentmeshv1.Task{},
 		events:   map[string][]*agentmeshv1.TaskEvent{},
 		requests: map[string]int{},
@@ -90,6 +93,13 @@ func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
 			defer f.mu.Unlock()
 			f.requests["match"]++
 			f.matches = append(f.matches, req)
+			if req.Agent == "" && len(req.RequiredSkills) == 0 {
+				a, ok := f.agents["assistant"]
+				if !ok {
+					return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent", Message: "no default agent \"assistant\""}
+				}
+				return &busv1.MatchResponse{Agent: a}, nil
+			}
 			if req.Agent != "" {
 				a, ok := f.agents[req.Agent]
 				if !ok {

@@ -11,6 +11,9 @@
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
 //	grpc.reflection.v1[alpha]  so `grpcurl -plaintext HOST:PORT list` works
 //
+// SubmitTask takes an agent by name, or required skills, or neither (the
+// registry then picks its default agent).
+//
 // Every agentmesh RPC needs an API key (metadata `authorization: Bearer
 // <key>` or `x-api-key: <key>`), which names the caller's org; with no keys
 // configured authentication is off and every caller is org "default".

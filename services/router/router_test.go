@@ -40,7 +40,6 @@ func TestSubmitValidation(t *testing.T) {
 		{"no input", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Input = "" }), codes.InvalidArgument, "input: required"},
 		{"blank input", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Input = " \n\t" }), codes.InvalidArgument, "input: required"},
 		{"input over limit", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Input = strings.Repeat("x", 101) }), codes.ResourceExhausted, "input: 101 bytes is over the limit of 100 bytes"},
-		{"neither agent nor skills", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent = "" }), codes.InvalidArgument, "agent: give an agent or required_skills"},
 		{"agent and skills", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.RequiredSkills = []string{"sql"} }), codes.InvalidArgument, "agent: give an agent or required_skills, not both"},
 		{"bad agent name", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent = "Bad Name" }), codes.InvalidArgument, "agent: must match [a-z0-9][a-z0-9_-]{0,62}"},
 		{"agent name too long", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent = strings.Repeat("a", 64) }), codes.InvalidArgument, "agent: must match"},
@@ -351,6 +350,28 @@ func TestSubmit(t *testing.T) {
 		}
 		if resp.Task.Agent != "helper" || resp.Task.Priority != agentmeshv1.Priority_PRIORITY_HIGH {
 			t.Fatalf("got agent %q priority %v, want helper HIGH", resp.Task.Agent, resp.Task.Priority)
+		}
+	})
+	t.Run("neither agent nor skills takes the registry's default", func(t *testing.T) {
+		resp, err := e.tasks.SubmitTask(testCtx(t), &agentmeshv1.SubmitTaskRequest{Input: "hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.fake.mu.Lock()
+		m := e.fake.matches[len(e.fake.matches)-1]
+		e.fake.mu.Unlock()
+		if m.Agent != "" || len(m.RequiredSkills) != 0 || resp.Task.Agent != "assistant" {
+			t.Fatalf("match got %v, task agent %q; want an empty match and the default agent", m, resp.Task.Agent)
+		}
+	})
+	t.Run("no default agent", func(t *testing.T) {
+		e.fake.mu.Lock()
+		delete(e.fake.agents, "assistant")
+		e.fake.mu.Unlock()
+		_, err := e.tasks.SubmitTask(testCtx(t), &agentmeshv1.SubmitTaskRequest{Input: "hello"})
+		st := status.Convert(err)
+		if st.Code() != codes.FailedPrecondition || !strings.HasPrefix(st.Message(), "agent: no default agent") {
+			t.Fatalf("got %v %q, want FailedPrecondition about the default agent", st.Code(), st.Message())
 		}
 	})
 	t.Run("unknown agent", func(t *testing.T) {

@@ -83,20 +83,28 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 }
 
 // matchError turns a failed match into FailedPrecondition naming the
-// unknown agent or skills; other failures keep their code.
+// unknown agent or skills (or the missing default agent); other failures
+// keep their code.
 func matchError(req *agentmeshv1.SubmitTaskRequest, err error) error {
 	code := bus.CodeOf(err)
 	if code != bus.CodeNotFound && code != bus.CodeFailedPrecondition {
 		return fmt.Errorf("match agent: %w", err)
 	}
-	field, what := "agent", fmt.Sprintf("unknown agent %q", req.GetAgent())
-	if req.GetAgent() == "" {
-		field, what = "required_skills", fmt.Sprintf("no agent offers the skills %q", req.GetRequiredSkills())
+	field, msg := "agent", fmt.Sprintf("unknown agent %q", req.GetAgent())
+	switch {
+	case len(req.GetRequiredSkills()) > 0:
+		field, msg = "required_skills", fmt.Sprintf("no agent offers the skills %q", req.GetRequiredSkills())
+	case req.GetAgent() == "":
+		msg = "no agent or skills given and no default agent"
 	}
-	msg := what
 	var be *bus.Error
-	if errors.As(err, &be) && be.Message != "" {
-		msg = be.Message
+	if errors.As(err, &be) {
+		if be.Message != "" {
+			msg = be.Message
+		}
+		if be.Field != "" {
+			field = be.Field
+		}
 	}
 	return &bus.Error{Code: bus.CodeFailedPrecondition, Field: field, Message: msg}
 }

@@ -70,16 +70,16 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 	if err := printable("title", req.GetTitle()); err != nil {
 		return 0, err
 	}
+	// Neither agent nor skills is allowed: the registry then picks its
+	// default agent (or answers FailedPrecondition if there is none).
 	switch {
-	case req.GetAgent() == "" && len(req.GetRequiredSkills()) == 0:
-		return 0, bus.FieldError("agent", "give an agent or required_skills")
 	case req.GetAgent() != "" && len(req.GetRequiredSkills()) > 0:
 		return 0, bus.FieldError("agent", "give an agent or required_skills, not both")
 	case req.GetAgent() != "":
 		if err := checkName("agent", req.GetAgent()); err != nil {
 			return 0, err
 		}
-	default:
+	case len(req.GetRequiredSkills()) > 0:
 		if err := checkSkills("required_skills", req.GetRequiredSkills()); err != nil {
 			return 0, err
 		}

@@ -185,6 +185,9 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, fmt.Errorf("stack: start scripted model: %w", err)
 		}
 		execCfg.Model.BaseURL = url
+		if execCfg.Model.Model == "" {
+			execCfg.Model.Model = "scripted"
+		}
 		cfg.Log.Warn("no model configured: using the SCRIPTED model server (a testing and demo aid, not a language model)", "url", url)
 	}
 	s.modelURL = execCfg.Model.BaseURL
@@ -300,7 +303,7 @@ func (s *Stack) Close() {
 		s.store = nil
 	}
 	if s.model != nil {
-		s.model.Close()
+		_ = s.model.Close()
 		s.model = nil
 	}
 	if s.nats != nil {

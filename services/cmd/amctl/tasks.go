@@ -20,6 +20,7 @@ import (
 func (c *cli) submit(ctx context.Context, args []string) error {
 	fs := c.flags("submit", "[--agent A | --skill S ...] [flags] TEXT",
 		"Submit a task. TEXT is the task's input (several words are joined with spaces).\n"+
+			"With neither --agent nor --skill, the server's default agent runs it.\n"+
 			"With --wait, follow the task and print each step as it happens, then the final answer;\n"+
 			"exit 1 if it failed or was cancelled.")
 	agent := fs.String("agent", "", "run on this agent")
@@ -39,8 +40,6 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	switch {
 	case strings.TrimSpace(text) == "":
 		return usagef("submit: TEXT is required")
-	case *agent == "" && len(skills) == 0:
-		return usagef("submit: give --agent or --skill")
 	case *agent != "" && len(skills) > 0:
 		return usagef("submit: give --agent or --skill, not both")
 	}

@@ -1,0 +1,70 @@
+package subjects
+
+import (
+	"testing"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+)
+
+func TestNames(t *testing.T) {
+	n := Must("")
+	tests := []struct{ got, want string }{
+		{n.State(StateCreateTask), "am.state.task.create"},
+		{n.Registry(RegistryMatch), "am.registry.match"},
+		{n.TaskEvent("T1", StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_QUEUED)), "am.evt.task.T1.queued"},
+		{n.TaskEvents("T1"), "am.evt.task.T1.>"},
+		{n.TaskEventsOfType("cancelled"), "am.evt.task.*.cancelled"},
+		{n.Work("helper"), "am.work.helper"},
+		{n.EventsStream(), "AM_EVENTS"},
+		{Must("prod.eu").WorkStream(), "PROD_EU_WORK"},
+		{n.StoreHistory("T1"), "_amstore.hist.T1"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+func TestPrefixValidation(t *testing.T) {
+	for _, bad := range []string{"a b", "a.*", ">", "a..b", "."} {
+		if _, err := New(bad); err == nil {
+			t.Errorf("New(%q) = nil error, want an error", bad)
+		}
+	}
+}
+
+// The three bus streams must not overlap (JetStream refuses overlapping
+// subjects) and together must cover what services say under the prefix.
+func TestStreamsDoNotOverlap(t *testing.T) {
+	n := Must("am")
+	subjects := append([]string{n.Events(), n.WorkAll()}, n.AuditSubjects()...)
+	seen := map[string]bool{}
+	for _, s := range subjects {
+		if seen[s] {
+			t.Fatalf("subject %q in two streams", s)
+		}
+		seen[s] = true
+	}
+}
+
+func FuzzValidToken(f *testing.F) {
+	for _, s := range []string{"abc", "a.b", "*", ">", " ", "01HXYZ"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !ValidToken(s) {
+			return
+		}
+		// A valid token is exactly one token of a subject.
+		n := Must("am")
+		if got := n.Work(s); got != "am.work."+s {
+			t.Fatalf("Work(%q) = %q", s, got)
+		}
+		for _, r := range s {
+			if r == '.' || r == '*' || r == '>' || r <= ' ' {
+				t.Fatalf("ValidToken(%q) = true with %q in it", s, r)
+			}
+		}
+	})
+}
