@@ -171,13 +171,19 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // published again (the first publish may have been lost). Any other status
 // means there is nothing to do.
 func (s *Service) dispatch(ctx context.Context, taskID string) error {
+	return s.dispatchAs(ctx, taskID, "")
+}
+
+// dispatchAs is dispatch; a non-empty republish suffixes the Msg-Id of a
+// republished work item.
+func (s *Service) dispatchAs(ctx context.Context, taskID, republish string) error {
 	var tr busv1.TransitionResponse
 	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
 		TaskId: taskID, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
 	}, &tr)
 	switch {
 	case err == nil:
-		return s.publishWork(ctx, tr.Task)
+		return s.publishWork(ctx, tr.Task, "")
 	case errors.Is(err, bus.ErrFailedPrecondition):
 		var gt busv1.GetTaskResponse
 		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateGetTask), &busv1.GetTaskRequest{Id: taskID}, &gt); err != nil {
@@ -187,7 +193,13 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 			return err
 		}
 		if gt.Task.Status == taskstate.Assigned {
-			return s.publishWork(ctx, gt.Task)
+			// Republish under the dispatch's own Msg-Id when this is a
+			// redelivered event (the first publish may not have happened),
+			// under a fresh one when reconcile found the work lost: JetStream
+			// remembers Msg-Ids for its duplicate window even after the
+			// message is gone. A second copy is harmless: the executor's
+			// assigned → running is fenced by the attempt.
+			return s.publishWork(ctx, gt.Task, republish)
 		}
 		return nil
 	case errors.Is(err, bus.ErrNotFound):
@@ -198,12 +210,16 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 	}
 }
 
-func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task) error {
+func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, republish string) error {
 	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), &busv1.WorkItem{Task: task, Attempt: task.Attempt})
 	if err != nil {
 		return err
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, task.Id+":"+strconv.Itoa(int(task.Attempt)))
+	id := task.Id + ":" + strconv.Itoa(int(task.Attempt))
+	if republish != "" {
+		id += ":" + republish
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish work of %s: %w", task.Id, err)
 	}
@@ -232,6 +248,7 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 // and reports how many it touched.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
 	n := 0
+	round := "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	for _, st := range []struct {
 		status agentmeshv1.TaskStatus
 		grace  time.Duration
@@ -249,7 +266,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 			if ctx.Err() != nil {
 				return n, nil
 			}
-			if err := s.dispatch(ctx, t.Id); err != nil {
+			if err := s.dispatchAs(ctx, t.Id, round); err != nil {
 				s.log.Warn("reconcile dispatch", "task", t.Id, "err", err)
 				continue
 			}

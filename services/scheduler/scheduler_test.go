@@ -1,0 +1,196 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/state"
+	"github.com/agentmesh/agentmesh/services/state/kvstore"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// setup runs a real NATS server and the real state service, and returns a
+// scheduler that is built (consumer created) but not running, so the test
+// drives dispatch and reconcile itself.
+func setup(t *testing.T, cfg Config) (*Service, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kvstore.Open(ctx, js, subjects.Must(""), kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	svc, err := state.New(ctx, state.Config{}, state.Deps{NC: nc, Store: st, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = svc.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s, err := New(ctx, cfg, Deps{NC: nc, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, nc, js
+}
+
+func createTask(t *testing.T, nc *nats.Conn) *agentmeshv1.Task {
+	t.Helper()
+	var resp busv1.CreateTaskResponse
+	err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateCreateTask),
+		&busv1.CreateTaskRequest{Task: &agentmeshv1.Task{Org: "o", Input: "x", Agent: "helper"}}, &resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Task
+}
+
+func getTask(t *testing.T, nc *nats.Conn, id string) *agentmeshv1.Task {
+	t.Helper()
+	var resp busv1.GetTaskResponse
+	if err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateGetTask), &busv1.GetTaskRequest{Id: id}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Task
+}
+
+// workFor reads the work stream and returns the attempts published for id.
+func workFor(t *testing.T, js jetstream.JetStream, id string) []int32 {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, subjects.Must("").WorkStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts []int32
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		var w busv1.WorkItem
+		if err := proto.Unmarshal(m.Data, &w); err != nil {
+			t.Fatalf("work message %d: %v", seq, err)
+		}
+		if w.Task.Id == id {
+			attempts = append(attempts, w.Attempt)
+		}
+	}
+	return attempts
+}
+
+func TestReconcileDispatchesQueuedTaskWhoseEventWasLost(t *testing.T) {
+	s, nc, js := setup(t, Config{QueuedGrace: time.Nanosecond, AssignedGrace: time.Hour})
+	// The scheduler is not consuming: as far as it knows, the queued event
+	// never came. Reconcile must find the task in the record.
+	task := createTask(t, nc)
+	n, err := s.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("reconciled %d tasks, want 1", n)
+	}
+	got := getTask(t, nc, task.Id)
+	if got.Status != taskstate.Assigned || got.Attempt != 1 {
+		t.Fatalf("task = %s attempt %d, want assigned attempt 1", taskstate.Name(got.Status), got.Attempt)
+	}
+	if a := workFor(t, js, task.Id); len(a) != 1 || a[0] != 1 {
+		t.Fatalf("work published for attempts %v, want [1]", a)
+	}
+}
+
+func TestReconcileRepublishesLostWork(t *testing.T) {
+	s, nc, js := setup(t, Config{QueuedGrace: time.Hour, AssignedGrace: time.Nanosecond})
+	task := createTask(t, nc)
+	if err := s.dispatch(context.Background(), task.Id); err != nil {
+		t.Fatal(err)
+	}
+	// The bus loses the work message.
+	stream, err := js.Stream(context.Background(), subjects.Must("").WorkStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a := workFor(t, js, task.Id); len(a) != 0 {
+		t.Fatalf("work after purge = %v, want none", a)
+	}
+	// JetStream still remembers the first Msg-Id (its duplicate window
+	// outlives the message), so the republish must not be de-duplicated away.
+	if _, err := s.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := getTask(t, nc, task.Id)
+	if got.Status != taskstate.Assigned || got.Attempt != 1 {
+		t.Fatalf("task = %s attempt %d, want still assigned attempt 1 (no new attempt for a republish)", taskstate.Name(got.Status), got.Attempt)
+	}
+	if a := workFor(t, js, task.Id); len(a) != 1 || a[0] != 1 {
+		t.Fatalf("work after reconcile = %v, want [1]", a)
+	}
+}
+
+func TestDispatchIgnoresFinishedTask(t *testing.T) {
+	s, nc, js := setup(t, Config{})
+	task := createTask(t, nc)
+	err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateTransition),
+		&busv1.TransitionRequest{TaskId: task.Id, To: taskstate.Cancelled, Reason: "test"}, &busv1.TransitionResponse{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.dispatch(context.Background(), task.Id); err != nil {
+		t.Fatalf("dispatch of a cancelled task: %v, want nil", err)
+	}
+	if a := workFor(t, js, task.Id); len(a) != 0 {
+		t.Fatalf("work for a cancelled task: %v, want none", a)
+	}
+	if got := getTask(t, nc, task.Id); got.Status != taskstate.Cancelled {
+		t.Fatalf("status = %s, want cancelled", taskstate.Name(got.Status))
+	}
+}
+
+func TestRunDispatchesFromEvents(t *testing.T) {
+	s, nc, js := setup(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	task := createTask(t, nc)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(workFor(t, js, task.Id)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no work published within 10s of the queued event")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
