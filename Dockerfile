@@ -19,7 +19,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
       -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
-      -o /out/ ./services/cmd/agentmesh ./services/cmd/amctl
+      -o /out/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
 
 FROM debian:bookworm-slim
 RUN apt-get update \
@@ -27,7 +27,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 agentmesh \
  && useradd --system --uid 10001 --gid agentmesh --create-home --home-dir /home/agentmesh agentmesh
-COPY --from=build /out/agentmesh /out/amctl /usr/local/bin/
+COPY --from=build /out/agentmesh /out/agentmesh-agent /out/amctl /usr/local/bin/
 # In a container the servers listen on every interface (the binary's defaults
 # are loopback-only); dev keeps its embedded NATS data under the home dir.
 ENV AGENTMESH_LISTEN=0.0.0.0:7400 \

@@ -135,9 +135,9 @@ dev: ## run everything in one process: embedded NATS + store, scripted model, gR
 	go run ./services/cmd/agentmesh dev $(DEV_ARGS)
 
 .PHONY: build
-build: ## build bin/agentmesh and bin/amctl (-trimpath, version VERSION)
+build: ## build bin/agentmesh, bin/agentmesh-agent (the agent child) and bin/amctl (-trimpath, version VERSION)
 	@mkdir -p bin
-	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/cmd/agentmesh ./services/cmd/amctl
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
 
 .PHONY: image
 image: ## build the container image IMAGE (needs a Docker engine)

@@ -15,6 +15,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -189,6 +191,27 @@ func (s *settings) duration(name string) (time.Duration, error) {
 	return d, nil
 }
 
+// debugServer serves net/http/pprof on AGENTMESH_DEBUG_LISTEN, if set.
+func (s *settings) debugServer(log *slog.Logger) {
+	addr := s.str("AGENTMESH_DEBUG_LISTEN")
+	if addr == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		log.Info("debug server (pprof) listening", "addr", addr)
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("debug server", "err", err)
+		}
+	}()
+}
+
 func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(s.str("AGENTMESH_LOG_LEVEL"))); err != nil {
@@ -292,6 +315,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	s.debugServer(log)
 	shutdown, err := telemetry.Setup(ctx, "dev")
 	if err != nil {
 		return err
@@ -388,6 +412,7 @@ func runService(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	s.debugServer(log)
 	shutdown, err := telemetry.Setup(ctx, name)
 	if err != nil {
 		return err
@@ -396,6 +421,29 @@ func runService(ctx context.Context, name string, args []string) error {
 	streams, err := s.streams()
 	if err != nil {
 		return err
+	}
+	// Read the whole configuration before connecting, so a bad setting is
+	// reported at once rather than after waiting for the bus.
+	var exCfg executor.Config
+	var rCfg router.Config
+	switch name {
+	case "executor":
+		if exCfg, err = s.executorConfig(); err != nil {
+			return err
+		}
+		if exCfg.Model.BaseURL == "" {
+			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
+		}
+		exCfg.Streams = streams
+	case "router":
+		if rCfg, err = s.routerConfig(); err != nil {
+			return err
+		}
+	}
+	prefix := s.str("AGENTMESH_PREFIX")
+	names, err := subjects.New(prefix)
+	if err != nil {
+		return usageError{fmt.Errorf("AGENTMESH_PREFIX: %w", err)}
 	}
 	opts := []nats.Option{nats.Name("agentmesh-" + name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second)}
 	if creds := s.str("AGENTMESH_NATS_CREDS"); creds != "" {
@@ -407,6 +455,9 @@ func runService(ctx context.Context, name string, args []string) error {
 	}
 	defer nc.Close()
 	// Wait (bounded by ctx) for the first connection, so New can create streams.
+	if !nc.IsConnected() {
+		log.Warn("waiting for NATS", "url", s.str("AGENTMESH_NATS_URL"))
+	}
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
@@ -414,7 +465,6 @@ func runService(ctx context.Context, name string, args []string) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	prefix := s.str("AGENTMESH_PREFIX")
 	var run func(context.Context) error
 	switch name {
 	case "state":
@@ -425,10 +475,6 @@ func runService(ctx context.Context, name string, args []string) error {
 			log.Warn("no AGENTMESH_POSTGRES_URL: using the embedded JetStream store")
 			var js jetstream.JetStream
 			if js, err = jetstream.New(nc); err == nil {
-				names, nerr := subjects.New(prefix)
-				if nerr != nil {
-					return usageError{nerr}
-				}
 				st, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas})
 			}
 		}
@@ -454,25 +500,13 @@ func runService(ctx context.Context, name string, args []string) error {
 		}
 		run = svc.Run
 	case "executor":
-		cfg, err := s.executorConfig()
-		if err != nil {
-			return err
-		}
-		if cfg.Model.BaseURL == "" {
-			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
-		}
-		cfg.Streams = streams
-		svc, err := executor.New(ctx, cfg, executor.Deps{NC: nc, Log: log})
+		svc, err := executor.New(ctx, exCfg, executor.Deps{NC: nc, Log: log})
 		if err != nil {
 			return err
 		}
 		run = svc.Run
 	case "router":
-		cfg, err := s.routerConfig()
-		if err != nil {
-			return err
-		}
-		svc, err := router.New(ctx, cfg, router.Deps{NC: nc, Log: log})
+		svc, err := router.New(ctx, rCfg, router.Deps{NC: nc, Log: log})
 		if err != nil {
 			return err
 		}

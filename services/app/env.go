@@ -34,6 +34,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_SCRIPTED_LISTEN", "127.0.0.1:7401", []string{"scripted-model"}, "listen address of the scripted model server"},
 		{"AGENTMESH_LOG_LEVEL", "info", []string{"*"}, "debug, info, warn or error"},
 		{"AGENTMESH_LOG_FORMAT", "text", []string{"*"}, "text or json"},
+		{"AGENTMESH_DEBUG_LISTEN", "", []string{"*"}, "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -59,7 +60,9 @@ type Config struct {
 	Node string
 	// Capacity is how many tasks run at once (32).
 	Capacity int
-	// ChildCommand runs an agent child ([this executable, "child"]).
+	// ChildCommand runs an agent child. Default: the agentmesh-agent binary
+	// next to this executable when there is one (it starts about twice as
+	// fast: it links only the agent loop), else [this executable, "child"].
 	ChildCommand []string
 	// Model is the default model; an agent's own settings override it.
 	Model ModelConfig
@@ -111,6 +114,22 @@ const (
 	// not yet acked, across all executors.
 	MaxAckPending = 1 << 16
 )
+
+// AgentBinary is the name of the dedicated child binary.
+const AgentBinary = "agentmesh-agent"
+
+// DefaultChildCommand returns the child command for an executor running
+// as exe: AgentBinary beside it if present, else exe re-executed as
+// "child".
+func DefaultChildCommand(exe string) []string {
+	if exe, err := filepath.EvalSymlinks(exe); err == nil {
+		agent := filepath.Join(filepath.Dir(exe), AgentBinary)
+		if fi, err := os.Stat(agent); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return []string{agent}
+		}
+	}
+	return []string{exe, "child"}
+}
 
 // Service is one executor.
 type Service struct {
@@ -182,7 +201,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("executor: child command: %w", err)
 		}
-		cfg.ChildCommand = []string{exe, "child"}
+		cfg.ChildCommand = DefaultChildCommand(exe)
 	}
 	if cfg.WallTime <= 0 {
 		cfg.WallTime = DefaultWallTime

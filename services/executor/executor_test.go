@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -570,5 +571,29 @@ func TestMisbehavingChild(t *testing.T) {
 				t.Errorf("the child saw more than its clean environment: %q", got.Error)
 			}
 		})
+	}
+}
+
+func TestDefaultChildCommand(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "agentmesh")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := executor.DefaultChildCommand(exe); len(got) != 2 || got[0] != exe || got[1] != "child" {
+		t.Fatalf("without %s: got %v, want [%s child]", executor.AgentBinary, got, exe)
+	}
+	agent := filepath.Join(dir, executor.AgentBinary)
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := executor.DefaultChildCommand(exe); got[0] != exe {
+		t.Fatalf("with a non-executable %s: got %v, want the re-exec", executor.AgentBinary, got)
+	}
+	if err := os.Chmod(agent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := executor.DefaultChildCommand(exe); len(got) != 1 || got[0] != agent {
+		t.Fatalf("with %s: got %v, want [%s]", executor.AgentBinary, got, agent)
 	}
 }

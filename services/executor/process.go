@@ -34,12 +34,19 @@ func (e errWallTime) Error() string { return fmt.Sprintf("wall time %s exceeded"
 // runTask runs one attempt of task in a child process and returns how it
 // ended. ctx's cause says why it was stopped from outside, if it was.
 func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task, attempt int32, tp string) outcome {
-	steps, err := s.history(ctx, task.Id)
-	if err != nil {
-		if gone(err) {
-			return outcome{kind: outGone, reason: err.Error()}
+	// The work item carries the task as it was dispatched: with no step
+	// checkpointed by an earlier attempt there is nothing to resume from
+	// and no history to read.
+	var steps []*agentmeshv1.Step
+	if task.StepCount > 0 {
+		var err error
+		steps, err = s.history(ctx, task.Id)
+		if err != nil {
+			if gone(err) {
+				return outcome{kind: outGone, reason: err.Error()}
+			}
+			return outcome{kind: outRequeue, reason: "could not read the task's checkpoints: " + err.Error()}
 		}
-		return outcome{kind: outRequeue, reason: "could not read the task's checkpoints: " + err.Error()}
 	}
 	spec := task.GetAgentSpec()
 	start := &childv1.Start{

@@ -42,6 +42,7 @@ func main() {
 		warmup   = flag.Int("warmup", 50, "tasks run first and not counted")
 		stores   = flag.String("store", "embedded", "embedded, postgres or both")
 		capacity = flag.Int("capacity", 64, "executor capacity (AGENTMESH_CAPACITY)")
+		server   = flag.String("server", "", "load an already running agentmesh at this gRPC address instead of starting one (no RSS figure)")
 	)
 	flag.Parse()
 	if *n <= 0 || *c <= 0 {
@@ -59,6 +60,15 @@ func main() {
 		os.Exit(2)
 	}
 	fmt.Printf("ambench: %d tasks, concurrency %d, %d CPUs, %s/%s\n", *n, *c, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	if *server != "" {
+		res, err := loadServer(*server, *n, *c, *warmup)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ambench: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(res)
+		return
+	}
 	for _, kind := range kinds {
 		res, err := run(kind, *bin, *n, *c, *warmup, *capacity)
 		if err != nil {
@@ -74,7 +84,7 @@ type result struct {
 	n, c, failed          int
 	elapsed               time.Duration
 	p50, p95, p99, max    time.Duration
-	peakRSSKiB, childRuns int64
+	peakRSSKiB            int64
 }
 
 func (r result) String() string {
@@ -143,14 +153,25 @@ func run(kind, bin string, n, c, warmup, capacity int) (result, error) {
 			_ = cmd.Process.Kill()
 		}
 	}()
+	res, err := loadServer(addr, n, c, warmup)
+	if err != nil {
+		tail, _ := os.ReadFile(logf.Name())
+		return result{}, fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
+	}
+	res.store = kind
+	res.peakRSSKiB = peakRSS(cmd.Process.Pid)
+	return res, nil
+}
+
+// loadServer runs the warm-up and the measured load against addr.
+func loadServer(addr string, n, c, warmup int) (result, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return result{}, err
 	}
 	defer conn.Close()
 	if err := waitHealthy(conn, 60*time.Second); err != nil {
-		tail, _ := os.ReadFile(logf.Name())
-		return result{}, fmt.Errorf("server not healthy: %w\n%s", err, lastLines(string(tail), 20))
+		return result{}, fmt.Errorf("server not healthy: %w", err)
 	}
 	tasks := agentmeshv1.NewTaskServiceClient(conn)
 
@@ -173,9 +194,8 @@ func run(kind, bin string, n, c, warmup, capacity int) (result, error) {
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
 	return result{
-		store: kind, n: n, c: c, failed: failed, elapsed: elapsed,
+		store: "external", n: n, c: c, failed: failed, elapsed: elapsed,
 		p50: pct(0.50), p95: pct(0.95), p99: pct(0.99), max: lat[len(lat)-1],
-		peakRSSKiB: peakRSS(cmd.Process.Pid),
 	}, nil
 }
 
