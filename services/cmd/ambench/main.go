@@ -80,11 +80,11 @@ func main() {
 }
 
 type result struct {
-	store                 string
-	n, c, failed          int
-	elapsed               time.Duration
-	p50, p95, p99, max    time.Duration
-	peakRSSKiB            int64
+	store              string
+	n, c, failed       int
+	elapsed            time.Duration
+	p50, p95, p99, max time.Duration
+	peakRSSKiB         int64
 }
 
 func (r result) String() string {
