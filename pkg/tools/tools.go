@@ -1,14 +1,14 @@
 // Package tools defines the tools an agent may use: for each, its name, a
-// description for the model, the JSON Schema of its arguments, a category
-// and a risk class, and the function that runs it.
+// description for the model, the JSON Schema of its arguments, a category,
+// a risk class, its approval rule and where it runs.
 //
-// The agent child process (services/executor/child) looks an agent's tools
-// up here, describes them to the model, validates the arguments of every
-// call against the tool's schema before anything runs, and runs the tool.
-// Today's built-in tools are harmless (echo, current_time) and run inside
-// the child; tools that need the network or secrets (web_fetch, sql_query,
-// delegation) will run in the executor on the child's behalf, which is
-// what Spec.Runs records.
+// The executor is the gatekeeper of every call: it validates the arguments
+// against the schema, applies the approval policy (Spec.NeedsApproval, the
+// per-call Spec.Assess, the agent's overrides) and audits the call before
+// anything runs. Tools that run InChild (code, shell, files) run inside the
+// agent's sandboxed child process; tools that run InExecutor (web_fetch,
+// sql_query, HTTP MCP servers) need the network or secrets the child must
+// not have, and the executor runs them on the child's behalf.
 package tools
 
 import (
@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // current_time resolves IANA zones without the host's zoneinfo
 )
@@ -28,7 +29,12 @@ type Category string
 
 const (
 	// CategoryUtility: small helpers without side effects.
-	CategoryUtility Category = "utility"
+	CategoryUtility    Category = "utility"
+	CategoryCode       Category = "code"
+	CategoryFilesystem Category = "filesystem"
+	CategoryNetwork    Category = "network"
+	CategoryDatabase   Category = "database"
+	CategoryMCP        Category = "mcp"
 )
 
 // Risk is a tool's risk class: what a call can do beyond returning text.
@@ -42,6 +48,10 @@ const (
 	RiskRead Risk = "read"
 	// RiskWrite: changes something outside the conversation.
 	RiskWrite Risk = "write"
+	// RiskExecute: runs arbitrary code or commands (in the sandbox).
+	RiskExecute Risk = "execute"
+	// RiskNetwork: reaches other hosts.
+	RiskNetwork Risk = "network"
 )
 
 // Where says which process runs a tool.
@@ -64,10 +74,37 @@ type Spec struct {
 	Category   Category
 	Risk       Risk
 	Runs       Where
+	// NeedsApproval: every call needs a person's approval unless the
+	// agent's policy says otherwise.
+	NeedsApproval bool
+	// Assess, when set, judges one call's (schema-valid) arguments: it can
+	// ask for approval or refuse a call the static rule would allow (e.g.
+	// sql_query and a DROP TABLE).
+	Assess func(args json.RawMessage) Assessment
+}
+
+// Assessment is a per-call policy judgement.
+type Assessment struct {
+	// Deny refuses the call; Reason says why (shown to the model).
+	Deny bool
+	// NeedsApproval asks a person; Reason says why (shown to the person).
+	NeedsApproval bool
+	Reason        string
+	// Risk, when set, overrides the tool's risk class for this call.
+	Risk Risk
+}
+
+// Env is what a tool running in the child may use.
+type Env struct {
+	// Workspace is the task's working directory; file tools stay inside it.
+	Workspace string
+	// IdempotencyKey is stable per task and tool call: a tool with side
+	// effects passes it on so a resumed task does not repeat them.
+	IdempotencyKey string
 }
 
 // Func runs a tool with arguments that already passed the schema.
-type Func func(ctx context.Context, args json.RawMessage) (string, error)
+type Func func(ctx context.Context, env Env, args json.RawMessage) (string, error)
 
 // Tool is a Spec and the function that runs it.
 type Tool struct {
@@ -86,16 +123,34 @@ var ErrUnknownTool = errors.New("unknown tool")
 // JSON or do not satisfy the tool's schema. Nothing ran.
 var ErrInvalidArguments = errors.New("invalid arguments")
 
-// Call validates args against the tool's schema and, if they pass, runs
-// the tool. The output is capped at MaxOutput.
-func (t Tool) Call(ctx context.Context, args string) (string, error) {
+// ErrNotHere is returned (wrapped) when a process is asked to run a tool
+// that runs elsewhere (an executor tool in the child, or the reverse).
+var ErrNotHere = errors.New("tool does not run in this process")
+
+// Check validates args against the tool's schema; nothing runs.
+func (t Tool) Check(args string) error {
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
 	if err := Validate(t.Parameters, []byte(args)); err != nil {
-		return "", fmt.Errorf("%s: %w: %w", t.Name, ErrInvalidArguments, err)
+		return fmt.Errorf("%s: %w: %w", t.Name, ErrInvalidArguments, err)
 	}
-	out, err := t.Run(ctx, json.RawMessage(args))
+	return nil
+}
+
+// Call validates args against the tool's schema and, if they pass, runs
+// the tool. The output is capped at MaxOutput.
+func (t Tool) Call(ctx context.Context, env Env, args string) (string, error) {
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	if err := t.Check(args); err != nil {
+		return "", err
+	}
+	if t.Run == nil {
+		return "", fmt.Errorf("%s: %w", t.Name, ErrNotHere)
+	}
+	out, err := t.Run(ctx, env, json.RawMessage(args))
 	if err != nil {
 		return "", err
 	}
@@ -134,8 +189,33 @@ var builtin = []Tool{
 	},
 }
 
+// Register adds (or replaces) the implementation of a built-in tool whose
+// spec is declared here; packages that implement tools call it from init
+// (the child's local tools, the executor's privileged ones). It panics on
+// a name with no spec: every tool is declared in this package.
+func Register(name string, run Func, assess func(json.RawMessage) Assessment) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	for i := range builtin {
+		if builtin[i].Name == name {
+			if run != nil {
+				builtin[i].Run = run
+			}
+			if assess != nil {
+				builtin[i].Assess = assess
+			}
+			return
+		}
+	}
+	panic("tools: Register of undeclared tool " + name)
+}
+
+var regMu sync.RWMutex
+
 // Builtin returns the built-in tools, sorted by name.
 func Builtin() []Tool {
+	regMu.RLock()
+	defer regMu.RUnlock()
 	out := slices.Clone(builtin)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -143,6 +223,8 @@ func Builtin() []Tool {
 
 // Lookup returns the built-in tool called name.
 func Lookup(name string) (Tool, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
 	for _, t := range builtin {
 		if t.Name == name {
 			return t, true
@@ -168,7 +250,7 @@ func Resolve(names []string) ([]Tool, error) {
 // Now is the clock current_time reads; tests replace it.
 var Now = time.Now
 
-func runEcho(_ context.Context, args json.RawMessage) (string, error) {
+func runEcho(_ context.Context, _ Env, args json.RawMessage) (string, error) {
 	var a struct {
 		Text string `json:"text"`
 	}
@@ -178,7 +260,7 @@ func runEcho(_ context.Context, args json.RawMessage) (string, error) {
 	return a.Text, nil
 }
 
-func runCurrentTime(_ context.Context, args json.RawMessage) (string, error) {
+func runCurrentTime(_ context.Context, _ Env, args json.RawMessage) (string, error) {
 	var a struct {
 		Timezone string `json:"timezone"`
 	}

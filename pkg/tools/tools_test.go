@@ -50,7 +50,7 @@ func TestCall(t *testing.T) {
 			if !ok {
 				t.Fatalf("Lookup(%q) not found", tt.tool)
 			}
-			got, err := tool.Call(context.Background(), tt.args)
+			got, err := tool.Call(context.Background(), Env{}, tt.args)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
@@ -122,12 +122,12 @@ func TestValidate(t *testing.T) {
 func TestOutputCapped(t *testing.T) {
 	tool, _ := Lookup("echo")
 	big, _ := json.Marshal(map[string]string{"text": strings.Repeat("a", 60000)})
-	out, err := tool.Call(context.Background(), string(big))
+	out, err := tool.Call(context.Background(), Env{}, string(big))
 	if err != nil || len(out) != 60000 {
 		t.Fatalf("len = %d, err = %v", len(out), err)
 	}
-	tool.Run = func(context.Context, json.RawMessage) (string, error) { return strings.Repeat("b", MaxOutput+10), nil }
-	out, err = tool.Call(context.Background(), `{"text":"x"}`)
+	tool.Run = func(context.Context, Env, json.RawMessage) (string, error) { return strings.Repeat("b", MaxOutput+10), nil }
+	out, err = tool.Call(context.Background(), Env{}, `{"text":"x"}`)
 	if err != nil || !strings.HasSuffix(out, "[output cut at 256 KiB]") {
 		t.Fatalf("output not cut: len %d, err %v", len(out), err)
 	}

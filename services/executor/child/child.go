@@ -266,7 +266,7 @@ func (l *loop) callTool(c *agentmeshv1.ToolCall) (string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
 	defer cancel()
-	out, err := t.Call(ctx, c.Arguments)
+	out, err := t.Call(ctx, tools.Env{Workspace: l.start.GetWorkspace()}, c.Arguments)
 	if err != nil {
 		return "error: " + err.Error(), true
 	}

@@ -151,6 +151,199 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{1}
 }
 
+// FailureKind says why a task failed, for programs; the error text says it
+// for people.
+type FailureKind int32
+
+const (
+	FailureKind_FAILURE_KIND_UNSPECIFIED FailureKind = 0
+	// The agent gave up (max steps, a bad configuration, a protocol error).
+	FailureKind_FAILURE_KIND_AGENT FailureKind = 1
+	// The model stayed down or kept answering garbage.
+	FailureKind_FAILURE_KIND_MODEL FailureKind = 2
+	// A budget ran out (the error names which).
+	FailureKind_FAILURE_KIND_BUDGET FailureKind = 3
+	// The sandbox killed the agent at a resource limit (memory, processes).
+	FailureKind_FAILURE_KIND_RESOURCE FailureKind = 4
+	// Wall time ran out.
+	FailureKind_FAILURE_KIND_TIMEOUT FailureKind = 5
+	// An approval was not given before its deadline.
+	FailureKind_FAILURE_KIND_APPROVAL FailureKind = 6
+	// The agent process crashed or the platform failed.
+	FailureKind_FAILURE_KIND_INTERNAL FailureKind = 7
+)
+
+// Enum value maps for FailureKind.
+var (
+	FailureKind_name = map[int32]string{
+		0: "FAILURE_KIND_UNSPECIFIED",
+		1: "FAILURE_KIND_AGENT",
+		2: "FAILURE_KIND_MODEL",
+		3: "FAILURE_KIND_BUDGET",
+		4: "FAILURE_KIND_RESOURCE",
+		5: "FAILURE_KIND_TIMEOUT",
+		6: "FAILURE_KIND_APPROVAL",
+		7: "FAILURE_KIND_INTERNAL",
+	}
+	FailureKind_value = map[string]int32{
+		"FAILURE_KIND_UNSPECIFIED": 0,
+		"FAILURE_KIND_AGENT":       1,
+		"FAILURE_KIND_MODEL":       2,
+		"FAILURE_KIND_BUDGET":      3,
+		"FAILURE_KIND_RESOURCE":    4,
+		"FAILURE_KIND_TIMEOUT":     5,
+		"FAILURE_KIND_APPROVAL":    6,
+		"FAILURE_KIND_INTERNAL":    7,
+	}
+)
+
+func (x FailureKind) Enum() *FailureKind {
+	p := new(FailureKind)
+	*p = x
+	return p
+}
+
+func (x FailureKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[2].Descriptor()
+}
+
+func (FailureKind) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[2]
+}
+
+func (x FailureKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureKind.Descriptor instead.
+func (FailureKind) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+// ToolDecision is the executor's decision on one tool call.
+type ToolDecision int32
+
+const (
+	ToolDecision_TOOL_DECISION_UNSPECIFIED ToolDecision = 0
+	// Policy allows it: it runs.
+	ToolDecision_TOOL_DECISION_ALLOWED ToolDecision = 1
+	// A person approved it: it runs (once).
+	ToolDecision_TOOL_DECISION_APPROVED ToolDecision = 2
+	// Refused before running: unknown tool, invalid arguments, or policy.
+	ToolDecision_TOOL_DECISION_DENIED ToolDecision = 3
+	// A person rejected it: the model is told.
+	ToolDecision_TOOL_DECISION_REJECTED ToolDecision = 4
+	// Needs a person's approval: the task is blocked until then.
+	ToolDecision_TOOL_DECISION_PENDING_APPROVAL ToolDecision = 5
+)
+
+// Enum value maps for ToolDecision.
+var (
+	ToolDecision_name = map[int32]string{
+		0: "TOOL_DECISION_UNSPECIFIED",
+		1: "TOOL_DECISION_ALLOWED",
+		2: "TOOL_DECISION_APPROVED",
+		3: "TOOL_DECISION_DENIED",
+		4: "TOOL_DECISION_REJECTED",
+		5: "TOOL_DECISION_PENDING_APPROVAL",
+	}
+	ToolDecision_value = map[string]int32{
+		"TOOL_DECISION_UNSPECIFIED":      0,
+		"TOOL_DECISION_ALLOWED":          1,
+		"TOOL_DECISION_APPROVED":         2,
+		"TOOL_DECISION_DENIED":           3,
+		"TOOL_DECISION_REJECTED":         4,
+		"TOOL_DECISION_PENDING_APPROVAL": 5,
+	}
+)
+
+func (x ToolDecision) Enum() *ToolDecision {
+	p := new(ToolDecision)
+	*p = x
+	return p
+}
+
+func (x ToolDecision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolDecision) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[3].Descriptor()
+}
+
+func (ToolDecision) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[3]
+}
+
+func (x ToolDecision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolDecision.Descriptor instead.
+func (ToolDecision) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+// ApprovalStatus is where an approval stands.
+type ApprovalStatus int32
+
+const (
+	ApprovalStatus_APPROVAL_STATUS_UNSPECIFIED ApprovalStatus = 0
+	ApprovalStatus_APPROVAL_STATUS_PENDING     ApprovalStatus = 1
+	ApprovalStatus_APPROVAL_STATUS_APPROVED    ApprovalStatus = 2
+	ApprovalStatus_APPROVAL_STATUS_REJECTED    ApprovalStatus = 3
+	ApprovalStatus_APPROVAL_STATUS_EXPIRED     ApprovalStatus = 4
+)
+
+// Enum value maps for ApprovalStatus.
+var (
+	ApprovalStatus_name = map[int32]string{
+		0: "APPROVAL_STATUS_UNSPECIFIED",
+		1: "APPROVAL_STATUS_PENDING",
+		2: "APPROVAL_STATUS_APPROVED",
+		3: "APPROVAL_STATUS_REJECTED",
+		4: "APPROVAL_STATUS_EXPIRED",
+	}
+	ApprovalStatus_value = map[string]int32{
+		"APPROVAL_STATUS_UNSPECIFIED": 0,
+		"APPROVAL_STATUS_PENDING":     1,
+		"APPROVAL_STATUS_APPROVED":    2,
+		"APPROVAL_STATUS_REJECTED":    3,
+		"APPROVAL_STATUS_EXPIRED":     4,
+	}
+)
+
+func (x ApprovalStatus) Enum() *ApprovalStatus {
+	p := new(ApprovalStatus)
+	*p = x
+	return p
+}
+
+func (x ApprovalStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[4].Descriptor()
+}
+
+func (ApprovalStatus) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[4]
+}
+
+func (x ApprovalStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalStatus.Descriptor instead.
+func (ApprovalStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
+}
+
 // StepKind says what a step recorded.
 type StepKind int32
 
@@ -191,11 +384,11 @@ func (x StepKind) String() string {
 }
 
 func (StepKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[2].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[5].Descriptor()
 }
 
 func (StepKind) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[2]
+	return &file_agentmesh_v1_task_proto_enumTypes[5]
 }
 
 func (x StepKind) Number() protoreflect.EnumNumber {
@@ -204,7 +397,7 @@ func (x StepKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepKind.Descriptor instead.
 func (StepKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 // EventType says what a task event records.
@@ -218,6 +411,8 @@ const (
 	EventType_EVENT_TYPE_STATUS EventType = 2
 	// The agent took a step.
 	EventType_EVENT_TYPE_STEP EventType = 3
+	// Streamed model output (live only: seq 0, not in the history).
+	EventType_EVENT_TYPE_TOKEN EventType = 4
 )
 
 // Enum value maps for EventType.
@@ -227,12 +422,14 @@ var (
 		1: "EVENT_TYPE_CREATED",
 		2: "EVENT_TYPE_STATUS",
 		3: "EVENT_TYPE_STEP",
+		4: "EVENT_TYPE_TOKEN",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
 		"EVENT_TYPE_CREATED":     1,
 		"EVENT_TYPE_STATUS":      2,
 		"EVENT_TYPE_STEP":        3,
+		"EVENT_TYPE_TOKEN":       4,
 	}
 )
 
@@ -247,11 +444,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[3].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[6].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[3]
+	return &file_agentmesh_v1_task_proto_enumTypes[6]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -260,7 +457,64 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+// ToolPolicy overrides a tool's default approval rule for one agent.
+type ToolPolicy int32
+
+const (
+	ToolPolicy_TOOL_POLICY_UNSPECIFIED ToolPolicy = 0
+	// The tool's default (by its risk class).
+	ToolPolicy_TOOL_POLICY_DEFAULT          ToolPolicy = 1
+	ToolPolicy_TOOL_POLICY_ALLOW            ToolPolicy = 2
+	ToolPolicy_TOOL_POLICY_REQUIRE_APPROVAL ToolPolicy = 3
+	ToolPolicy_TOOL_POLICY_DENY             ToolPolicy = 4
+)
+
+// Enum value maps for ToolPolicy.
+var (
+	ToolPolicy_name = map[int32]string{
+		0: "TOOL_POLICY_UNSPECIFIED",
+		1: "TOOL_POLICY_DEFAULT",
+		2: "TOOL_POLICY_ALLOW",
+		3: "TOOL_POLICY_REQUIRE_APPROVAL",
+		4: "TOOL_POLICY_DENY",
+	}
+	ToolPolicy_value = map[string]int32{
+		"TOOL_POLICY_UNSPECIFIED":      0,
+		"TOOL_POLICY_DEFAULT":          1,
+		"TOOL_POLICY_ALLOW":            2,
+		"TOOL_POLICY_REQUIRE_APPROVAL": 3,
+		"TOOL_POLICY_DENY":             4,
+	}
+)
+
+func (x ToolPolicy) Enum() *ToolPolicy {
+	p := new(ToolPolicy)
+	*p = x
+	return p
+}
+
+func (x ToolPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
+}
+
+func (ToolPolicy) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[7]
+}
+
+func (x ToolPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolPolicy.Descriptor instead.
+func (ToolPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 // Usage counts the tokens a model call (or a whole task) consumed.
@@ -269,8 +523,11 @@ type Usage struct {
 	PromptTokens     int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens int64                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	TotalTokens      int64                  `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Cost in US dollars from the executor's price table (0 when the model
+	// has no price).
+	CostUsd       float64 `protobuf:"fixed64,4,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -324,6 +581,251 @@ func (x *Usage) GetTotalTokens() int64 {
 	return 0
 }
 
+func (x *Usage) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+// Budget bounds one task. Zero fields do not bound.
+type Budget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxSteps      int32                  `protobuf:"varint,1,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	MaxTokens     int64                  `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	MaxCostUsd    float64                `protobuf:"fixed64,3,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	MaxWallTime   *durationpb.Duration   `protobuf:"bytes,4,opt,name=max_wall_time,json=maxWallTime,proto3" json:"max_wall_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budget) GetMaxSteps() int32 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxTokens() int64 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxCostUsd() float64 {
+	if x != nil {
+		return x.MaxCostUsd
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxWallTime() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWallTime
+	}
+	return nil
+}
+
+// Approval is a tool call waiting for (or decided by) a person.
+type Approval struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TaskId     string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Org        string                 `protobuf:"bytes,3,opt,name=org,proto3" json:"org,omitempty"`
+	Agent      string                 `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	ToolCallId string                 `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Tool       string                 `protobuf:"bytes,6,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The exact arguments that will run if approved (JSON).
+	Arguments string `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// The tool's risk class ("write", "network", "execute", ...).
+	Risk string `protobuf:"bytes,8,opt,name=risk,proto3" json:"risk,omitempty"`
+	// Why approval is needed, for the person deciding.
+	Reason    string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Status    ApprovalStatus         `protobuf:"varint,10,opt,name=status,proto3,enum=agentmesh.v1.ApprovalStatus" json:"status,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Deadline  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// Who decided (the org of the API key; "system" for an expiry).
+	DecidedBy     string `protobuf:"bytes,14,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Comment       string `protobuf:"bytes,15,opt,name=comment,proto3" json:"comment,omitempty"`
+	Attempt       int32  `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Approval) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Approval) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Approval) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *Approval) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *Approval) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *Approval) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *Approval) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *Approval) GetRisk() string {
+	if x != nil {
+		return x.Risk
+	}
+	return ""
+}
+
+func (x *Approval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Approval) GetStatus() ApprovalStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ApprovalStatus_APPROVAL_STATUS_UNSPECIFIED
+}
+
+func (x *Approval) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Approval) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *Approval) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
 // Task is one unit of work for one agent.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -355,14 +857,18 @@ type Task struct {
 	// The agent's configuration as it was when the task was accepted.
 	AgentSpec *Agent `protobuf:"bytes,21,opt,name=agent_spec,json=agentSpec,proto3" json:"agent_spec,omitempty"`
 	// The executor node that runs (or ran) the current attempt.
-	Node          string `protobuf:"bytes,22,opt,name=node,proto3" json:"node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Node   string  `protobuf:"bytes,22,opt,name=node,proto3" json:"node,omitempty"`
+	Budget *Budget `protobuf:"bytes,23,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The approval the task waits for (status blocked).
+	PendingApproval *Approval   `protobuf:"bytes,24,opt,name=pending_approval,json=pendingApproval,proto3" json:"pending_approval,omitempty"`
+	FailureKind     FailureKind `protobuf:"varint,25,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[1]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +880,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[1]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +893,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Task) GetId() string {
@@ -544,6 +1050,27 @@ func (x *Task) GetNode() string {
 	return ""
 }
 
+func (x *Task) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *Task) GetPendingApproval() *Approval {
+	if x != nil {
+		return x.PendingApproval
+	}
+	return nil
+}
+
+func (x *Task) GetFailureKind() FailureKind {
+	if x != nil {
+		return x.FailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
 // ToolCall is a model's request to run a tool.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -557,7 +1084,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[2]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +1096,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[2]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +1109,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolCall) GetId() string {
@@ -615,22 +1142,35 @@ type Step struct {
 	Content   string      `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	ToolCalls []*ToolCall `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	// The tool call this step belongs to (TOOL_CALL, TOOL_RESULT).
-	ToolCallId    string               `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	ToolName      string               `protobuf:"bytes,6,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
-	Arguments     string               `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	IsError       bool                 `protobuf:"varint,8,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	Usage         *Usage               `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
-	Model         string               `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
-	Duration      *durationpb.Duration `protobuf:"bytes,11,opt,name=duration,proto3" json:"duration,omitempty"`
-	Attempt       int32                `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	FinishReason  string               `protobuf:"bytes,13,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	ToolCallId   string               `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ToolName     string               `protobuf:"bytes,6,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	Arguments    string               `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	IsError      bool                 `protobuf:"varint,8,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	Usage        *Usage               `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Model        string               `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	Duration     *durationpb.Duration `protobuf:"bytes,11,opt,name=duration,proto3" json:"duration,omitempty"`
+	Attempt      int32                `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	FinishReason string               `protobuf:"bytes,13,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	// TOOL_CALL: the executor's decision; TOOL_RESULT: the decision it ran under.
+	Decision ToolDecision `protobuf:"varint,14,opt,name=decision,proto3,enum=agentmesh.v1.ToolDecision" json:"decision,omitempty"`
+	// SHA-256 (hex) of the arguments, for the audit trail.
+	ArgumentsSha256 string `protobuf:"bytes,15,opt,name=arguments_sha256,json=argumentsSha256,proto3" json:"arguments_sha256,omitempty"`
+	// TOOL_RESULT: size of the full output in bytes (before truncation).
+	ResultBytes int64 `protobuf:"varint,16,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// The output was cut to the tool's cap.
+	Truncated bool `protobuf:"varint,17,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// Stable per task and tool call: tools with side effects pass it on.
+	IdempotencyKey string `protobuf:"bytes,18,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	ApprovalId     string `protobuf:"bytes,19,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// The tool's risk class.
+	Risk          string `protobuf:"bytes,20,opt,name=risk,proto3" json:"risk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[3]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +1182,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[3]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +1195,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Step) GetIndex() int32 {
@@ -749,6 +1289,55 @@ func (x *Step) GetFinishReason() string {
 	return ""
 }
 
+func (x *Step) GetDecision() ToolDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return ToolDecision_TOOL_DECISION_UNSPECIFIED
+}
+
+func (x *Step) GetArgumentsSha256() string {
+	if x != nil {
+		return x.ArgumentsSha256
+	}
+	return ""
+}
+
+func (x *Step) GetResultBytes() int64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *Step) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *Step) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *Step) GetApprovalId() string {
+	if x != nil {
+		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *Step) GetRisk() string {
+	if x != nil {
+		return x.Risk
+	}
+	return ""
+}
+
 // TaskEvent is one entry of a task's history. Seq starts at 1 and grows by
 // one per event; it is the cursor of WatchTask.
 type TaskEvent struct {
@@ -763,16 +1352,21 @@ type TaskEvent struct {
 	Attempt    int32                  `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Step       *Step                  `protobuf:"bytes,9,opt,name=step,proto3" json:"step,omitempty"`
 	// The result of a completed task (on the event that completed it).
-	Result        string `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
-	Org           string `protobuf:"bytes,11,opt,name=org,proto3" json:"org,omitempty"`
-	Node          string `protobuf:"bytes,12,opt,name=node,proto3" json:"node,omitempty"`
+	Result string `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	Org    string `protobuf:"bytes,11,opt,name=org,proto3" json:"org,omitempty"`
+	Node   string `protobuf:"bytes,12,opt,name=node,proto3" json:"node,omitempty"`
+	// The approval requested (to blocked) or decided (from blocked).
+	Approval    *Approval   `protobuf:"bytes,13,opt,name=approval,proto3" json:"approval,omitempty"`
+	FailureKind FailureKind `protobuf:"varint,14,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	// EVENT_TYPE_TOKEN: a piece of model output.
+	Token         string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1378,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1391,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -884,6 +1478,27 @@ func (x *TaskEvent) GetNode() string {
 	return ""
 }
 
+func (x *TaskEvent) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetFailureKind() FailureKind {
+	if x != nil {
+		return x.FailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *TaskEvent) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
 type SubmitTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
@@ -896,13 +1511,15 @@ type SubmitTaskRequest struct {
 	Metadata       map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// A retried submit with the same key returns the first task.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bounds of this task; unset fields take the agent's budget.
+	Budget        *Budget `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1531,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1544,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitTaskRequest) GetTitle() string {
@@ -979,6 +1596,13 @@ func (x *SubmitTaskRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *SubmitTaskRequest) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 type SubmitTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -990,7 +1614,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1626,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1639,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -1041,7 +1665,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1677,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1690,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1085,7 +1709,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1721,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1734,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1135,7 +1759,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1771,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1784,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksRequest) GetStatuses() []TaskStatus {
@@ -1215,7 +1839,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1851,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1864,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1267,7 +1891,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1903,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1916,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1318,7 +1942,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1954,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1967,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1364,7 +1988,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +2000,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +2013,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -1417,7 +2041,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2053,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2066,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchTaskResponse) GetEvent() *TaskEvent {
@@ -1471,7 +2095,7 @@ type GetTaskHistoryRequest struct {
 
 func (x *GetTaskHistoryRequest) Reset() {
 	*x = GetTaskHistoryRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +2107,7 @@ func (x *GetTaskHistoryRequest) String() string {
 func (*GetTaskHistoryRequest) ProtoMessage() {}
 
 func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +2120,7 @@ func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetTaskHistoryRequest) GetId() string {
@@ -1529,7 +2153,7 @@ type GetTaskHistoryResponse struct {
 
 func (x *GetTaskHistoryResponse) Reset() {
 	*x = GetTaskHistoryResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +2165,7 @@ func (x *GetTaskHistoryResponse) String() string {
 func (*GetTaskHistoryResponse) ProtoMessage() {}
 
 func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +2178,7 @@ func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
@@ -1562,6 +2186,119 @@ func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
 		return x.Events
 	}
 	return nil
+}
+
+type GetUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Only tasks of this agent.
+	Agent         string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetUsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type GetUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Usage         *Usage                 `protobuf:"bytes,1,opt,name=usage,proto3" json:"usage,omitempty"`
+	Tasks         int64                  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetUsageResponse) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetTasks() int64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
 }
 
 // ModelSettings say which model an agent reasons with.
@@ -1574,14 +2311,21 @@ type ModelSettings struct {
 	// Sampling temperature; unset means the provider's default.
 	Temperature *float32 `protobuf:"fixed32,3,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	// Maximum completion tokens per turn; 0 means the provider's default.
-	MaxTokens     int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	MaxTokens int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// Name of the secret holding the API key, resolved by the executor from
+	// its environment (AGENTMESH_SECRET_<NAME>); empty = the executor's key.
+	// The key never reaches the agent's child process.
+	ApiKeySecret string `protobuf:"bytes,5,opt,name=api_key_secret,json=apiKeySecret,proto3" json:"api_key_secret,omitempty"`
+	// Tool-calling protocol: "native" (the provider's tool calls, default)
+	// or "react" (a JSON ReAct protocol for models without tool calling).
+	ToolProtocol  string `protobuf:"bytes,6,opt,name=tool_protocol,json=toolProtocol,proto3" json:"tool_protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +2337,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +2350,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModelSettings) GetBaseUrl() string {
@@ -1637,6 +2381,102 @@ func (x *ModelSettings) GetMaxTokens() int32 {
 	return 0
 }
 
+func (x *ModelSettings) GetApiKeySecret() string {
+	if x != nil {
+		return x.ApiKeySecret
+	}
+	return ""
+}
+
+func (x *ModelSettings) GetToolProtocol() string {
+	if x != nil {
+		return x.ToolProtocol
+	}
+	return ""
+}
+
+// McpServer is a Model Context Protocol server whose tools join an agent's.
+// Exactly one of command (stdio, run inside the agent's sandbox) or url
+// (streamable HTTP, called by the executor) is set.
+type McpServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lower-case letters, digits, '-' and '_'; its tools are named
+	// "<name>__<tool>".
+	Name    string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Command []string          `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	Env     map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Url     string            `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	// Every call of this server's tools needs a person's approval.
+	RequireApproval bool `protobuf:"varint,5,opt,name=require_approval,json=requireApproval,proto3" json:"require_approval,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *McpServer) Reset() {
+	*x = McpServer{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServer) ProtoMessage() {}
+
+func (x *McpServer) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
+func (*McpServer) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *McpServer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServer) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *McpServer) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *McpServer) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *McpServer) GetRequireApproval() bool {
+	if x != nil {
+		return x.RequireApproval
+	}
+	return false
+}
+
 // Agent is a configured agent: a model, a prompt, tools and skills.
 type Agent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1656,14 +2496,21 @@ type Agent struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// Grows by one per update.
-	Version       int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// Default bounds of this agent's tasks.
+	Budget     *Budget      `protobuf:"bytes,12,opt,name=budget,proto3" json:"budget,omitempty"`
+	McpServers []*McpServer `protobuf:"bytes,13,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// Per-tool approval policy overrides (tool name → policy).
+	ToolPolicies map[string]ToolPolicy `protobuf:"bytes,14,rep,name=tool_policies,json=toolPolicies,proto3" json:"tool_policies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=agentmesh.v1.ToolPolicy"`
+	// How long a pending approval waits before the task fails; 0 = 1 hour.
+	ApprovalTimeout *durationpb.Duration `protobuf:"bytes,15,opt,name=approval_timeout,json=approvalTimeout,proto3" json:"approval_timeout,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2522,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2535,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Agent) GetName() string {
@@ -1768,15 +2615,73 @@ func (x *Agent) GetVersion() int64 {
 	return 0
 }
 
+func (x *Agent) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *Agent) GetMcpServers() []*McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
+func (x *Agent) GetToolPolicies() map[string]ToolPolicy {
+	if x != nil {
+		return x.ToolPolicies
+	}
+	return nil
+}
+
+func (x *Agent) GetApprovalTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ApprovalTimeout
+	}
+	return nil
+}
+
 var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"|\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\x8b\a\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x19\n" +
+	"\bcost_usd\x18\x04 \x01(\x01R\acostUsd\"\xa5\x01\n" +
+	"\x06Budget\x12\x1b\n" +
+	"\tmax_steps\x18\x01 \x01(\x05R\bmaxSteps\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x03R\tmaxTokens\x12 \n" +
+	"\fmax_cost_usd\x18\x03 \x01(\x01R\n" +
+	"maxCostUsd\x12=\n" +
+	"\rmax_wall_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vmaxWallTime\"\x92\x04\n" +
+	"\bApproval\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x10\n" +
+	"\x03org\x18\x03 \x01(\tR\x03org\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04tool\x18\x06 \x01(\tR\x04tool\x12\x1c\n" +
+	"\targuments\x18\a \x01(\tR\targuments\x12\x12\n" +
+	"\x04risk\x18\b \x01(\tR\x04risk\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x124\n" +
+	"\x06status\x18\n" +
+	" \x01(\x0e2\x1c.agentmesh.v1.ApprovalStatusR\x06status\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x126\n" +
+	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
+	"\n" +
+	"decided_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
+	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
+	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xba\b\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -1806,14 +2711,17 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0elast_event_seq\x18\x14 \x01(\x03R\flastEventSeq\x122\n" +
 	"\n" +
 	"agent_spec\x18\x15 \x01(\v2\x13.agentmesh.v1.AgentR\tagentSpec\x12\x12\n" +
-	"\x04node\x18\x16 \x01(\tR\x04node\x1a;\n" +
+	"\x04node\x18\x16 \x01(\tR\x04node\x12,\n" +
+	"\x06budget\x18\x17 \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12A\n" +
+	"\x10pending_approval\x18\x18 \x01(\v2\x16.agentmesh.v1.ApprovalR\x0fpendingApproval\x12<\n" +
+	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xc8\x03\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xca\x05\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.agentmesh.v1.StepKindR\x04kind\x12\x18\n" +
@@ -1830,7 +2738,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	" \x01(\tR\x05model\x125\n" +
 	"\bduration\x18\v \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
 	"\aattempt\x18\f \x01(\x05R\aattempt\x12#\n" +
-	"\rfinish_reason\x18\r \x01(\tR\ffinishReason\"\x98\x03\n" +
+	"\rfinish_reason\x18\r \x01(\tR\ffinishReason\x126\n" +
+	"\bdecision\x18\x0e \x01(\x0e2\x1a.agentmesh.v1.ToolDecisionR\bdecision\x12)\n" +
+	"\x10arguments_sha256\x18\x0f \x01(\tR\x0fargumentsSha256\x12!\n" +
+	"\fresult_bytes\x18\x10 \x01(\x03R\vresultBytes\x12\x1c\n" +
+	"\ttruncated\x18\x11 \x01(\bR\ttruncated\x12'\n" +
+	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
+	"\vapproval_id\x18\x13 \x01(\tR\n" +
+	"approvalId\x12\x12\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xa0\x04\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -1845,7 +2761,10 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x06result\x18\n" +
 	" \x01(\tR\x06result\x12\x10\n" +
 	"\x03org\x18\v \x01(\tR\x03org\x12\x12\n" +
-	"\x04node\x18\f \x01(\tR\x04node\"\xe3\x02\n" +
+	"\x04node\x18\f \x01(\tR\x04node\x122\n" +
+	"\bapproval\x18\r \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
+	"\ffailure_kind\x18\x0e \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x14\n" +
+	"\x05token\x18\x0f \x01(\tR\x05token\"\x91\x03\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -1853,7 +2772,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0frequired_skills\x18\x04 \x03(\tR\x0erequiredSkills\x122\n" +
 	"\bpriority\x18\x05 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12I\n" +
 	"\bmetadata\x18\x06 \x03(\v2-.agentmesh.v1.SubmitTaskRequest.MetadataEntryR\bmetadata\x12'\n" +
-	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x1a;\n" +
+	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12,\n" +
+	"\x06budget\x18\b \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -1891,14 +2811,32 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"I\n" +
 	"\x16GetTaskHistoryResponse\x12/\n" +
-	"\x06events\x18\x01 \x03(\v2\x17.agentmesh.v1.TaskEventR\x06events\"\x96\x01\n" +
+	"\x06events\x18\x01 \x03(\v2\x17.agentmesh.v1.TaskEventR\x06events\"\xab\x01\n" +
+	"\x0fGetUsageRequest\x12?\n" +
+	"\rcreated_after\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\"S\n" +
+	"\x10GetUsageResponse\x12)\n" +
+	"\x05usage\x18\x01 \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05tasks\x18\x02 \x01(\x03R\x05tasks\"\xe1\x01\n" +
 	"\rModelSettings\x12\x19\n" +
 	"\bbase_url\x18\x01 \x01(\tR\abaseUrl\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12%\n" +
 	"\vtemperature\x18\x03 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\x04 \x01(\x05R\tmaxTokensB\x0e\n" +
-	"\f_temperature\"\x99\x03\n" +
+	"max_tokens\x18\x04 \x01(\x05R\tmaxTokens\x12$\n" +
+	"\x0eapi_key_secret\x18\x05 \x01(\tR\fapiKeySecret\x12#\n" +
+	"\rtool_protocol\x18\x06 \x01(\tR\ftoolProtocolB\x0e\n" +
+	"\f_temperature\"\xe2\x01\n" +
+	"\tMcpServer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x122\n" +
+	"\x03env\x18\x03 \x03(\v2 .agentmesh.v1.McpServer.EnvEntryR\x03env\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\x12)\n" +
+	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x05\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -1913,7 +2851,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
-	"\aversion\x18\v \x01(\x03R\aversion*\xf4\x01\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\x12,\n" +
+	"\x06budget\x18\f \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x128\n" +
+	"\vmcp_servers\x18\r \x03(\v2\x17.agentmesh.v1.McpServerR\n" +
+	"mcpServers\x12J\n" +
+	"\rtool_policies\x18\x0e \x03(\v2%.agentmesh.v1.Agent.ToolPoliciesEntryR\ftoolPolicies\x12D\n" +
+	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x1aY\n" +
+	"\x11ToolPoliciesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01*\xf4\x01\n" +
 	"\n" +
 	"TaskStatus\x12\x1b\n" +
 	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1931,17 +2877,47 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*s\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\xdf\x01\n" +
+	"\vFailureKind\x12\x1c\n" +
+	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
+	"\x12FAILURE_KIND_MODEL\x10\x02\x12\x17\n" +
+	"\x13FAILURE_KIND_BUDGET\x10\x03\x12\x19\n" +
+	"\x15FAILURE_KIND_RESOURCE\x10\x04\x12\x18\n" +
+	"\x14FAILURE_KIND_TIMEOUT\x10\x05\x12\x19\n" +
+	"\x15FAILURE_KIND_APPROVAL\x10\x06\x12\x19\n" +
+	"\x15FAILURE_KIND_INTERNAL\x10\a*\xbe\x01\n" +
+	"\fToolDecision\x12\x1d\n" +
+	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_DECISION_ALLOWED\x10\x01\x12\x1a\n" +
+	"\x16TOOL_DECISION_APPROVED\x10\x02\x12\x18\n" +
+	"\x14TOOL_DECISION_DENIED\x10\x03\x12\x1a\n" +
+	"\x16TOOL_DECISION_REJECTED\x10\x04\x12\"\n" +
+	"\x1eTOOL_DECISION_PENDING_APPROVAL\x10\x05*\xa7\x01\n" +
+	"\x0eApprovalStatus\x12\x1f\n" +
+	"\x1bAPPROVAL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17APPROVAL_STATUS_PENDING\x10\x01\x12\x1c\n" +
+	"\x18APPROVAL_STATUS_APPROVED\x10\x02\x12\x1c\n" +
+	"\x18APPROVAL_STATUS_REJECTED\x10\x03\x12\x1b\n" +
+	"\x17APPROVAL_STATUS_EXPIRED\x10\x04*s\n" +
 	"\bStepKind\x12\x19\n" +
 	"\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STEP_KIND_MODEL_TURN\x10\x01\x12\x17\n" +
 	"\x13STEP_KIND_TOOL_CALL\x10\x02\x12\x19\n" +
-	"\x15STEP_KIND_TOOL_RESULT\x10\x03*k\n" +
+	"\x15STEP_KIND_TOOL_RESULT\x10\x03*\x81\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x15\n" +
 	"\x11EVENT_TYPE_STATUS\x10\x02\x12\x13\n" +
-	"\x0fEVENT_TYPE_STEP\x10\x032\xf2\x03\n" +
+	"\x0fEVENT_TYPE_STEP\x10\x03\x12\x14\n" +
+	"\x10EVENT_TYPE_TOKEN\x10\x04*\x91\x01\n" +
+	"\n" +
+	"ToolPolicy\x12\x1b\n" +
+	"\x17TOOL_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TOOL_POLICY_DEFAULT\x10\x01\x12\x15\n" +
+	"\x11TOOL_POLICY_ALLOW\x10\x02\x12 \n" +
+	"\x1cTOOL_POLICY_REQUIRE_APPROVAL\x10\x03\x12\x14\n" +
+	"\x10TOOL_POLICY_DENY\x10\x042\xbd\x04\n" +
 	"\vTaskService\x12O\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.agentmesh.v1.SubmitTaskRequest\x1a .agentmesh.v1.SubmitTaskResponse\x12F\n" +
@@ -1950,7 +2926,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12N\n" +
 	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse0\x01\x12[\n" +
-	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponse\x12I\n" +
+	"\bGetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_task_proto_rawDescOnce sync.Once
@@ -1964,88 +2941,122 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_task_proto_rawDescData
 }
 
-var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
-	(StepKind)(0),                  // 2: agentmesh.v1.StepKind
-	(EventType)(0),                 // 3: agentmesh.v1.EventType
-	(*Usage)(nil),                  // 4: agentmesh.v1.Usage
-	(*Task)(nil),                   // 5: agentmesh.v1.Task
-	(*ToolCall)(nil),               // 6: agentmesh.v1.ToolCall
-	(*Step)(nil),                   // 7: agentmesh.v1.Step
-	(*TaskEvent)(nil),              // 8: agentmesh.v1.TaskEvent
-	(*SubmitTaskRequest)(nil),      // 9: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 10: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 11: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 12: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 13: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 14: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 15: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 16: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 17: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 18: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 19: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 20: agentmesh.v1.GetTaskHistoryResponse
-	(*ModelSettings)(nil),          // 21: agentmesh.v1.ModelSettings
-	(*Agent)(nil),                  // 22: agentmesh.v1.Agent
-	nil,                            // 23: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 24: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(FailureKind)(0),               // 2: agentmesh.v1.FailureKind
+	(ToolDecision)(0),              // 3: agentmesh.v1.ToolDecision
+	(ApprovalStatus)(0),            // 4: agentmesh.v1.ApprovalStatus
+	(StepKind)(0),                  // 5: agentmesh.v1.StepKind
+	(EventType)(0),                 // 6: agentmesh.v1.EventType
+	(ToolPolicy)(0),                // 7: agentmesh.v1.ToolPolicy
+	(*Usage)(nil),                  // 8: agentmesh.v1.Usage
+	(*Budget)(nil),                 // 9: agentmesh.v1.Budget
+	(*Approval)(nil),               // 10: agentmesh.v1.Approval
+	(*Task)(nil),                   // 11: agentmesh.v1.Task
+	(*ToolCall)(nil),               // 12: agentmesh.v1.ToolCall
+	(*Step)(nil),                   // 13: agentmesh.v1.Step
+	(*TaskEvent)(nil),              // 14: agentmesh.v1.TaskEvent
+	(*SubmitTaskRequest)(nil),      // 15: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 16: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 17: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 18: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 19: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 20: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 21: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 22: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 23: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 24: agentmesh.v1.WatchTaskResponse
+	(*GetTaskHistoryRequest)(nil),  // 25: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 26: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 27: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 28: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 29: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 30: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 31: agentmesh.v1.Agent
+	nil,                            // 32: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 33: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 34: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 35: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	1,  // 0: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	23, // 1: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
-	0,  // 2: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	25, // 3: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	25, // 4: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	25, // 5: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	25, // 6: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	4,  // 7: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	22, // 8: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
-	2,  // 9: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	6,  // 10: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	4,  // 11: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	26, // 12: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 13: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	25, // 14: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 15: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 16: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	7,  // 17: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	1,  // 18: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	24, // 19: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	5,  // 20: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	5,  // 21: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 22: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	25, // 23: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	25, // 24: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	5,  // 25: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	5,  // 26: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	8,  // 27: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 28: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	8,  // 29: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	21, // 30: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	25, // 31: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	25, // 32: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 33: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	11, // 34: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	13, // 35: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	15, // 36: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	17, // 37: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	19, // 38: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	10, // 39: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	12, // 40: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	14, // 41: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	16, // 42: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	18, // 43: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	20, // 44: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	39, // [39:45] is the sub-list for method output_type
-	33, // [33:39] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	36, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	4,  // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
+	37, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	37, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	37, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	1,  // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
+	32, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	0,  // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
+	37, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	37, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	37, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
+	31, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	9,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
+	10, // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
+	2,  // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
+	5,  // 17: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	12, // 18: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	8,  // 19: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	36, // 20: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,  // 21: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	6,  // 22: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	37, // 23: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 24: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,  // 25: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	13, // 26: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	10, // 27: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,  // 28: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	1,  // 29: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	33, // 30: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	9,  // 31: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	11, // 32: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	11, // 33: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,  // 34: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	37, // 35: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	37, // 36: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	11, // 37: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	11, // 38: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	14, // 39: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,  // 40: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	14, // 41: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	37, // 42: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	37, // 43: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	8,  // 44: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	34, // 45: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	29, // 46: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	37, // 47: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	37, // 48: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 49: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	30, // 50: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	35, // 51: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	36, // 52: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	7,  // 53: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	15, // 54: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	17, // 55: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	19, // 56: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	21, // 57: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	23, // 58: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	25, // 59: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	27, // 60: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	16, // 61: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	18, // 62: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	20, // 63: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	22, // 64: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	24, // 65: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	26, // 66: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	28, // 67: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	61, // [61:68] is the sub-list for method output_type
+	54, // [54:61] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -2053,14 +3064,14 @@ func file_agentmesh_v1_task_proto_init() {
 	if File_agentmesh_v1_task_proto != nil {
 		return
 	}
-	file_agentmesh_v1_task_proto_msgTypes[17].OneofWrappers = []any{}
+	file_agentmesh_v1_task_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   21,
+			NumEnums:      8,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

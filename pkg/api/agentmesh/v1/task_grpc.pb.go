@@ -25,6 +25,7 @@ const (
 	TaskService_CancelTask_FullMethodName     = "/agentmesh.v1.TaskService/CancelTask"
 	TaskService_WatchTask_FullMethodName      = "/agentmesh.v1.TaskService/WatchTask"
 	TaskService_GetTaskHistory_FullMethodName = "/agentmesh.v1.TaskService/GetTaskHistory"
+	TaskService_GetUsage_FullMethodName       = "/agentmesh.v1.TaskService/GetUsage"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -48,6 +49,9 @@ type TaskServiceClient interface {
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(ctx context.Context, in *GetTaskHistoryRequest, opts ...grpc.CallOption) (*GetTaskHistoryResponse, error)
+	// GetUsage sums tokens and cost of the caller's org's tasks created in a
+	// time range.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 }
 
 type taskServiceClient struct {
@@ -127,6 +131,16 @@ func (c *taskServiceClient) GetTaskHistory(ctx context.Context, in *GetTaskHisto
 	return out, nil
 }
 
+func (c *taskServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, TaskService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -148,6 +162,9 @@ type TaskServiceServer interface {
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(context.Context, *GetTaskHistoryRequest) (*GetTaskHistoryResponse, error)
+	// GetUsage sums tokens and cost of the caller's org's tasks created in a
+	// time range.
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -175,6 +192,9 @@ func (UnimplementedTaskServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerSt
 }
 func (UnimplementedTaskServiceServer) GetTaskHistory(context.Context, *GetTaskHistoryRequest) (*GetTaskHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTaskHistory not implemented")
+}
+func (UnimplementedTaskServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -298,6 +318,24 @@ func _TaskService_GetTaskHistory_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +362,10 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetTaskHistory",
 			Handler:    _TaskService_GetTaskHistory_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _TaskService_GetUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -453,7 +453,11 @@ type TransitionRequest struct {
 	Result      string `protobuf:"bytes,7,opt,name=result,proto3" json:"result,omitempty"`
 	Node        string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
 	// When set, a task of another org is not found.
-	Org           string `protobuf:"bytes,9,opt,name=org,proto3" json:"org,omitempty"`
+	Org string `protobuf:"bytes,9,opt,name=org,proto3" json:"org,omitempty"`
+	// To blocked: the approval requested. From blocked: the decision (its id
+	// must match the pending one).
+	Approval      *v1.Approval   `protobuf:"bytes,10,opt,name=approval,proto3" json:"approval,omitempty"`
+	FailureKind   v1.FailureKind `protobuf:"varint,11,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +553,20 @@ func (x *TransitionRequest) GetOrg() string {
 		return x.Org
 	}
 	return ""
+}
+
+func (x *TransitionRequest) GetApproval() *v1.Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+func (x *TransitionRequest) GetFailureKind() v1.FailureKind {
+	if x != nil {
+		return x.FailureKind
+	}
+	return v1.FailureKind(0)
 }
 
 type TransitionResponse struct {
@@ -839,6 +857,126 @@ func (x *HistoryResponse) GetLastSeq() int64 {
 	return 0
 }
 
+type UsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Org           string                 `protobuf:"bytes,1,opt,name=org,proto3" json:"org,omitempty"`
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	Agent         string                 `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRequest) Reset() {
+	*x = UsageRequest{}
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRequest) ProtoMessage() {}
+
+func (x *UsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRequest.ProtoReflect.Descriptor instead.
+func (*UsageRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UsageRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *UsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *UsageRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *UsageRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type UsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Usage         *v1.Usage              `protobuf:"bytes,1,opt,name=usage,proto3" json:"usage,omitempty"`
+	Tasks         int64                  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageResponse) Reset() {
+	*x = UsageResponse{}
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageResponse) ProtoMessage() {}
+
+func (x *UsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageResponse.ProtoReflect.Descriptor instead.
+func (*UsageResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UsageResponse) GetUsage() *v1.Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetTasks() int64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
 type PutAgentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Agent *v1.Agent              `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
@@ -851,7 +989,7 @@ type PutAgentRequest struct {
 
 func (x *PutAgentRequest) Reset() {
 	*x = PutAgentRequest{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[13]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1001,7 @@ func (x *PutAgentRequest) String() string {
 func (*PutAgentRequest) ProtoMessage() {}
 
 func (x *PutAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[13]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1014,7 @@ func (x *PutAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAgentRequest.ProtoReflect.Descriptor instead.
 func (*PutAgentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutAgentRequest) GetAgent() *v1.Agent {
@@ -909,7 +1047,7 @@ type PutAgentResponse struct {
 
 func (x *PutAgentResponse) Reset() {
 	*x = PutAgentResponse{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[14]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1059,7 @@ func (x *PutAgentResponse) String() string {
 func (*PutAgentResponse) ProtoMessage() {}
 
 func (x *PutAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[14]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1072,7 @@ func (x *PutAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAgentResponse.ProtoReflect.Descriptor instead.
 func (*PutAgentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutAgentResponse) GetAgent() *v1.Agent {
@@ -953,7 +1091,7 @@ type GetAgentRequest struct {
 
 func (x *GetAgentRequest) Reset() {
 	*x = GetAgentRequest{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[15]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1103,7 @@ func (x *GetAgentRequest) String() string {
 func (*GetAgentRequest) ProtoMessage() {}
 
 func (x *GetAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[15]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1116,7 @@ func (x *GetAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetAgentRequest) GetName() string {
@@ -997,7 +1135,7 @@ type GetAgentResponse struct {
 
 func (x *GetAgentResponse) Reset() {
 	*x = GetAgentResponse{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[16]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1147,7 @@ func (x *GetAgentResponse) String() string {
 func (*GetAgentResponse) ProtoMessage() {}
 
 func (x *GetAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[16]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1160,7 @@ func (x *GetAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetAgentResponse) GetAgent() *v1.Agent {
@@ -1043,7 +1181,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[17]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1193,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[17]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1206,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListAgentsRequest) GetSkill() string {
@@ -1102,7 +1240,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[18]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1252,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[18]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1265,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*v1.Agent {
@@ -1153,7 +1291,7 @@ type DeleteAgentRequest struct {
 
 func (x *DeleteAgentRequest) Reset() {
 	*x = DeleteAgentRequest{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[19]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1303,7 @@ func (x *DeleteAgentRequest) String() string {
 func (*DeleteAgentRequest) ProtoMessage() {}
 
 func (x *DeleteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[19]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1316,7 @@ func (x *DeleteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAgentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteAgentRequest) GetName() string {
@@ -1196,7 +1334,7 @@ type DeleteAgentResponse struct {
 
 func (x *DeleteAgentResponse) Reset() {
 	*x = DeleteAgentResponse{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[20]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1346,7 @@ func (x *DeleteAgentResponse) String() string {
 func (*DeleteAgentResponse) ProtoMessage() {}
 
 func (x *DeleteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[20]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1359,7 @@ func (x *DeleteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteAgentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{22}
 }
 
 // AgentEvent is published when an agent is created, updated or deleted.
@@ -1235,7 +1373,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[21]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1385,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[21]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1398,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AgentEvent) GetAgent() *v1.Agent {
@@ -1290,7 +1428,7 @@ type MatchRequest struct {
 
 func (x *MatchRequest) Reset() {
 	*x = MatchRequest{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[22]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1440,7 @@ func (x *MatchRequest) String() string {
 func (*MatchRequest) ProtoMessage() {}
 
 func (x *MatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[22]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1453,7 @@ func (x *MatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchRequest.ProtoReflect.Descriptor instead.
 func (*MatchRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MatchRequest) GetAgent() string {
@@ -1344,7 +1482,7 @@ type MatchCandidate struct {
 
 func (x *MatchCandidate) Reset() {
 	*x = MatchCandidate{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[23]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1494,7 @@ func (x *MatchCandidate) String() string {
 func (*MatchCandidate) ProtoMessage() {}
 
 func (x *MatchCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[23]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1507,7 @@ func (x *MatchCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchCandidate.ProtoReflect.Descriptor instead.
 func (*MatchCandidate) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MatchCandidate) GetAgent() string {
@@ -1404,7 +1542,7 @@ type MatchResponse struct {
 
 func (x *MatchResponse) Reset() {
 	*x = MatchResponse{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[24]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1554,7 @@ func (x *MatchResponse) String() string {
 func (*MatchResponse) ProtoMessage() {}
 
 func (x *MatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[24]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1567,7 @@ func (x *MatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchResponse.ProtoReflect.Descriptor instead.
 func (*MatchResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MatchResponse) GetAgent() *v1.Agent {
@@ -1458,7 +1596,7 @@ type WorkItem struct {
 
 func (x *WorkItem) Reset() {
 	*x = WorkItem{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[25]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1608,7 @@ func (x *WorkItem) String() string {
 func (*WorkItem) ProtoMessage() {}
 
 func (x *WorkItem) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[25]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1621,7 @@ func (x *WorkItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
 func (*WorkItem) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkItem) GetTask() *v1.Task {
@@ -1514,7 +1652,7 @@ type ExecutorHeartbeat struct {
 
 func (x *ExecutorHeartbeat) Reset() {
 	*x = ExecutorHeartbeat{}
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[26]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1664,7 @@ func (x *ExecutorHeartbeat) String() string {
 func (*ExecutorHeartbeat) ProtoMessage() {}
 
 func (x *ExecutorHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[26]
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1677,7 @@ func (x *ExecutorHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorHeartbeat.ProtoReflect.Descriptor instead.
 func (*ExecutorHeartbeat) Descriptor() ([]byte, []int) {
-	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecutorHeartbeat) GetNode() string {
@@ -1608,7 +1746,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"page_token\x18\b \x01(\tR\tpageToken\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x03\n" +
 	"\x11TransitionRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12,\n" +
 	"\x04from\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x04from\x12(\n" +
@@ -1618,7 +1756,10 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06result\x18\a \x01(\tR\x06result\x12\x12\n" +
 	"\x04node\x18\b \x01(\tR\x04node\x12\x10\n" +
-	"\x03org\x18\t \x01(\tR\x03org\"k\n" +
+	"\x03org\x18\t \x01(\tR\x03org\x122\n" +
+	"\bapproval\x18\n" +
+	" \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
+	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\"k\n" +
 	"\x12TransitionResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12-\n" +
 	"\x05event\x18\x02 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\"n\n" +
@@ -1636,7 +1777,15 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x0fHistoryResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.agentmesh.v1.TaskEventR\x06events\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x03R\alastSeq\"\x7f\n" +
+	"\blast_seq\x18\x03 \x01(\x03R\alastSeq\"\xba\x01\n" +
+	"\fUsageRequest\x12\x10\n" +
+	"\x03org\x18\x01 \x01(\tR\x03org\x12?\n" +
+	"\rcreated_after\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\"P\n" +
+	"\rUsageResponse\x12)\n" +
+	"\x05usage\x18\x01 \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05tasks\x18\x02 \x01(\x03R\x05tasks\"\x7f\n" +
 	"\x0fPutAgentRequest\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x16\n" +
 	"\x06create\x18\x02 \x01(\bR\x06create\x12)\n" +
@@ -1696,7 +1845,7 @@ func file_agentmesh_bus_v1_bus_proto_rawDescGZIP() []byte {
 	return file_agentmesh_bus_v1_bus_proto_rawDescData
 }
 
-var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*Error)(nil),                 // 0: agentmesh.bus.v1.Error
 	(*CreateTaskRequest)(nil),     // 1: agentmesh.bus.v1.CreateTaskRequest
@@ -1711,58 +1860,68 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*AppendStepResponse)(nil),    // 10: agentmesh.bus.v1.AppendStepResponse
 	(*HistoryRequest)(nil),        // 11: agentmesh.bus.v1.HistoryRequest
 	(*HistoryResponse)(nil),       // 12: agentmesh.bus.v1.HistoryResponse
-	(*PutAgentRequest)(nil),       // 13: agentmesh.bus.v1.PutAgentRequest
-	(*PutAgentResponse)(nil),      // 14: agentmesh.bus.v1.PutAgentResponse
-	(*GetAgentRequest)(nil),       // 15: agentmesh.bus.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),      // 16: agentmesh.bus.v1.GetAgentResponse
-	(*ListAgentsRequest)(nil),     // 17: agentmesh.bus.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),    // 18: agentmesh.bus.v1.ListAgentsResponse
-	(*DeleteAgentRequest)(nil),    // 19: agentmesh.bus.v1.DeleteAgentRequest
-	(*DeleteAgentResponse)(nil),   // 20: agentmesh.bus.v1.DeleteAgentResponse
-	(*AgentEvent)(nil),            // 21: agentmesh.bus.v1.AgentEvent
-	(*MatchRequest)(nil),          // 22: agentmesh.bus.v1.MatchRequest
-	(*MatchCandidate)(nil),        // 23: agentmesh.bus.v1.MatchCandidate
-	(*MatchResponse)(nil),         // 24: agentmesh.bus.v1.MatchResponse
-	(*WorkItem)(nil),              // 25: agentmesh.bus.v1.WorkItem
-	(*ExecutorHeartbeat)(nil),     // 26: agentmesh.bus.v1.ExecutorHeartbeat
-	(*v1.Task)(nil),               // 27: agentmesh.v1.Task
-	(v1.TaskStatus)(0),            // 28: agentmesh.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*v1.TaskEvent)(nil),          // 30: agentmesh.v1.TaskEvent
-	(*v1.Step)(nil),               // 31: agentmesh.v1.Step
-	(*v1.Agent)(nil),              // 32: agentmesh.v1.Agent
+	(*UsageRequest)(nil),          // 13: agentmesh.bus.v1.UsageRequest
+	(*UsageResponse)(nil),         // 14: agentmesh.bus.v1.UsageResponse
+	(*PutAgentRequest)(nil),       // 15: agentmesh.bus.v1.PutAgentRequest
+	(*PutAgentResponse)(nil),      // 16: agentmesh.bus.v1.PutAgentResponse
+	(*GetAgentRequest)(nil),       // 17: agentmesh.bus.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),      // 18: agentmesh.bus.v1.GetAgentResponse
+	(*ListAgentsRequest)(nil),     // 19: agentmesh.bus.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),    // 20: agentmesh.bus.v1.ListAgentsResponse
+	(*DeleteAgentRequest)(nil),    // 21: agentmesh.bus.v1.DeleteAgentRequest
+	(*DeleteAgentResponse)(nil),   // 22: agentmesh.bus.v1.DeleteAgentResponse
+	(*AgentEvent)(nil),            // 23: agentmesh.bus.v1.AgentEvent
+	(*MatchRequest)(nil),          // 24: agentmesh.bus.v1.MatchRequest
+	(*MatchCandidate)(nil),        // 25: agentmesh.bus.v1.MatchCandidate
+	(*MatchResponse)(nil),         // 26: agentmesh.bus.v1.MatchResponse
+	(*WorkItem)(nil),              // 27: agentmesh.bus.v1.WorkItem
+	(*ExecutorHeartbeat)(nil),     // 28: agentmesh.bus.v1.ExecutorHeartbeat
+	(*v1.Task)(nil),               // 29: agentmesh.v1.Task
+	(v1.TaskStatus)(0),            // 30: agentmesh.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*v1.Approval)(nil),           // 32: agentmesh.v1.Approval
+	(v1.FailureKind)(0),           // 33: agentmesh.v1.FailureKind
+	(*v1.TaskEvent)(nil),          // 34: agentmesh.v1.TaskEvent
+	(*v1.Step)(nil),               // 35: agentmesh.v1.Step
+	(*v1.Usage)(nil),              // 36: agentmesh.v1.Usage
+	(*v1.Agent)(nil),              // 37: agentmesh.v1.Agent
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
-	27, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
-	27, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
-	27, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	28, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	29, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	29, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	29, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
-	27, // 7: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	28, // 8: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
-	28, // 9: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
-	27, // 10: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	30, // 11: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	31, // 12: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	30, // 13: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	30, // 14: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	28, // 15: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	32, // 16: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	32, // 17: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	32, // 18: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	32, // 19: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	32, // 20: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	32, // 21: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
-	23, // 22: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	27, // 23: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	29, // 24: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
+	29, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
+	29, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	30, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	31, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	31, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	31, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
+	29, // 7: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	30, // 8: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
+	30, // 9: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
+	32, // 10: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
+	33, // 11: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
+	29, // 12: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	34, // 13: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	35, // 14: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	34, // 15: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	34, // 16: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	30, // 17: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	31, // 18: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	31, // 19: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	36, // 20: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	37, // 21: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	37, // 22: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	37, // 23: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	37, // 24: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	37, // 25: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	37, // 26: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	25, // 27: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
+	29, // 28: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	31, // 29: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }
@@ -1776,7 +1935,7 @@ func file_agentmesh_bus_v1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_bus_v1_bus_proto_rawDesc), len(file_agentmesh_bus_v1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,6 +39,7 @@ type Frame struct {
 	//	*Frame_Step
 	//	*Frame_Final
 	//	*Frame_Failure
+	//	*Frame_ToolsDiscovered
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -162,6 +163,15 @@ func (x *Frame) GetFailure() *Failure {
 	return nil
 }
 
+func (x *Frame) GetToolsDiscovered() *ToolsDiscovered {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_ToolsDiscovered); ok {
+			return x.ToolsDiscovered
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -204,6 +214,10 @@ type Frame_Failure struct {
 	Failure *Failure `protobuf:"bytes,14,opt,name=failure,proto3,oneof"`
 }
 
+type Frame_ToolsDiscovered struct {
+	ToolsDiscovered *ToolsDiscovered `protobuf:"bytes,15,opt,name=tools_discovered,json=toolsDiscovered,proto3,oneof"`
+}
+
 func (*Frame_Start) isFrame_Kind() {}
 
 func (*Frame_ModelResponse) isFrame_Kind() {}
@@ -221,6 +235,8 @@ func (*Frame_Step) isFrame_Kind() {}
 func (*Frame_Final) isFrame_Kind() {}
 
 func (*Frame_Failure) isFrame_Kind() {}
+
+func (*Frame_ToolsDiscovered) isFrame_Kind() {}
 
 // Message is one chat message of the agent's conversation.
 type Message struct {
@@ -374,7 +390,15 @@ type Start struct {
 	// Steps already checkpointed by an earlier attempt, to resume from.
 	History []*v1.Step `protobuf:"bytes,7,rep,name=history,proto3" json:"history,omitempty"`
 	// W3C traceparent of the task's span.
-	Traceparent   string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Specs of the tools the executor runs on the child's behalf (web_fetch,
+	// sql_query, tools of HTTP MCP servers); the child offers them to the
+	// model and asks the executor (ToolRequest) to run them.
+	ExecutorTools []*ToolSpec `protobuf:"bytes,9,rep,name=executor_tools,json=executorTools,proto3" json:"executor_tools,omitempty"`
+	// stdio MCP servers the child starts inside its sandbox.
+	McpServers []*v1.McpServer `protobuf:"bytes,10,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// The workspace directory (the child's working directory).
+	Workspace     string `protobuf:"bytes,11,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +485,27 @@ func (x *Start) GetHistory() []*v1.Step {
 func (x *Start) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Start) GetExecutorTools() []*ToolSpec {
+	if x != nil {
+		return x.ExecutorTools
+	}
+	return nil
+}
+
+func (x *Start) GetMcpServers() []*v1.McpServer {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
+}
+
+func (x *Start) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
 	}
 	return ""
 }
@@ -676,6 +721,8 @@ type ToolResponse struct {
 	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Output        string                 `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
 	IsError       bool                   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	Truncated     bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	ResultBytes   int64                  `protobuf:"varint,5,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +778,20 @@ func (x *ToolResponse) GetIsError() bool {
 	return false
 }
 
+func (x *ToolResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ToolResponse) GetResultBytes() int64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
 // StepRecord reports a step; the child waits for its StepAck before it
 // goes on, so every step is checkpointed before the next begins.
 type StepRecord struct {
@@ -781,9 +842,16 @@ func (x *StepRecord) GetStep() *v1.Step {
 // error (the task was cancelled, or this attempt is stale) tells the child
 // to stop at once.
 type StepAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// For a TOOL_CALL step: the executor's decision. ALLOWED or APPROVED:
+	// run it (in the executor when run_in_executor, else here). DENIED or
+	// REJECTED: do not run it; `message` is the observation for the model.
+	// PENDING_APPROVAL: the task is blocked; stop (error is set too).
+	Decision      v1.ToolDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=agentmesh.v1.ToolDecision" json:"decision,omitempty"`
+	Message       string          `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	RunInExecutor bool            `protobuf:"varint,5,opt,name=run_in_executor,json=runInExecutor,proto3" json:"run_in_executor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -832,6 +900,74 @@ func (x *StepAck) GetError() string {
 	return ""
 }
 
+func (x *StepAck) GetDecision() v1.ToolDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return v1.ToolDecision(0)
+}
+
+func (x *StepAck) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StepAck) GetRunInExecutor() bool {
+	if x != nil {
+		return x.RunInExecutor
+	}
+	return false
+}
+
+// ToolsDiscovered reports the tools of the stdio MCP servers the child
+// started, before its first model request, so the executor can validate
+// and audit their calls.
+type ToolsDiscovered struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*ToolSpec            `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolsDiscovered) Reset() {
+	*x = ToolsDiscovered{}
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolsDiscovered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolsDiscovered) ProtoMessage() {}
+
+func (x *ToolsDiscovered) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolsDiscovered.ProtoReflect.Descriptor instead.
+func (*ToolsDiscovered) Descriptor() ([]byte, []int) {
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ToolsDiscovered) GetTools() []*ToolSpec {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
 type Final struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Answer        string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
@@ -841,7 +977,7 @@ type Final struct {
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +989,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1002,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Final) GetAnswer() string {
@@ -887,7 +1023,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1035,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1048,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Failure) GetReason() string {
@@ -933,7 +1069,7 @@ var File_agentmesh_child_v1_child_proto protoreflect.FileDescriptor
 
 const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\xc2\x04\n" +
+	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\x94\x05\n" +
 	"\x05Frame\x121\n" +
 	"\x05start\x18\x01 \x01(\v2\x19.agentmesh.child.v1.StartH\x00R\x05start\x12J\n" +
 	"\x0emodel_response\x18\x02 \x01(\v2!.agentmesh.child.v1.ModelResponseH\x00R\rmodelResponse\x12G\n" +
@@ -944,7 +1080,8 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\ftool_request\x18\v \x01(\v2\x1f.agentmesh.child.v1.ToolRequestH\x00R\vtoolRequest\x124\n" +
 	"\x04step\x18\f \x01(\v2\x1e.agentmesh.child.v1.StepRecordH\x00R\x04step\x121\n" +
 	"\x05final\x18\r \x01(\v2\x19.agentmesh.child.v1.FinalH\x00R\x05final\x127\n" +
-	"\afailure\x18\x0e \x01(\v2\x1b.agentmesh.child.v1.FailureH\x00R\afailureB\x06\n" +
+	"\afailure\x18\x0e \x01(\v2\x1b.agentmesh.child.v1.FailureH\x00R\afailure\x12P\n" +
+	"\x10tools_discovered\x18\x0f \x01(\v2#.agentmesh.child.v1.ToolsDiscoveredH\x00R\x0ftoolsDiscoveredB\x06\n" +
 	"\x04kind\"\xa4\x01\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
@@ -957,7 +1094,7 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xf8\x01\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\x95\x03\n" +
 	"\x05Start\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12#\n" +
@@ -966,7 +1103,12 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\x05tools\x18\x05 \x03(\tR\x05tools\x12\x1b\n" +
 	"\tmax_steps\x18\x06 \x01(\x05R\bmaxSteps\x12,\n" +
 	"\ahistory\x18\a \x03(\v2\x12.agentmesh.v1.StepR\ahistory\x12 \n" +
-	"\vtraceparent\x18\b \x01(\tR\vtraceparent\"\x8b\x01\n" +
+	"\vtraceparent\x18\b \x01(\tR\vtraceparent\x12C\n" +
+	"\x0eexecutor_tools\x18\t \x03(\v2\x1c.agentmesh.child.v1.ToolSpecR\rexecutorTools\x128\n" +
+	"\vmcp_servers\x18\n" +
+	" \x03(\v2\x17.agentmesh.v1.McpServerR\n" +
+	"mcpServers\x12\x1c\n" +
+	"\tworkspace\x18\v \x01(\tR\tworkspace\"\x8b\x01\n" +
 	"\fModelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x127\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1b.agentmesh.child.v1.MessageR\bmessages\x122\n" +
@@ -982,17 +1124,24 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"durationMs\"I\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
-	"\x04call\x18\x02 \x01(\v2\x16.agentmesh.v1.ToolCallR\x04call\"Q\n" +
+	"\x04call\x18\x02 \x01(\v2\x16.agentmesh.v1.ToolCallR\x04call\"\x92\x01\n" +
 	"\fToolResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x19\n" +
-	"\bis_error\x18\x03 \x01(\bR\aisError\"4\n" +
+	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12!\n" +
+	"\fresult_bytes\x18\x05 \x01(\x03R\vresultBytes\"4\n" +
 	"\n" +
 	"StepRecord\x12&\n" +
-	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"5\n" +
+	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"\xaf\x01\n" +
 	"\aStepAck\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\x1f\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x126\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x1a.agentmesh.v1.ToolDecisionR\bdecision\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12&\n" +
+	"\x0frun_in_executor\x18\x05 \x01(\bR\rrunInExecutor\"E\n" +
+	"\x0fToolsDiscovered\x122\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1c.agentmesh.child.v1.ToolSpecR\x05tools\"\x1f\n" +
 	"\x05Final\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\"?\n" +
 	"\aFailure\x12\x16\n" +
@@ -1011,23 +1160,26 @@ func file_agentmesh_child_v1_child_proto_rawDescGZIP() []byte {
 	return file_agentmesh_child_v1_child_proto_rawDescData
 }
 
-var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_agentmesh_child_v1_child_proto_goTypes = []any{
-	(*Frame)(nil),         // 0: agentmesh.child.v1.Frame
-	(*Message)(nil),       // 1: agentmesh.child.v1.Message
-	(*ToolSpec)(nil),      // 2: agentmesh.child.v1.ToolSpec
-	(*Start)(nil),         // 3: agentmesh.child.v1.Start
-	(*ModelRequest)(nil),  // 4: agentmesh.child.v1.ModelRequest
-	(*ModelResponse)(nil), // 5: agentmesh.child.v1.ModelResponse
-	(*ToolRequest)(nil),   // 6: agentmesh.child.v1.ToolRequest
-	(*ToolResponse)(nil),  // 7: agentmesh.child.v1.ToolResponse
-	(*StepRecord)(nil),    // 8: agentmesh.child.v1.StepRecord
-	(*StepAck)(nil),       // 9: agentmesh.child.v1.StepAck
-	(*Final)(nil),         // 10: agentmesh.child.v1.Final
-	(*Failure)(nil),       // 11: agentmesh.child.v1.Failure
-	(*v1.ToolCall)(nil),   // 12: agentmesh.v1.ToolCall
-	(*v1.Step)(nil),       // 13: agentmesh.v1.Step
-	(*v1.Usage)(nil),      // 14: agentmesh.v1.Usage
+	(*Frame)(nil),           // 0: agentmesh.child.v1.Frame
+	(*Message)(nil),         // 1: agentmesh.child.v1.Message
+	(*ToolSpec)(nil),        // 2: agentmesh.child.v1.ToolSpec
+	(*Start)(nil),           // 3: agentmesh.child.v1.Start
+	(*ModelRequest)(nil),    // 4: agentmesh.child.v1.ModelRequest
+	(*ModelResponse)(nil),   // 5: agentmesh.child.v1.ModelResponse
+	(*ToolRequest)(nil),     // 6: agentmesh.child.v1.ToolRequest
+	(*ToolResponse)(nil),    // 7: agentmesh.child.v1.ToolResponse
+	(*StepRecord)(nil),      // 8: agentmesh.child.v1.StepRecord
+	(*StepAck)(nil),         // 9: agentmesh.child.v1.StepAck
+	(*ToolsDiscovered)(nil), // 10: agentmesh.child.v1.ToolsDiscovered
+	(*Final)(nil),           // 11: agentmesh.child.v1.Final
+	(*Failure)(nil),         // 12: agentmesh.child.v1.Failure
+	(*v1.ToolCall)(nil),     // 13: agentmesh.v1.ToolCall
+	(*v1.Step)(nil),         // 14: agentmesh.v1.Step
+	(*v1.McpServer)(nil),    // 15: agentmesh.v1.McpServer
+	(*v1.Usage)(nil),        // 16: agentmesh.v1.Usage
+	(v1.ToolDecision)(0),    // 17: agentmesh.v1.ToolDecision
 }
 var file_agentmesh_child_v1_child_proto_depIdxs = []int32{
 	3,  // 0: agentmesh.child.v1.Frame.start:type_name -> agentmesh.child.v1.Start
@@ -1037,21 +1189,26 @@ var file_agentmesh_child_v1_child_proto_depIdxs = []int32{
 	4,  // 4: agentmesh.child.v1.Frame.model_request:type_name -> agentmesh.child.v1.ModelRequest
 	6,  // 5: agentmesh.child.v1.Frame.tool_request:type_name -> agentmesh.child.v1.ToolRequest
 	8,  // 6: agentmesh.child.v1.Frame.step:type_name -> agentmesh.child.v1.StepRecord
-	10, // 7: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
-	11, // 8: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
-	12, // 9: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
-	13, // 10: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
-	1,  // 11: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
-	2,  // 12: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
-	1,  // 13: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
-	14, // 14: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
-	12, // 15: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
-	13, // 16: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	11, // 7: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
+	12, // 8: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
+	10, // 9: agentmesh.child.v1.Frame.tools_discovered:type_name -> agentmesh.child.v1.ToolsDiscovered
+	13, // 10: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
+	14, // 11: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
+	2,  // 12: agentmesh.child.v1.Start.executor_tools:type_name -> agentmesh.child.v1.ToolSpec
+	15, // 13: agentmesh.child.v1.Start.mcp_servers:type_name -> agentmesh.v1.McpServer
+	1,  // 14: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
+	2,  // 15: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
+	1,  // 16: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
+	16, // 17: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
+	13, // 18: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
+	14, // 19: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
+	17, // 20: agentmesh.child.v1.StepAck.decision:type_name -> agentmesh.v1.ToolDecision
+	2,  // 21: agentmesh.child.v1.ToolsDiscovered.tools:type_name -> agentmesh.child.v1.ToolSpec
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_child_v1_child_proto_init() }
@@ -1069,6 +1226,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 		(*Frame_Step)(nil),
 		(*Frame_Final)(nil),
 		(*Frame_Failure)(nil),
+		(*Frame_ToolsDiscovered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1076,7 +1234,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_child_v1_child_proto_rawDesc), len(file_agentmesh_child_v1_child_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
