@@ -6,6 +6,8 @@ package taskstate
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"google.golang.org/protobuf/proto"
@@ -125,12 +127,20 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 		if ev.Status == Running && t.StartedAt == nil {
 			t.StartedAt = ev.Time
 		}
+		// An approval requested with the move to blocked is pending until
+		// the task leaves blocked.
+		if ev.Status == Blocked && ev.Approval != nil {
+			t.PendingApproval = ev.Approval
+		} else if ev.Status != Blocked {
+			t.PendingApproval = nil
+		}
 		if Terminal(ev.Status) {
 			t.FinishedAt = ev.Time
 			if ev.Status == Completed {
 				t.Result = ev.Result
 			} else {
 				t.Error = ev.Reason
+				t.FailureKind = ev.FailureKind
 			}
 		}
 	case agentmeshv1.EventType_EVENT_TYPE_STEP:
@@ -142,7 +152,26 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 			t.Usage.PromptTokens += u.PromptTokens
 			t.Usage.CompletionTokens += u.CompletionTokens
 			t.Usage.TotalTokens += u.TotalTokens
+			t.Usage.CostUsd += u.CostUsd
 		}
 	}
 	return t
+}
+
+// ApprovalID is the id of the approval a task asks for with the event of
+// seq: unique, and it names its task.
+func ApprovalID(taskID string, seq int64) string {
+	return fmt.Sprintf("%s-a%d", taskID, seq)
+}
+
+// TaskOfApproval returns the task id an approval id names.
+func TaskOfApproval(id string) (string, bool) {
+	i := strings.LastIndex(id, "-a")
+	if i <= 0 {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(id[i+2:], 10, 64); err != nil {
+		return "", false
+	}
+	return id[:i], true
 }

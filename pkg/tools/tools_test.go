@@ -126,7 +126,9 @@ func TestOutputCapped(t *testing.T) {
 	if err != nil || len(out) != 60000 {
 		t.Fatalf("len = %d, err = %v", len(out), err)
 	}
-	tool.Run = func(context.Context, Env, json.RawMessage) (string, error) { return strings.Repeat("b", MaxOutput+10), nil }
+	tool.Run = func(context.Context, Env, json.RawMessage) (string, error) {
+		return strings.Repeat("b", MaxOutput+10), nil
+	}
 	out, err = tool.Call(context.Background(), Env{}, `{"text":"x"}`)
 	if err != nil || !strings.HasSuffix(out, "[output cut at 256 KiB]") {
 		t.Fatalf("output not cut: len %d, err %v", len(out), err)

@@ -77,6 +77,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Streams tunes the bus streams this service ensures.
 	Streams bus.StreamOptions
+	// Tools are the implementations of the tools this executor runs on the
+	// children's behalf (tools.InExecutor), by name; a tool without one is
+	// refused at the gate as not configured here.
+	Tools map[string]ExecFunc
 }
 
 // ModelConfig says how to reach the default model.
@@ -139,6 +143,8 @@ type Service struct {
 	names subjects.Names
 	cons  jetstream.Consumer
 	model *modelClient
+	// execTools run tools on the children's behalf (Config.Tools).
+	execTools map[string]ExecFunc
 
 	mu      sync.Mutex
 	runs    map[runKey]*run
@@ -252,8 +258,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:   log,
 		names: names,
 		cons:  cons,
-		model: newModelClient(cfg.Model, log),
-		runs:  map[runKey]*run{},
+		model: newModelClient(cfg.Model, log), execTools: cfg.Tools,
+		runs: map[runKey]*run{},
 	}, nil
 }
 

@@ -38,9 +38,10 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	// checkpointed by an earlier attempt there is nothing to resume from
 	// and no history to read.
 	var steps []*agentmeshv1.Step
+	var approvals map[string]*agentmeshv1.Approval
 	if task.StepCount > 0 {
 		var err error
-		steps, err = s.history(ctx, task.Id)
+		steps, approvals, err = s.history(ctx, task.Id)
 		if err != nil {
 			if gone(err) {
 				return outcome{kind: outGone, reason: err.Error()}
@@ -77,10 +78,12 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	defer p.cleanup()
 	log.Info("agent process started", "pid", p.cmd.Process.Pid, "resumed_steps", len(steps))
 
-	res := s.serve(ctx, task, attempt, start, p)
+	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, s.execTools, nil))
 	status := p.wait(res.last)
 
 	switch {
+	case res.blocked:
+		return outcome{kind: outGone, reason: "waiting for approval"}
 	case res.final != nil:
 		return outcome{kind: outCompleted, result: res.final.Answer}
 	case res.failure != nil:
@@ -227,11 +230,13 @@ type serveResult struct {
 	// last is true when the child sent its last frame (Final, Failure, or
 	// got a stop ack) and should exit by itself.
 	last bool
+	// blocked: the task now waits for a person's approval.
+	blocked bool
 }
 
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process) serveResult {
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate) serveResult {
 	w := childproto.NewWriter(p.stdin)
 	r := childproto.NewReader(p.stdout)
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
@@ -255,10 +260,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				return serveResult{}
 			}
 		case *childv1.Frame_ToolRequest:
-			// No tool runs in the executor yet (tools.InExecutor): refuse
-			// so the model hears about it.
-			resp := &childv1.ToolResponse{Id: k.ToolRequest.GetId(), IsError: true,
-				Output: fmt.Sprintf("error: tool %q does not run in the executor", k.ToolRequest.GetCall().GetName())}
+			resp := g.run(ctx, k.ToolRequest)
 			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ToolResponse{ToolResponse: resp}}); err != nil {
 				return serveResult{}
 			}
@@ -269,7 +271,20 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			}
 			step.Attempt = attempt
 			ack := &childv1.StepAck{Index: step.Index}
+			var v verdict
+			if step.Kind == agentmeshv1.StepKind_STEP_KIND_TOOL_CALL {
+				v = g.decide(step)
+				ack.Decision, ack.Message, ack.RunInExecutor = v.decision, v.message, v.inExecutor
+			}
 			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			if stepErr == nil && v.approval != nil && v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL {
+				stepErr = s.block(ctx, task, attempt, v.approval)
+				if stepErr == nil {
+					ack.Error = "waiting for approval of " + v.approval.Tool
+					_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
+					return serveResult{blocked: true, last: true}
+				}
+			}
 			if stepErr != nil {
 				ack.Error = stepErr.Error()
 			}

@@ -205,26 +205,43 @@ func (s *Service) inProgress(r *run) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
-// history returns the steps checkpointed by earlier attempts, in order.
-func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.Step, error) {
+// history returns the steps checkpointed by earlier attempts, in order, and
+// the approvals people decided, by tool call id.
+func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.Step, map[string]*agentmeshv1.Approval, error) {
 	var steps []*agentmeshv1.Step
+	approvals := map[string]*agentmeshv1.Approval{}
 	after := int64(0)
 	const page = 1000
 	for {
 		var resp busv1.HistoryResponse
 		if err := s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, ev := range resp.Events {
 			after = ev.Seq
 			if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STEP && ev.Step != nil {
 				steps = append(steps, ev.Step)
 			}
+			if a := ev.Approval; a != nil && a.Status != agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING {
+				approvals[a.ToolCallId] = a
+			}
 		}
 		if len(resp.Events) < page || (resp.LastSeq > 0 && after >= resp.LastSeq) {
-			return steps, nil
+			return steps, approvals, nil
 		}
 	}
+}
+
+// block moves the task from running to blocked on a pending approval.
+func (s *Service) block(ctx context.Context, task *agentmeshv1.Task, attempt int32, a *agentmeshv1.Approval) error {
+	_, err := s.transition(ctx, &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Running, To: taskstate.Blocked, Attempt: attempt,
+		Reason: "waiting for approval: " + a.Reason, Approval: a, Node: s.cfg.Node,
+	})
+	if err == nil {
+		s.log.Info("task waits for approval", "task", task.Id, "tool", a.Tool, "risk", a.Risk)
+	}
+	return err
 }
 
 func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {

@@ -198,6 +198,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	)
 	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
+	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
+	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)

@@ -75,11 +75,36 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		Metadata:       req.GetMetadata(),
 		IdempotencyKey: req.GetIdempotencyKey(),
 		AgentSpec:      match.GetAgent(),
+		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
 	}}, &created)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
 	return &agentmeshv1.SubmitTaskResponse{Task: created.GetTask(), Created: created.GetCreated()}, nil
+}
+
+// mergeBudget takes each bound from the task's request, else the agent's.
+func mergeBudget(task, agent *agentmeshv1.Budget) *agentmeshv1.Budget {
+	if task == nil && agent == nil {
+		return nil
+	}
+	b := &agentmeshv1.Budget{
+		MaxSteps: task.GetMaxSteps(), MaxTokens: task.GetMaxTokens(),
+		MaxCostUsd: task.GetMaxCostUsd(), MaxWallTime: task.GetMaxWallTime(),
+	}
+	if b.MaxSteps == 0 {
+		b.MaxSteps = agent.GetMaxSteps()
+	}
+	if b.MaxTokens == 0 {
+		b.MaxTokens = agent.GetMaxTokens()
+	}
+	if b.MaxCostUsd == 0 {
+		b.MaxCostUsd = agent.GetMaxCostUsd()
+	}
+	if b.MaxWallTime == nil {
+		b.MaxWallTime = agent.GetMaxWallTime()
+	}
+	return b
 }
 
 // matchError turns a failed match into FailedPrecondition naming the

@@ -9,7 +9,8 @@
 //
 // A reconcile loop finds what the bus may have lost: tasks queued for
 // longer than QueuedGrace are dispatched again, and tasks assigned for
-// longer than AssignedGrace get their work republished.
+// longer than AssignedGrace get their work republished. It also fails the
+// tasks whose pending approval passed its deadline.
 //
 // Priorities, dependencies and per-agent concurrency come in later issues.
 package scheduler
@@ -273,5 +274,47 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 			n++
 		}
 	}
-	return n, nil
+	expired, err := s.expireApprovals(ctx)
+	return n + expired, err
+}
+
+// expireApprovals fails the blocked tasks whose pending approval is past
+// its deadline, and reports how many.
+func (s *Service) expireApprovals(ctx context.Context) (int, error) {
+	n := 0
+	now := time.Now()
+	token := ""
+	for {
+		var resp busv1.ListTasksResponse
+		err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
+			Statuses: []agentmeshv1.TaskStatus{taskstate.Blocked}, PageSize: 500, PageToken: token,
+		}, &resp)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range resp.Tasks {
+			p := t.GetPendingApproval()
+			if p == nil || p.Deadline == nil || p.Deadline.AsTime().After(now) {
+				continue
+			}
+			err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+				TaskId: t.Id, From: taskstate.Blocked, To: taskstate.Failed,
+				Reason: fmt.Sprintf("approval %s for tool %s expired: nobody decided by %s",
+					p.Id, p.Tool, p.Deadline.AsTime().UTC().Format(time.RFC3339)),
+				FailureKind: agentmeshv1.FailureKind_FAILURE_KIND_APPROVAL,
+				Approval:    &agentmeshv1.Approval{Id: p.Id, Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_EXPIRED, DecidedBy: "system"},
+			}, &busv1.TransitionResponse{})
+			if err != nil {
+				if !errors.Is(err, bus.ErrFailedPrecondition) { // decided meanwhile
+					s.log.Warn("expire approval", "task", t.Id, "approval", p.Id, "err", err)
+				}
+				continue
+			}
+			s.log.Info("approval expired; task failed", "task", t.Id, "approval", p.Id, "tool", p.Tool)
+			n++
+		}
+		if token = resp.NextPageToken; token == "" || ctx.Err() != nil {
+			return n, nil
+		}
+	}
 }

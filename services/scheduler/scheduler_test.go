@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -192,5 +194,40 @@ func TestRunDispatchesFromEvents(t *testing.T) {
 			t.Fatal("no work published within 10s of the queued event")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestReconcileExpiresApprovals(t *testing.T) {
+	s, nc, _ := setup(t, Config{QueuedGrace: time.Hour, AssignedGrace: time.Hour})
+	names := subjects.Must("")
+	move := func(id string, req *busv1.TransitionRequest) *agentmeshv1.Task {
+		t.Helper()
+		req.TaskId = id
+		var resp busv1.TransitionResponse
+		if err := bus.Request(context.Background(), nc, names.State(subjects.StateTransition), req, &resp); err != nil {
+			t.Fatalf("transition to %s: %v", taskstate.Name(req.To), err)
+		}
+		return resp.Task
+	}
+	block := func(deadline time.Time) *agentmeshv1.Task {
+		task := createTask(t, nc)
+		move(task.Id, &busv1.TransitionRequest{To: taskstate.Assigned, NextAttempt: true})
+		move(task.Id, &busv1.TransitionRequest{To: taskstate.Running})
+		return move(task.Id, &busv1.TransitionRequest{To: taskstate.Blocked, Approval: &agentmeshv1.Approval{
+			Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING, Tool: "shell", ToolCallId: "c1",
+			Deadline: timestamppb.New(deadline),
+		}})
+	}
+	late := block(time.Now().Add(-time.Second))
+	waiting := block(time.Now().Add(time.Hour))
+	if _, err := s.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := getTask(t, nc, late.Id)
+	if got.Status != taskstate.Failed || got.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_APPROVAL || !strings.Contains(got.Error, "expired") {
+		t.Fatalf("past its deadline: %s %s %q, want failed by approval expiry", taskstate.Name(got.Status), got.FailureKind, got.Error)
+	}
+	if got := getTask(t, nc, waiting.Id); got.Status != taskstate.Blocked {
+		t.Fatalf("before its deadline: %s, want still blocked", taskstate.Name(got.Status))
 	}
 }

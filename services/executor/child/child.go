@@ -13,12 +13,17 @@
 // where it stopped without repeating model turns), then up to max_steps
 // times: ask the executor for a model turn, report it as a MODEL_TURN step;
 // if the model asked for no tool, send Final with its text; otherwise, for
-// each tool call, report a TOOL_CALL step, run the tool here (an unknown
-// tool or arguments that fail its schema become an error observation for
-// the model, and nothing runs), report the TOOL_RESULT step and add the
-// observation to the conversation. Every step waits for its StepAck, so it
-// is checkpointed before the next begins; an ack with an error (the task
-// was cancelled, or this attempt is stale) ends the child quietly.
+// each tool call, report a TOOL_CALL step and let the executor decide: its
+// StepAck says whether the call runs (here, in the sandbox, or in the
+// executor, asked with a ToolRequest), is refused (unknown tool, invalid
+// arguments, policy, a person's rejection: the ack's message becomes the
+// observation and nothing runs) or waits for a person's approval (the task
+// is blocked and the child stops; a later attempt replays the conversation
+// and presents the call again). Then report the TOOL_RESULT step and add
+// the observation to the conversation. Every step waits for its StepAck,
+// so it is checkpointed before the next begins; an ack with an error (the
+// task was cancelled, blocked, or this attempt is stale) ends the child
+// quietly.
 package child
 
 import (
@@ -123,6 +128,9 @@ func (l *loop) run() error {
 		l.tools[t.Name] = t
 		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
 	}
+	// Tools only the executor knows (e.g. of HTTP MCP servers): offered to
+	// the model, run by the executor.
+	l.specs = append(l.specs, l.start.ExecutorTools...)
 	if p := l.start.SystemPrompt; p != "" {
 		l.messages = append(l.messages, &childv1.Message{Role: "system", Content: p})
 	}
@@ -168,7 +176,7 @@ func (l *loop) run() error {
 			FinishReason: resp.FinishReason,
 			Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
 		}
-		if err := l.record(step); err != nil {
+		if _, err := l.record(step); err != nil {
 			return err
 		}
 		l.messages = append(l.messages, msg)
@@ -224,29 +232,80 @@ func (l *loop) replay(history []*agentmeshv1.Step) (pending []*agentmeshv1.ToolC
 
 func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
 	for _, c := range calls {
-		if err := l.record(&agentmeshv1.Step{
+		ack, err := l.record(&agentmeshv1.Step{
 			Kind:       agentmeshv1.StepKind_STEP_KIND_TOOL_CALL,
 			ToolCallId: c.Id,
 			ToolName:   c.Name,
 			Arguments:  c.Arguments,
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		began := time.Now()
-		out, isErr := l.callTool(c)
-		if err := l.record(&agentmeshv1.Step{
-			Kind:       agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT,
-			Content:    out,
-			ToolCallId: c.Id,
-			ToolName:   c.Name,
-			IsError:    isErr,
-			Duration:   durationpb.New(time.Since(began)),
+		res := toolResult{}
+		switch ack.Decision {
+		case agentmeshv1.ToolDecision_TOOL_DECISION_DENIED, agentmeshv1.ToolDecision_TOOL_DECISION_REJECTED:
+			res.out, res.isErr = ack.Message, true
+		case agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL:
+			return fmt.Errorf("%w: waiting for approval", errStopped)
+		default:
+			if ack.RunInExecutor {
+				res, err = l.executorTool(c)
+				if err != nil {
+					return err
+				}
+			} else {
+				res.out, res.isErr = l.callTool(c)
+			}
+		}
+		size := res.size
+		if size == 0 {
+			size = int64(len(res.out))
+		}
+		if _, err := l.record(&agentmeshv1.Step{
+			Kind:        agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT,
+			Content:     res.out,
+			ToolCallId:  c.Id,
+			ToolName:    c.Name,
+			IsError:     res.isErr,
+			Duration:    durationpb.New(time.Since(began)),
+			Decision:    ack.Decision,
+			Truncated:   res.truncated,
+			ResultBytes: size,
 		}); err != nil {
 			return err
 		}
-		l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: out, ToolCallId: c.Id, Name: c.Name})
+		l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: res.out, ToolCallId: c.Id, Name: c.Name})
 	}
 	return nil
+}
+
+type toolResult struct {
+	out       string
+	isErr     bool
+	truncated bool
+	size      int64
+}
+
+// executorTool asks the executor to run a call it allowed.
+func (l *loop) executorTool(c *agentmeshv1.ToolCall) (toolResult, error) {
+	l.reqID++
+	id := l.reqID
+	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_ToolRequest{ToolRequest: &childv1.ToolRequest{Id: id, Call: c}}}); err != nil {
+		return toolResult{}, err
+	}
+	f, err := l.r.Read()
+	if err != nil {
+		return toolResult{}, fmt.Errorf("read tool response: %w", err)
+	}
+	resp := f.GetToolResponse()
+	if resp == nil {
+		return toolResult{}, fmt.Errorf("got %s, want tool_response", childproto.Kind(f))
+	}
+	if resp.Id != id {
+		return toolResult{}, fmt.Errorf("tool response %d answers no request (want %d)", resp.Id, id)
+	}
+	return toolResult{out: resp.Output, isErr: resp.IsError, truncated: resp.Truncated, size: resp.ResultBytes}, nil
 }
 
 // callTool runs one call and returns the observation for the model.
@@ -266,7 +325,8 @@ func (l *loop) callTool(c *agentmeshv1.ToolCall) (string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
 	defer cancel()
-	out, err := t.Call(ctx, tools.Env{Workspace: l.start.GetWorkspace()}, c.Arguments)
+	env := tools.Env{Workspace: l.start.GetWorkspace(), IdempotencyKey: l.start.TaskId + ":" + c.Id}
+	out, err := t.Call(ctx, env, c.Arguments)
 	if err != nil {
 		return "error: " + err.Error(), true
 	}
@@ -297,29 +357,30 @@ func (l *loop) model() (*childv1.ModelResponse, error) {
 	return resp, nil
 }
 
-// record reports a step and waits for its checkpoint.
-func (l *loop) record(s *agentmeshv1.Step) error {
+// record reports a step and waits for its checkpoint; it returns the ack
+// (which, for a TOOL_CALL step, carries the executor's decision).
+func (l *loop) record(s *agentmeshv1.Step) (*childv1.StepAck, error) {
 	s.Index = l.next
 	s.Attempt = l.start.Attempt
 	l.next++
 	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: s}}}); err != nil {
-		return err
+		return nil, err
 	}
 	f, err := l.r.Read()
 	if err != nil {
-		return fmt.Errorf("read step ack: %w", err)
+		return nil, fmt.Errorf("read step ack: %w", err)
 	}
 	ack := f.GetStepAck()
 	if ack == nil {
-		return fmt.Errorf("got %s, want step_ack", childproto.Kind(f))
+		return nil, fmt.Errorf("got %s, want step_ack", childproto.Kind(f))
 	}
 	if ack.Index != s.Index {
-		return fmt.Errorf("ack of step %d, want %d", ack.Index, s.Index)
+		return nil, fmt.Errorf("ack of step %d, want %d", ack.Index, s.Index)
 	}
 	if ack.Error != "" {
-		return fmt.Errorf("%w: %s", errStopped, ack.Error)
+		return nil, fmt.Errorf("%w: %s", errStopped, ack.Error)
 	}
-	return nil
+	return ack, nil
 }
 
 func (l *loop) fail(reason string, permanent bool) error {

@@ -78,13 +78,84 @@ func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agent
 	if tr.NextAttempt {
 		attempt++
 	}
+	approval, err := planApproval(cur, tr, now)
+	if err != nil {
+		return nil, nil, err
+	}
 	ev := &agentmeshv1.TaskEvent{
 		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
 		Time: timestamppb.New(now), FromStatus: cur.Status, Status: tr.To,
 		Reason: tr.Reason, Attempt: attempt, Result: tr.Result, Org: cur.Org, Node: tr.Node,
+		Approval: approval,
+	}
+	if tr.To == taskstate.Failed {
+		ev.FailureKind = tr.FailureKind
 	}
 	return taskstate.Apply(cur, ev), ev, nil
 }
+
+// planApproval checks the approval a transition carries and fills in what
+// the record sets (id, times, task, org, attempt). A task blocked on an
+// approval leaves blocked only with its decision, or by cancel or failure.
+func planApproval(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agentmeshv1.Approval, error) {
+	pending := cur.PendingApproval
+	a := tr.Approval
+	switch {
+	case tr.To == taskstate.Blocked && a != nil:
+		if a.Status != agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING {
+			return nil, bus.FieldError("approval.status", "a requested approval must be pending")
+		}
+		if a.Tool == "" || a.ToolCallId == "" {
+			return nil, bus.FieldError("approval", "tool and tool_call_id are required")
+		}
+		out := proto.Clone(a).(*agentmeshv1.Approval)
+		out.Id = taskstate.ApprovalID(cur.Id, cur.LastEventSeq+1)
+		out.TaskId, out.Org, out.Agent = cur.Id, cur.Org, cur.Agent
+		out.CreatedAt = timestamppb.New(now)
+		if out.Deadline == nil {
+			out.Deadline = timestamppb.New(now.Add(DefaultApprovalTimeout))
+		}
+		if out.Attempt == 0 {
+			out.Attempt = cur.Attempt
+		}
+		return out, nil
+	case cur.Status == taskstate.Blocked && pending != nil:
+		if a == nil {
+			if tr.To == taskstate.Cancelled || tr.To == taskstate.Failed {
+				return nil, nil
+			}
+			return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s waits for approval %s; decide it first", cur.Id, pending.Id)
+		}
+		if a.Id != pending.Id {
+			return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s waits for approval %s, not %s", cur.Id, pending.Id, a.Id)
+		}
+		switch a.Status {
+		case agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED, agentmeshv1.ApprovalStatus_APPROVAL_STATUS_REJECTED:
+			if tr.To != taskstate.Queued {
+				return nil, bus.FieldError("to", "a decided approval resumes the task: to must be queued")
+			}
+		case agentmeshv1.ApprovalStatus_APPROVAL_STATUS_EXPIRED:
+			if tr.To != taskstate.Failed {
+				return nil, bus.FieldError("to", "an expired approval fails the task: to must be failed")
+			}
+		default:
+			return nil, bus.FieldError("approval.status", "a decision must be approved, rejected or expired")
+		}
+		out := proto.Clone(pending).(*agentmeshv1.Approval)
+		out.Status = a.Status
+		out.DecidedAt = timestamppb.New(now)
+		out.DecidedBy = a.DecidedBy
+		out.Comment = a.Comment
+		return out, nil
+	case a != nil:
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s waits for no approval", cur.Id)
+	}
+	return nil, nil
+}
+
+// DefaultApprovalTimeout is how long a pending approval waits when the
+// agent sets no approval_timeout.
+const DefaultApprovalTimeout = time.Hour
 
 // PlanStep validates a step checkpoint and returns its event and the task
 // after it. Only a running task's current attempt may append steps.

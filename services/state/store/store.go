@@ -91,6 +91,11 @@ type Transition struct {
 	Result string
 	// Node that runs the attempt.
 	Node string
+	// Approval requested (To blocked, status pending) or decided (From a
+	// blocked task waiting for it: its id must match the pending one).
+	Approval *agentmeshv1.Approval
+	// FailureKind of a move to failed.
+	FailureKind agentmeshv1.FailureKind
 }
 
 // PageSize clamps a requested page size.

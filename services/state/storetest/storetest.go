@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListTasksPagination", testListPagination},
 		{"Agents", testAgents},
 		{"ListAgents", testListAgents},
+		{"Approvals", testApprovals},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,233 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ExecResult is what a tool run by the executor returns.
+type ExecResult struct {
+	Output    string
+	IsError   bool
+	Truncated bool
+	// Size of the full output before truncation (0 = len(Output)).
+	Size int64
+}
+
+// ExecFunc runs a tool on the child's behalf, with arguments that passed
+// the tool's schema and the gate's policy. approved is true when a person
+// approved this very call (a tool may then do what it otherwise refuses,
+// e.g. sql_query's writes).
+type ExecFunc func(ctx context.Context, env tools.Env, args json.RawMessage, approved bool) (ExecResult, error)
+
+// ExecToolTimeout bounds one tool call run by the executor.
+const ExecToolTimeout = 60 * time.Second
+
+// gate is the executor's tool gate for one attempt of one task: every tool
+// call the child reports (a TOOL_CALL step) is checked here before it runs —
+// is it one of the agent's tools, do its arguments satisfy the schema, what
+// does policy say (the tool's approval rule, its per-call assessment, the
+// agent's overrides), was it approved or rejected by a person — and the
+// decision is recorded in the step (the audit trail) and sent back in the
+// StepAck. A tool that runs in the executor runs only if the gate allowed
+// that exact call, and only once.
+type gate struct {
+	task *agentmeshv1.Task
+	// names of the tools the agent may use.
+	allowed map[string]tools.Tool
+	// decided approvals of this task's earlier attempts, by tool call id.
+	approvals map[string]*agentmeshv1.Approval
+	// executor-side implementations, by tool name.
+	exec map[string]ExecFunc
+	// calls allowed to run in the executor and not run yet, by tool call id.
+	pending map[string]allowedCall
+	now     func() time.Time
+}
+
+type allowedCall struct {
+	name, args string
+	approved   bool
+}
+
+func newGate(task *agentmeshv1.Task, approvals map[string]*agentmeshv1.Approval, exec map[string]ExecFunc, extra []tools.Tool) *gate {
+	g := &gate{
+		task: task, approvals: approvals, exec: exec,
+		allowed: map[string]tools.Tool{}, pending: map[string]allowedCall{}, now: time.Now,
+	}
+	for _, name := range task.GetAgentSpec().GetTools() {
+		if t, ok := tools.Lookup(name); ok {
+			g.allowed[name] = t
+		}
+	}
+	for _, t := range extra {
+		g.allowed[t.Name] = t
+	}
+	return g
+}
+
+// addTools lets more tools through the gate (tools of MCP servers the
+// child started).
+func (g *gate) addTools(ts ...tools.Tool) {
+	for _, t := range ts {
+		g.allowed[t.Name] = t
+	}
+}
+
+// verdict is the gate's decision on one call.
+type verdict struct {
+	decision agentmeshv1.ToolDecision
+	// message is the observation for the model when the call does not run.
+	message string
+	// inExecutor: the executor runs the call (ToolRequest).
+	inExecutor bool
+	// approval requested (decision PENDING_APPROVAL).
+	approval *agentmeshv1.Approval
+}
+
+// decide judges a TOOL_CALL step and fills its audit fields.
+func (g *gate) decide(step *agentmeshv1.Step) verdict {
+	sum := sha256.Sum256([]byte(step.Arguments))
+	step.ArgumentsSha256 = hex.EncodeToString(sum[:])
+	step.IdempotencyKey = g.task.Id + ":" + step.ToolCallId
+	v := g.judge(step)
+	step.Decision = v.decision
+	if v.approval != nil {
+		step.ApprovalId = v.approval.Id
+	}
+	if v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_ALLOWED || v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED {
+		if v.inExecutor {
+			g.pending[step.ToolCallId] = allowedCall{name: step.ToolName, args: step.Arguments,
+				approved: v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED}
+		}
+	}
+	return v
+}
+
+func (g *gate) judge(step *agentmeshv1.Step) verdict {
+	deny := func(format string, args ...any) verdict {
+		return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_DENIED, message: "error: " + fmt.Sprintf(format, args...)}
+	}
+	t, ok := g.allowed[step.ToolName]
+	if !ok {
+		names := make([]string, 0, len(g.allowed))
+		for n := range g.allowed {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		avail := "none"
+		if len(names) > 0 {
+			avail = strings.Join(names, ", ")
+		}
+		return deny("unknown tool %q; the tools you may call are: %s", step.ToolName, avail)
+	}
+	step.Risk = string(t.Risk)
+	if err := t.Check(step.Arguments); err != nil {
+		return deny("%v (nothing ran; fix the arguments and call again)", err)
+	}
+	inExec := t.Runs == tools.InExecutor
+	if inExec && g.exec[t.Name] == nil {
+		return deny("tool %q is not available on this executor (it is not configured)", t.Name)
+	}
+	needs, reason := t.NeedsApproval, "tool "+t.Name+" needs approval"
+	if t.Assess != nil {
+		args := step.Arguments
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		a := t.Assess(json.RawMessage(args))
+		if a.Risk != "" {
+			step.Risk = string(a.Risk)
+		}
+		if a.Deny {
+			return deny("%s: %s", t.Name, a.Reason)
+		}
+		if a.NeedsApproval {
+			needs = true
+			if a.Reason != "" {
+				reason = a.Reason
+			}
+		}
+	}
+	switch g.task.GetAgentSpec().GetToolPolicies()[t.Name] {
+	case agentmeshv1.ToolPolicy_TOOL_POLICY_DENY:
+		return deny("the agent's policy does not allow tool %q", t.Name)
+	case agentmeshv1.ToolPolicy_TOOL_POLICY_ALLOW:
+		needs = false
+	case agentmeshv1.ToolPolicy_TOOL_POLICY_REQUIRE_APPROVAL:
+		needs, reason = true, "the agent's policy requires approval for "+t.Name
+	}
+	if !needs {
+		return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_ALLOWED, inExecutor: inExec}
+	}
+	if a := g.approvals[step.ToolCallId]; a != nil {
+		switch a.Status {
+		case agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED:
+			return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED, inExecutor: inExec, approval: a}
+		case agentmeshv1.ApprovalStatus_APPROVAL_STATUS_REJECTED:
+			msg := "a person rejected this call"
+			if a.Comment != "" {
+				msg += ": " + a.Comment
+			}
+			return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_REJECTED, approval: a,
+				message: msg + " (it did not run; do something else or answer without it)"}
+		}
+	}
+	timeout := DefaultApprovalTimeout
+	if d := g.task.GetAgentSpec().GetApprovalTimeout(); d != nil && d.AsDuration() > 0 {
+		timeout = d.AsDuration()
+	}
+	return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL, approval: &agentmeshv1.Approval{
+		Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING, ToolCallId: step.ToolCallId, Tool: t.Name,
+		Arguments: step.Arguments, Risk: step.Risk, Reason: reason, Deadline: timestamppb.New(g.now().Add(timeout)),
+	}}
+}
+
+// DefaultApprovalTimeout is how long a pending approval waits when the
+// agent sets no approval_timeout.
+const DefaultApprovalTimeout = time.Hour
+
+// run runs a call the gate allowed to run in the executor, once.
+func (g *gate) run(ctx context.Context, req *childv1.ToolRequest) *childv1.ToolResponse {
+	c := req.GetCall()
+	resp := &childv1.ToolResponse{Id: req.GetId(), IsError: true}
+	a, ok := g.pending[c.GetId()]
+	if !ok || a.name != c.GetName() || a.args != c.GetArguments() {
+		resp.Output = fmt.Sprintf("error: tool call %q was not allowed by the executor", c.GetId())
+		return resp
+	}
+	delete(g.pending, c.GetId())
+	fn := g.exec[a.name]
+	args := a.args
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	ctx, cancel := context.WithTimeout(ctx, ExecToolTimeout)
+	defer cancel()
+	res, err := fn(ctx, tools.Env{IdempotencyKey: g.task.Id + ":" + c.GetId()}, json.RawMessage(args), a.approved)
+	if err != nil {
+		resp.Output = "error: " + err.Error()
+		resp.ResultBytes = int64(len(resp.Output))
+		return resp
+	}
+	out := res.Output
+	truncated := res.Truncated
+	if len(out) > tools.MaxOutput {
+		out, truncated = out[:tools.MaxOutput]+"\n[output cut at 256 KiB]", true
+	}
+	size := res.Size
+	if size == 0 {
+		size = int64(len(res.Output))
+	}
+	return &childv1.ToolResponse{Id: req.GetId(), Output: out, IsError: res.IsError, Truncated: truncated, ResultBytes: size}
+}
