@@ -39,6 +39,7 @@ const testScript = `{
 }`
 
 type env struct {
+	conn   *grpc.ClientConn
 	stack  *stack.Stack
 	tasks  agentmeshv1.TaskServiceClient
 	agents agentmeshv1.AgentServiceClient
@@ -113,7 +114,7 @@ func start(t *testing.T, o opts) *env {
 		}
 	}
 	t.Cleanup(stop)
-	return &env{stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), stop: stop}
+	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), stop: stop}
 }
 
 // ctxShort bounds one call made inside a poll loop, so a call lost during a

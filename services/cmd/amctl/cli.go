@@ -87,6 +87,8 @@ func commands() []command {
 		{"watch", "follow a task's events until it ends", (*cli).watch},
 		{"history", "show a task's recorded events", (*cli).history},
 		{"agents", "manage agents: create, list, get, update, delete", (*cli).agentsCmd},
+		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
+		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"help", "show help for amctl or a command", nil},
 	}
 }
