@@ -329,6 +329,12 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	toolFns, closeTools, err := s.privileged(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeTools()
+	exCfg.Tools = toolFns
 	rCfg, err := s.routerConfig()
 	if err != nil {
 		return err
@@ -431,6 +437,12 @@ func runService(ctx context.Context, name string, args []string) error {
 		if exCfg, err = s.executorConfig(); err != nil {
 			return err
 		}
+		toolFns, closeTools, err := s.privileged(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeTools()
+		exCfg.Tools = toolFns
 		if exCfg.Model.BaseURL == "" {
 			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
 		}

@@ -35,6 +35,11 @@ func EnvVars() []Env {
 		{"AGENTMESH_LOG_LEVEL", "info", []string{"*"}, "debug, info, warn or error"},
 		{"AGENTMESH_LOG_FORMAT", "text", []string{"*"}, "text or json"},
 		{"AGENTMESH_DEBUG_LISTEN", "", []string{"*"}, "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off"},
+		{"AGENTMESH_WEB_FETCH_ALLOW", "", []string{"dev", "executor"}, "hosts web_fetch may reach although private or loopback: host, host:port, IP or CIDR, comma-separated"},
+		{"AGENTMESH_WEB_FETCH_MAX_BYTES", "51200", []string{"dev", "executor"}, "web_fetch's response cap in bytes (at most 258048)"},
+		{"AGENTMESH_SQL_URL", "", []string{"dev", "executor"}, "Postgres URL sql_query runs on (give it a read-only role); empty = sql_query unavailable"},
+		{"AGENTMESH_SQL_POLICY", "approve", []string{"dev", "executor"}, "what sql_query does with statements that change data or schema: approve (ask a person) or refuse"},
+		{"AGENTMESH_SQL_READ_WRITE", "false", []string{"dev", "executor"}, "let approved sql_query writes commit (otherwise every statement runs read-only)"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 	}
 }

@@ -1,0 +1,56 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/sqltool"
+)
+
+// toolsConfig reads the configuration of the executor's privileged tools.
+func (s *settings) toolsConfig() (executor.ToolsConfig, error) {
+	var cfg executor.ToolsConfig
+	for _, h := range strings.Split(s.str("AGENTMESH_WEB_FETCH_ALLOW"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.WebFetch.Allow = append(cfg.WebFetch.Allow, h)
+		}
+	}
+	if v := s.str("AGENTMESH_WEB_FETCH_MAX_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return cfg, usageError{fmt.Errorf("AGENTMESH_WEB_FETCH_MAX_BYTES: want a positive number of bytes, got %q", v)}
+		}
+		cfg.WebFetch.MaxBytes = n
+	}
+	cfg.SQL.URL = s.str("AGENTMESH_SQL_URL")
+	switch p := s.str("AGENTMESH_SQL_POLICY"); p {
+	case "", "approve":
+		cfg.SQL.Policy = sqltool.PolicyApprove
+	case "refuse":
+		cfg.SQL.Policy = sqltool.PolicyRefuse
+	default:
+		return cfg, usageError{fmt.Errorf("AGENTMESH_SQL_POLICY: want approve or refuse, got %q", p)}
+	}
+	rw, err := strconv.ParseBool(s.str("AGENTMESH_SQL_READ_WRITE"))
+	if err != nil {
+		return cfg, usageError{fmt.Errorf("AGENTMESH_SQL_READ_WRITE: want true or false, got %q", s.str("AGENTMESH_SQL_READ_WRITE"))}
+	}
+	cfg.SQL.ReadWrite = rw
+	return cfg, nil
+}
+
+// privileged builds the executor-side tools from the settings.
+func (s *settings) privileged(ctx context.Context) (map[string]executor.ExecFunc, func(), error) {
+	cfg, err := s.toolsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	fns, closeFn, err := executor.PrivilegedTools(ctx, cfg)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	return fns, closeFn, nil
+}

@@ -1,0 +1,379 @@
+package sqltool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// newDB creates a database with a small items table and a function that
+// writes although the classifier cannot tell.
+func newDB(t *testing.T) string {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE TABLE items (id int PRIMARY KEY, name text, price numeric, tags jsonb, created timestamptz, ok bool)`,
+		`INSERT INTO items VALUES (1, 'apple', 1.50, '{"c":"red"}', '2024-01-02T03:04:05Z', true),
+			(2, 'pear', 2.25, '["green"]', '2024-02-03T00:00:00Z', false), (3, NULL, NULL, NULL, NULL, NULL)`,
+		`CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql VOLATILE AS 'INSERT INTO items (id, name) VALUES (99, ''sneaky'') RETURNING id'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return url
+}
+
+func newTool(t *testing.T, cfg Config) *Tool {
+	t.Helper()
+	tool, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(tool.Close)
+	return tool
+}
+
+func call(t *testing.T, run tools.Func, q string, params ...any) (map[string]any, error) {
+	t.Helper()
+	a := map[string]any{"query": q}
+	if len(params) > 0 {
+		a["params"] = params
+	}
+	b, _ := json.Marshal(a)
+	// Every call goes through the schema first, as the gate does.
+	spec, _ := tools.Lookup("sql_query")
+	if err := spec.Check(string(b)); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	out, err := run(context.Background(), tools.Env{}, b)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("output %q is not JSON: %v", out, err)
+	}
+	return m, nil
+}
+
+func count(t *testing.T, url string) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM items").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestReadOnly(t *testing.T) {
+	url := newDB(t)
+	ro := newTool(t, Config{URL: url, MaxConns: 1})
+	rw := newTool(t, Config{URL: url, ReadWrite: true, MaxConns: 1})
+	strict := newTool(t, Config{URL: url, ReadWrite: true, Policy: PolicyRefuse})
+
+	t.Run("select", func(t *testing.T) {
+		m, err := call(t, ro.Run, "SELECT id, name FROM items ORDER BY id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal([]any{m["columns"], m["rows"], m["truncated"], m["command"]})
+		want := `[["id","name"],[[1,"apple"],[2,"pear"],[3,null]],false,"SELECT 3"]`
+		if string(got) != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	})
+	cases := []struct {
+		name    string
+		tool    *Tool
+		approve bool
+		query   string
+		wantErr error  // nil: succeeds
+		sqlErr  string // a SQLSTATE the error must carry
+		delta   int    // change in the row count
+	}{
+		{"hidden write fails in the read-only transaction", ro, false, "SELECT sneaky()", nil, "25006", 0},
+		{"hidden write fails even approved on a read-only tool", ro, true, "SELECT sneaky()", nil, "25006", 0},
+		{"hidden write is rolled back on a writable tool", rw, false, "SELECT sneaky()", nil, "25006", 0},
+		{"insert unapproved", rw, false, "INSERT INTO items (id) VALUES (10)", ErrNeedsApproval, "", 0},
+		{"insert approved on a read-only tool", ro, true, "INSERT INTO items (id) VALUES (10)", ErrRefused, "", 0},
+		{"insert approved on a writable tool", rw, true, "INSERT INTO items (id) VALUES (10)", nil, "", 1},
+		{"delete approved under the refuse policy", strict, true, "DELETE FROM items WHERE id = 10", ErrRefused, "", 0},
+		{"delete approved", rw, true, "DELETE FROM items WHERE id = 10", nil, "", -1},
+		{"drop database approved", rw, true, "DROP DATABASE postgres", ErrRefused, "", 0},
+		{"multi-statement approved", rw, true, "SELECT 1; DELETE FROM items", ErrRefused, "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := count(t, url)
+			run := tc.tool.Run
+			if tc.approve {
+				run = tc.tool.RunApproved
+			}
+			_, err := call(t, run, tc.query)
+			switch {
+			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+				t.Errorf("got %v, want %v", err, tc.wantErr)
+			case tc.sqlErr != "":
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Code != tc.sqlErr {
+					t.Errorf("got %v, want SQLSTATE %s", err, tc.sqlErr)
+				}
+			case tc.wantErr == nil && err != nil:
+				t.Errorf("got %v, want success", err)
+			}
+			if d := count(t, url) - before; d != tc.delta {
+				t.Errorf("row count changed by %d, want %d", d, tc.delta)
+			}
+		})
+	}
+	t.Run("session settings do not leak into the next call", func(t *testing.T) {
+		if _, err := call(t, rw.RunApproved, "SET search_path = nowhere"); err != nil {
+			t.Fatal(err)
+		}
+		m, err := call(t, rw.Run, "SHOW search_path")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(m["rows"]); strings.Contains(got, "nowhere") {
+			t.Errorf("search_path = %s after the call that set it", got)
+		}
+	})
+	t.Run("result says read-write", func(t *testing.T) {
+		res, err := rw.Query(context.Background(), Args{Query: "UPDATE items SET name = 'plum' WHERE id = 3 RETURNING id, name"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.ReadWrite || res.Command != "UPDATE 1" || res.RowsAffected != 1 || res.RowCount != 1 {
+			t.Errorf("got %+v", res)
+		}
+	})
+}
+
+func TestParams(t *testing.T) {
+	url := newDB(t)
+	tool := newTool(t, Config{URL: url})
+	cases := []struct {
+		name   string
+		query  string
+		params []any
+		want   string // JSON of rows
+	}{
+		{"int", "SELECT name FROM items WHERE id = $1", []any{2}, `[["pear"]]`},
+		{"text", "SELECT id FROM items WHERE name = $1", []any{"apple"}, `[[1]]`},
+		{"injection is a value", "SELECT id FROM items WHERE name = $1", []any{"x' OR '1'='1"}, `[]`},
+		{"null", "SELECT $1::text IS NULL", []any{nil}, `[[true]]`},
+		{"bool", "SELECT id FROM items WHERE ok = $1", []any{false}, `[[2]]`},
+		{"timestamptz from a string", "SELECT id FROM items WHERE created > $1 ORDER BY id", []any{"2024-01-15T00:00:00Z"}, `[[2]]`},
+		{"jsonb from an object", "SELECT id FROM items WHERE tags @> $1", []any{map[string]any{"c": "red"}}, `[[1]]`},
+		{"numeric", "SELECT id FROM items WHERE price > $1", []any{2.0}, `[[2]]`},
+		{"limit", "SELECT id FROM items ORDER BY id LIMIT $1", []any{1}, `[[1]]`},
+		{"types out", "SELECT price, tags, created, ok, 'NaN'::float8 AS nan, '\\x01'::bytea AS b FROM items WHERE id = $1", []any{1},
+			`[[1.50,{"c": "red"},"2024-01-02 03:04:05+00",true,"NaN","\\x01"]]`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := call(t, tool.Run, tc.query, tc.params...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(m["rows"])
+			var want any
+			json.Unmarshal([]byte(tc.want), &want)
+			wantJSON, _ := json.Marshal(want)
+			if string(got) != string(wantJSON) {
+				t.Errorf("got %s, want %s", got, wantJSON)
+			}
+		})
+	}
+	t.Run("wrong parameter count", func(t *testing.T) {
+		if _, err := call(t, tool.Run, "SELECT $1, $2", 1); err == nil {
+			t.Errorf("got no error for a missing parameter")
+		}
+	})
+}
+
+func TestTimeout(t *testing.T) {
+	url := newDB(t)
+	tool := newTool(t, Config{URL: url, StatementTimeout: 200 * time.Millisecond})
+	cases := []struct {
+		name  string
+		run   tools.Func
+		query string
+	}{
+		{"slow read", tool.Run, "SELECT count(*) FROM generate_series(1, 500000000)"},
+		{"approved pg_sleep", tool.RunApproved, "SELECT pg_sleep(5)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := call(t, tc.run, tc.query)
+			if !errors.Is(err, ErrTimeout) {
+				t.Errorf("got %v, want %v", err, ErrTimeout)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("took %s, want about 200ms", d)
+			}
+		})
+	}
+	t.Run("usable afterwards", func(t *testing.T) {
+		if _, err := call(t, tool.Run, "SELECT 1"); err != nil {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+func TestCaps(t *testing.T) {
+	url := newDB(t)
+	def := newTool(t, Config{URL: url})
+	small := newTool(t, Config{URL: url, MaxBytes: 1024, MaxConns: 1})
+	cases := []struct {
+		name string
+		tool *Tool
+		args Args
+		rows int
+		by   string
+		cut  bool
+	}{
+		{"default row cap", def, Args{Query: "SELECT g FROM generate_series(1, 5000) g"}, DefaultMaxRows, "max_rows", false},
+		{"max_rows lowers it", def, Args{Query: "SELECT g FROM generate_series(1, 5000) g", MaxRows: 10}, 10, "max_rows", false},
+		{"max_rows cannot raise it", def, Args{Query: "SELECT g FROM generate_series(1, 5000) g", MaxRows: 5000}, DefaultMaxRows, "max_rows", false},
+		{"exact fit is not truncated", def, Args{Query: "SELECT g FROM generate_series(1, 10) g", MaxRows: 10}, 10, "", false},
+		{"byte cap", small, Args{Query: "SELECT g, repeat('x', 50) FROM generate_series(1, 100) g"}, 13, "max_bytes", false},
+		{"huge value cut", small, Args{Query: "SELECT repeat('y', 100000)"}, 1, "", true},
+		{"huge result stops early", def, Args{Query: "SELECT generate_series(1, 200000000)", MaxRows: 3}, 3, "max_rows", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			res, err := tc.tool.Query(context.Background(), tc.args, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RowCount != tc.rows || len(res.Rows) != tc.rows || res.TruncatedBy != tc.by || res.Truncated != (tc.by != "") || res.ValuesCut != tc.cut {
+				t.Errorf("got rows %d truncated %v by %q cut %v, want %d %q %v", res.RowCount, res.Truncated, res.TruncatedBy, res.ValuesCut, tc.rows, tc.by, tc.cut)
+			}
+			if n := len(res.Format()); res.Bytes > tc.tool.cfg.MaxBytes || n > tc.tool.cfg.MaxBytes || n > res.Bytes {
+				t.Errorf("output is %d bytes (Bytes %d), over the cap %d", n, res.Bytes, tc.tool.cfg.MaxBytes)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %s", d)
+			}
+			// The connection (possibly cancelled) does not poison the next call.
+			if _, err := tc.tool.Query(context.Background(), Args{Query: "SELECT 1"}, false); err != nil {
+				t.Errorf("next call: %v", err)
+			}
+		})
+	}
+}
+
+// TestServerRunsOneStatement bypasses the classifier: the protocol itself
+// refuses a second statement.
+func TestServerRunsOneStatement(t *testing.T) {
+	url := newDB(t)
+	tool := newTool(t, Config{URL: url, ReadWrite: true})
+	ctx := context.Background()
+	conn, err := tool.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	_, err = tool.query(ctx, tx, "SELECT 1; DELETE FROM items", nil, 10, true)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42601" {
+		t.Errorf("got %v, want SQLSTATE 42601 (multiple commands)", err)
+	}
+}
+
+func TestNotConfigured(t *testing.T) {
+	tool := newTool(t, Config{})
+	_, err := call(t, tool.Run, "SELECT 1")
+	if !errors.Is(err, ErrNotConfigured) {
+		t.Errorf("got %v, want %v", err, ErrNotConfigured)
+	}
+	if _, err := New(context.Background(), Config{Policy: "maybe"}); err == nil {
+		t.Errorf("New with a bad policy: no error")
+	}
+	if _, err := New(context.Background(), Config{URL: "postgres://u:secret@[bad"}); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("New with a bad URL: %v (want an error that does not quote the password)", err)
+	}
+}
+
+// TestLexerAgreesWithPostgres asks Postgres's own parser whether tricky
+// queries are one statement or several, and compares with the classifier.
+func TestLexerAgreesWithPostgres(t *testing.T) {
+	url := newDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`SELECT 'a\'; SELECT 2 --'`,
+		`SELECT E'a\'; SELECT 2 --'`,
+		`SELECT e'a\\'; SELECT 2`,
+		`SELECT $$a;b$$`,
+		`SELECT $x$ $$; $x$`,
+		`SELECT $x$ $y$; $x$; SELECT 2`,
+		`SELECT 1 /* /* */ ; */`,
+		`SELECT 1 /* /* */ */ ; SELECT 2`,
+		`SELECT a$b$ FROM (SELECT 1 AS "a$b$") s; SELECT 2`,
+		`SELECT U&'\0041;'`,
+		`SELECT U&"a;" FROM (SELECT 1 AS "a;") s`,
+		"SELECT 1 -- ;\n; SELECT 2",
+		"SELECT 1 -- x\r; SELECT 2",
+		`SELECT 1 AS "x;""y"; SELECT 2`,
+		`SELECT 1 AS "x;""y"`,
+		`SELECT N'a;'`,
+		`SELECT X'1F'; SELECT 2`,
+		`SELECT B'1'`,
+		`SELECT 1---2; SELECT 2`,
+		`SELECT 1 +-- x` + "\n" + `2; SELECT 2`,
+		`SELECT 1 /*/ ; */`,
+		`SELECT $1; SELECT 2`,
+		`SELECT 1;`,
+	} {
+		t.Run(q, func(t *testing.T) {
+			_, err := conn.Prepare(ctx, "", q)
+			var pe *pgconn.PgError
+			pgMulti := errors.As(err, &pe) && strings.Contains(pe.Message, "multiple commands")
+			if err != nil && !pgMulti {
+				t.Fatalf("Postgres: %v (the case must be valid SQL)", err)
+			}
+			v := Classify(q)
+			ourMulti := strings.Contains(v.Reason, "more than one statement")
+			if pgMulti != ourMulti {
+				t.Errorf("Postgres multi=%v, classifier multi=%v (%v: %s)", pgMulti, ourMulti, v.Level, v.Reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,499 @@
+// Package webfetch implements the web_fetch tool: the executor fetches an
+// http or https URL on an agent child's behalf (the child has no network)
+// and returns the status, content type, final URL and the body, capped.
+//
+// It owns the SSRF defence. Every address is checked at connect time, in
+// the dialer: a host name is resolved once, every address it resolves to is
+// checked (Check), and the connection goes to a checked address — there is
+// no window between the check and the connect for DNS rebinding. Redirects
+// go through the same dialer, so every hop is checked; their number is
+// capped and they may only lead to http or https. Loopback, private,
+// link-local (cloud metadata), CGNAT, unique-local, unspecified, multicast,
+// broadcast and reserved addresses — including their IPv4-mapped, NAT64
+// and 6to4 IPv6 forms and the numeric spellings inet_aton accepts
+// (2130706433, 0177.0.0.1, 0x7f.1) — are refused before any packet is
+// sent, unless Config.Allow names them. Proxies from the environment are
+// never used.
+package webfetch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/pkg/tools"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout      = 30 * time.Second
+	DefaultMaxBytes     = 50 << 10
+	DefaultMaxRedirects = 5
+	// maxBytesLimit bounds Config.MaxBytes: what tools.Call returns to the
+	// model, less room for the header lines.
+	maxBytesLimit = tools.MaxOutput - 4<<10
+)
+
+var (
+	// ErrScheme is returned (wrapped) for a URL or a redirect whose scheme
+	// is not http or https.
+	ErrScheme = errors.New("only http and https URLs may be fetched")
+	// ErrURL is returned (wrapped) for a URL that does not parse or names
+	// no host.
+	ErrURL = errors.New("invalid URL")
+	// ErrTooManyRedirects is returned (wrapped) past Config.MaxRedirects.
+	ErrTooManyRedirects = errors.New("too many redirects")
+	// ErrTimeout is returned (wrapped) when the fetch takes longer than
+	// Config.Timeout.
+	ErrTimeout = errors.New("fetch timed out")
+)
+
+// Resolver resolves host names; *net.Resolver satisfies it.
+type Resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+}
+
+// Config configures a Fetcher. The zero value is usable.
+type Config struct {
+	// Allow names destinations that may be reached even though they are
+	// loopback, private, link-local...: a host name ("intranet.example",
+	// matched as written in the URL, case-insensitively), a host:port
+	// ("127.0.0.1:8080", "[::1]:8080", "intranet.example:8443"), an
+	// address ("10.1.2.3") or a CIDR ("10.0.0.0/8"). Public addresses need
+	// no entry.
+	Allow []string
+	// Timeout bounds a whole fetch: connects, redirects and reading the
+	// body. 0 means DefaultTimeout (30 s).
+	Timeout time.Duration
+	// MaxBytes caps the body returned (a call's max_bytes can only lower
+	// it). 0 means DefaultMaxBytes (50 KB); at most 252 KiB (the output
+	// of a tool is cut at tools.MaxOutput).
+	MaxBytes int64
+	// MaxRedirects caps the redirects followed. 0 means
+	// DefaultMaxRedirects (5); a negative value follows none (the 3xx
+	// response is returned as it is).
+	MaxRedirects int
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// DialContext opens a connection to an address that passed the
+	// checks (always "ip:port", never a name). nil means a net.Dialer
+	// whose Control hook checks the address once more. Tests set it to
+	// record every dial.
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+	// UserAgent is sent when a call sets none; "" means
+	// "agentmesh-web_fetch/1".
+	UserAgent string
+}
+
+// Fetcher runs web_fetch calls. It is safe for concurrent use.
+type Fetcher struct {
+	cfg    Config
+	allow  allowlist
+	client *http.Client
+}
+
+// New validates cfg and returns a Fetcher.
+func New(cfg Config) (*Fetcher, error) {
+	if cfg.Timeout < 0 || cfg.MaxBytes < 0 {
+		return nil, fmt.Errorf("webfetch: negative Timeout or MaxBytes")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxBytes > maxBytesLimit {
+		return nil, fmt.Errorf("webfetch: MaxBytes %d over the limit of %d", cfg.MaxBytes, maxBytesLimit)
+	}
+	if cfg.MaxRedirects == 0 {
+		cfg.MaxRedirects = DefaultMaxRedirects
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "agentmesh-web_fetch/1"
+	}
+	al, err := parseAllowlist(cfg.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("webfetch: %w", err)
+	}
+	f := &Fetcher{cfg: cfg, allow: al}
+	if f.cfg.DialContext == nil {
+		d := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: -1, ControlContext: f.controlContext}
+		f.cfg.DialContext = d.DialContext
+	}
+	tr := &http.Transport{
+		Proxy:                  nil, // never the environment's proxies
+		DialContext:            f.dial,
+		ForceAttemptHTTP2:      true,
+		DisableKeepAlives:      true,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  cfg.Timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	f.client = &http.Client{Transport: tr, CheckRedirect: f.checkRedirect}
+	return f, nil
+}
+
+// Args are web_fetch's arguments (see the spec in pkg/tools).
+type Args struct {
+	URL      string            `json:"url"`
+	Method   string            `json:"method,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Body     string            `json:"body,omitempty"`
+	MaxBytes int64             `json:"max_bytes,omitempty"`
+}
+
+// Result is one fetch's outcome. Format renders it for the model; the
+// executor records Bytes, Truncated and Size in the audit.
+type Result struct {
+	Status      int    // HTTP status code
+	StatusText  string // e.g. "200 OK"
+	ContentType string
+	// URL is the final URL, after redirects.
+	URL string
+	// Redirects is the number of redirects followed.
+	Redirects int
+	// Body is the body read, at most the cap.
+	Body []byte
+	// Truncated is set when the body was longer than the cap.
+	Truncated bool
+	// Cap is the cap applied (bytes).
+	Cap int64
+	// Size is the body's full size when known: len(Body) when not
+	// truncated, else the Content-Length the server announced, else -1.
+	Size int64
+}
+
+// Run is the tools.Func of web_fetch: it parses args, fetches and returns
+// Result.Format. Refused and failed fetches are errors the model can read.
+func (f *Fetcher) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (string, error) {
+	var a Args
+	if err := json.Unmarshal(args, &a); err != nil {
+		return "", fmt.Errorf("web_fetch: %w: %w", tools.ErrInvalidArguments, err)
+	}
+	res, err := f.Fetch(ctx, a)
+	if err != nil {
+		return "", err
+	}
+	return res.Format(), nil
+}
+
+// Fetch fetches a.URL under the address policy and the caps.
+func (f *Fetcher) Fetch(ctx context.Context, a Args) (*Result, error) {
+	u, err := f.checkURL(a.URL)
+	if err != nil {
+		return nil, fmt.Errorf("web_fetch: %w", err)
+	}
+	method := a.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost:
+	default:
+		return nil, fmt.Errorf("web_fetch: %w: method %q", tools.ErrInvalidArguments, method)
+	}
+	limit := f.cfg.MaxBytes
+	if a.MaxBytes > 0 && a.MaxBytes < limit {
+		limit = a.MaxBytes
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	var body io.Reader
+	if a.Body != "" {
+		body = strings.NewReader(a.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("web_fetch: %w: %w", ErrURL, err)
+	}
+	for k, v := range a.Headers {
+		req.Header.Set(k, v)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", f.cfg.UserAgent)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, f.fetchError(ctx, err)
+	}
+	defer resp.Body.Close()
+	res := &Result{
+		Status:      resp.StatusCode,
+		StatusText:  resp.Status,
+		ContentType: resp.Header.Get("Content-Type"),
+		URL:         resp.Request.URL.String(),
+		Cap:         limit,
+		Size:        -1,
+	}
+	for r := resp.Request; r.Response != nil; r = r.Response.Request {
+		res.Redirects++
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, f.fetchError(ctx, err)
+	}
+	if int64(len(b)) > limit {
+		res.Truncated = true
+		b = b[:limit]
+		if resp.ContentLength > 0 {
+			res.Size = resp.ContentLength
+		}
+	} else {
+		res.Size = int64(len(b))
+	}
+	res.Body = b
+	return res, nil
+}
+
+func (f *Fetcher) fetchError(ctx context.Context, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its text repeats the URL; ours says it once
+	}
+	if errors.Is(err, ErrBlocked) || errors.Is(err, ErrScheme) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrURL) {
+		return fmt.Errorf("web_fetch: %w", err)
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("web_fetch: %w after %s", ErrTimeout, f.cfg.Timeout)
+	}
+	return fmt.Errorf("web_fetch: %w", err)
+}
+
+// checkURL parses raw and refuses what can be refused before any dial: a
+// scheme other than http or https, a missing host, and a host that is a
+// refused IP literal. The dialer checks again whatever the host resolves
+// to.
+func (f *Fetcher) checkURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	return u, f.checkParsed(u)
+}
+
+func (f *Fetcher) checkParsed(u *url.URL) error {
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+	case "":
+		return fmt.Errorf("%w: %q has no scheme (use http:// or https://)", ErrURL, u.Redacted())
+	default:
+		return fmt.Errorf("%w: refused scheme %q", ErrScheme, u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("%w: %q has no host", ErrURL, u.Redacted())
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if strings.EqualFold(u.Scheme, "https") {
+			port = "443"
+		}
+	}
+	_, err := f.addrsFor(context.Background(), host, port, false)
+	return err
+}
+
+func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
+	if f.cfg.MaxRedirects < 0 {
+		return http.ErrUseLastResponse
+	}
+	if len(via) > f.cfg.MaxRedirects {
+		return fmt.Errorf("%w (more than %d)", ErrTooManyRedirects, f.cfg.MaxRedirects)
+	}
+	if err := f.checkParsed(req.URL); err != nil {
+		return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
+	}
+	return nil
+}
+
+// localhostAddrs are what "localhost" and "*.localhost" mean (RFC 6761):
+// they are never sent to a resolver.
+var localhostAddrs = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
+
+// addrsFor returns the addresses host (as the URL names it) may be reached
+// at on port: the literal address, or every address it resolves to when
+// resolve is set. Any refused address refuses the host: a name is trusted
+// only when everything it resolves to is.
+func (f *Fetcher) addrsFor(ctx context.Context, host, port string, resolve bool) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	lname := strings.ToLower(strings.TrimSuffix(host, "."))
+	if ip, ok, numeric := parseHostIP(host); ok {
+		addrs = []netip.Addr{ip}
+	} else if numeric {
+		return nil, fmt.Errorf("%w: %q is not a valid address", ErrBlocked, host)
+	} else if lname == "localhost" || strings.HasSuffix(lname, ".localhost") {
+		addrs = localhostAddrs
+	} else if !resolve {
+		return nil, nil
+	} else {
+		ipas, err := f.cfg.Resolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		for _, ipa := range ipas {
+			a, ok := netip.AddrFromSlice(ipa.IP)
+			if !ok {
+				return nil, fmt.Errorf("%w: %s resolved to a malformed address", ErrBlocked, host)
+			}
+			addrs = append(addrs, a.Unmap().WithZone(ipa.Zone))
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", host)
+		}
+	}
+	for _, a := range addrs {
+		if f.allow.allows(host, a, port) {
+			continue
+		}
+		if err := Check(a); err != nil {
+			if a.String() != strings.Trim(host, "[]") {
+				return nil, fmt.Errorf("%s: %w (not in the allowlist)", host, err)
+			}
+			return nil, fmt.Errorf("%w (not in the allowlist)", err)
+		}
+	}
+	return addrs, nil
+}
+
+// dial is the transport's DialContext: it resolves the host once, checks
+// every address, and connects only to checked addresses.
+func (f *Fetcher) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	addrs, err := f.addrsFor(ctx, host, port, true)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, a := range addrs {
+		c, err := f.cfg.DialContext(context.WithValue(ctx, hostKey{}, host), network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// hostKey carries the URL's host from dial to controlContext.
+type hostKey struct{}
+
+// controlContext runs in the default dialer just before connect(2): a last
+// check of the very address the socket connects to, against the host the
+// URL named (for allowlisted names).
+func (f *Fetcher) controlContext(ctx context.Context, network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrBlocked, address)
+	}
+	host, _ := ctx.Value(hostKey{}).(string)
+	if f.allow.allows(host, ap.Addr(), strconv.Itoa(int(ap.Port()))) {
+		return nil
+	}
+	return Check(ap.Addr())
+}
+
+// Format renders r for the model: a short header, a blank line, the body
+// (text as it is, binary summarised) and a truncation note.
+func (r *Result) Format() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s\n", r.StatusText)
+	if r.ContentType != "" {
+		fmt.Fprintf(&b, "content-type: %s\n", r.ContentType)
+	}
+	fmt.Fprintf(&b, "url: %s\n", r.URL)
+	if r.Redirects > 0 {
+		fmt.Fprintf(&b, "redirects: %d\n", r.Redirects)
+	}
+	switch {
+	case r.Truncated && r.Size > 0:
+		fmt.Fprintf(&b, "bytes: %d of %d\n", len(r.Body), r.Size)
+	case r.Truncated:
+		fmt.Fprintf(&b, "bytes: %d of more\n", len(r.Body))
+	default:
+		fmt.Fprintf(&b, "bytes: %d\n", len(r.Body))
+	}
+	if len(r.Body) > 0 {
+		b.WriteString("\n")
+		if isText(r.ContentType, r.Body) {
+			body := r.Body
+			if r.Truncated {
+				body = trimPartialRune(body)
+			}
+			b.WriteString(strings.ToValidUTF8(string(body), "\uFFFD"))
+		} else {
+			fmt.Fprintf(&b, "[binary content (%s), %d bytes, not shown]", orUnknown(r.ContentType), len(r.Body))
+		}
+	}
+	if r.Truncated {
+		fmt.Fprintf(&b, "\n[truncated at %d bytes]", r.Cap)
+	}
+	return b.String()
+}
+
+func orUnknown(ct string) string {
+	if ct == "" {
+		return "unknown type"
+	}
+	return ct
+}
+
+// isText decides whether a body is shown: text-like media types, or no
+// declared type and valid UTF-8 without NULs.
+func isText(contentType string, body []byte) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch {
+	case strings.HasPrefix(mt, "text/"),
+		mt == "application/json", strings.HasSuffix(mt, "+json"),
+		mt == "application/xml", strings.HasSuffix(mt, "+xml"),
+		mt == "application/javascript", mt == "application/ecmascript",
+		mt == "application/x-www-form-urlencoded", mt == "application/yaml",
+		mt == "application/x-yaml", mt == "application/toml", mt == "application/sql",
+		mt == "image/svg+xml":
+		return true
+	case mt == "" || mt == "application/octet-stream":
+		sample := trimPartialRune(body[:min(len(body), 4096)])
+		return utf8.Valid(sample) && !bytes.ContainsRune(sample, 0)
+	}
+	return false
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence a cut left at the end.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < 0x80 {
+			return b
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}
