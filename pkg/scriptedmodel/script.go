@@ -54,6 +54,11 @@
 //	garbage        answer 200 with a body that is not JSON
 //	delay_ms       wait this long before answering (the request's context
 //	               still ends the wait)
+//	retry_after    with status: the Retry-After header of the error answer
+//	               (seconds, or an HTTP date)
+//	chunk_delay_ms when streaming: wait this long before each content
+//	               chunk, so a test can see tokens arrive while the answer
+//	               streams
 //	usage          {"prompt_tokens": 10, "completion_tokens": 5}; computed
 //	               when absent (one token per word, roughly)
 //	finish_reason  defaults to "tool_calls" when the turn calls tools, else
@@ -95,6 +100,8 @@ type Turn struct {
 	Times        int        `json:"times,omitempty"`
 	Garbage      bool       `json:"garbage,omitempty"`
 	DelayMS      int        `json:"delay_ms,omitempty"`
+	RetryAfter   string     `json:"retry_after,omitempty"`
+	ChunkDelayMS int        `json:"chunk_delay_ms,omitempty"`
 	Usage        *Usage     `json:"usage,omitempty"`
 	FinishReason string     `json:"finish_reason,omitempty"`
 }
@@ -179,6 +186,12 @@ func (s *Script) compile() error {
 			}
 			if t.DelayMS < 0 || t.DelayMS > MaxDelayMS {
 				return fmt.Errorf("%w: %s: delay_ms must be within 0..%d", ErrInvalidScript, where, MaxDelayMS)
+			}
+			if t.ChunkDelayMS < 0 || t.ChunkDelayMS > MaxDelayMS {
+				return fmt.Errorf("%w: %s: chunk_delay_ms must be within 0..%d", ErrInvalidScript, where, MaxDelayMS)
+			}
+			if t.RetryAfter != "" && t.Status == 0 {
+				return fmt.Errorf("%w: %s: retry_after needs status", ErrInvalidScript, where)
 			}
 			if t.Usage != nil && (t.Usage.PromptTokens < 0 || t.Usage.CompletionTokens < 0) {
 				return fmt.Errorf("%w: %s: negative usage", ErrInvalidScript, where)

@@ -271,6 +271,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if (turn.Status != 0 || turn.Garbage) && s.misbehave(si, k, turn.Times) {
 		if turn.Status != 0 {
+			if turn.RetryAfter != "" {
+				w.Header().Set("Retry-After", turn.RetryAfter)
+			}
 			writeError(w, turn.Status, "scripted_error", fmt.Sprintf("scripted HTTP %d (scenario %d, turn %d)", turn.Status, si, k))
 			return
 		}
@@ -284,7 +287,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	id := fmt.Sprintf("chatcmpl-scripted-%d", s.ids.Add(1))
 	model := s.modelName(req.Model)
 	if req.Stream {
-		s.stream(w, r.Context(), id, model, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.stream(w, r.Context(), id, model, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, time.Duration(turn.ChunkDelayMS)*time.Millisecond)
 		return
 	}
 	content := a.content
@@ -395,7 +398,7 @@ func fillValue(v any, fill *strings.Replacer) any {
 // stream answers as server-sent events: a role chunk, content chunks,
 // one chunk per tool call (id and name, then arguments), the finish
 // chunk, a usage chunk when asked for, then [DONE].
-func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model string, a answer, includeUsage bool) {
+func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model string, a answer, includeUsage bool, chunkDelay time.Duration) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -423,6 +426,9 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model st
 		return
 	}
 	for _, piece := range chunks(a.content) {
+		if chunkDelay > 0 && !sleepCtx(ctx, chunkDelay) {
+			return
+		}
 		if !send(delta(wireMessage{Content: &piece}), nil) {
 			return
 		}
@@ -480,4 +486,15 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]any{
 		"message": msg, "type": typ, "param": nil, "code": nil,
 	}})
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -8,10 +8,14 @@
 //	<p>.registry.<op>              requests to the registry (queue "registry")
 //	<p>.evt.task.<id>.<type>       task events, published by state after commit
 //	                               (type: created, queued, assigned, running,
-//	                               blocked, completed, failed, cancelled, step)
+//	                               blocked, completed, failed, cancelled, step;
+//	                               token: live streamed model output, core
+//	                               NATS, seq 0, not in the history)
 //	<p>.evt.agent.<name>           agent catalogue changes, published by state
 //	<p>.work.<agent>               dispatched work (scheduler → executors)
 //	<p>.exec.heartbeat.<node>      executor heartbeats
+//	<p>.live.task.<id>.token       streamed model output (live only, in no
+//	                               stream: the step that follows stores it)
 //
 // Streams (created idempotently by their producer):
 //
@@ -24,7 +28,8 @@
 //	                                       NoAck so requests still get their
 //	                                       service's reply
 //
-// Together the three streams hold everything said under <p>.>.
+// Together the three streams hold everything said under <p>.>, except the
+// live token stream (<p>.live.>), whose text the following step stores.
 package subjects
 
 import (
@@ -61,6 +66,8 @@ const (
 	StateGetAgent    = "agent.get"
 	StateListAgents  = "agent.list"
 	StateDeleteAgent = "agent.delete"
+	// StateUsage sums the usage of an org's tasks (bus.v1.UsageRequest).
+	StateUsage = "task.usage"
 )
 
 // Registry request operations. The agent operations carry the public API's
@@ -77,6 +84,13 @@ const (
 
 // EventStep is the event-type token of a step event.
 const EventStep = "step"
+
+// EventToken is the last token of the live subject of streamed model
+// output (TaskTokens): TaskEvents of type TOKEN with seq 0, published by the
+// executor with core NATS while a model streams. They are live only: not in
+// the task's history, not in any stream (the model turn's step that follows
+// holds the same text), never a WatchTask cursor.
+const EventToken = "token"
 
 // Names builds subjects and stream names for one prefix.
 type Names struct {
@@ -135,6 +149,15 @@ func (n Names) TaskEvents(taskID string) string { return n.prefix + ".evt.task."
 
 // TaskEventsOfType matches one event type across all tasks.
 func (n Names) TaskEventsOfType(typ string) string { return n.prefix + ".evt.task.*." + typ }
+
+// TaskTokens returns the live subject of a task's streamed model output.
+// It lies outside <p>.evt.> so that no stream stores it.
+func (n Names) TaskTokens(taskID string) string {
+	return n.prefix + ".live.task." + taskID + "." + EventToken
+}
+
+// TokensAll matches the streamed model output of every task.
+func (n Names) TokensAll() string { return n.prefix + ".live.task.*." + EventToken }
 
 // AgentEvent returns the subject of an agent catalogue change.
 func (n Names) AgentEvent(name string) string { return n.prefix + ".evt.agent." + name }

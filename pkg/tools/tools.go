@@ -81,6 +81,10 @@ type Spec struct {
 	// ask for approval or refuse a call the static rule would allow (e.g.
 	// sql_query and a DROP TABLE).
 	Assess func(args json.RawMessage) Assessment
+	// Validator, when set, checks the arguments in place of Validate and
+	// Parameters (tools of MCP servers bring arbitrary JSON Schemas, which
+	// need a full validator).
+	Validator func(args json.RawMessage) error
 }
 
 // Assessment is a per-call policy judgement.
@@ -132,7 +136,13 @@ func (t Tool) Check(args string) error {
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
-	if err := Validate(t.Parameters, []byte(args)); err != nil {
+	var err error
+	if t.Validator != nil {
+		err = t.Validator(json.RawMessage(args))
+	} else {
+		err = Validate(t.Parameters, []byte(args))
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w: %w", t.Name, ErrInvalidArguments, err)
 	}
 	return nil

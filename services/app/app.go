@@ -273,9 +273,17 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
+	prices, err := executor.ParsePrices(s.str("AGENTMESH_PRICES"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_PRICES: %w", err)}
+	}
 	key := s.str("AGENTMESH_MODEL_API_KEY")
 	if key == "" {
 		key = os.Getenv("OPENAI_API_KEY")
+	}
+	sb, err := s.sandboxConfig()
+	if err != nil {
+		return executor.Config{}, err
 	}
 	return executor.Config{
 		Prefix:   s.str("AGENTMESH_PREFIX"),
@@ -283,10 +291,12 @@ func (s *settings) executorConfig() (executor.Config, error) {
 		Capacity: capacity,
 		WallTime: wall,
 		MaxSteps: steps,
+		Sandbox:  sb,
 		Model: executor.ModelConfig{
 			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
 			APIKey:  key,
 			Model:   s.str("AGENTMESH_MODEL"),
+			Prices:  prices,
 		},
 	}, nil
 }

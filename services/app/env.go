@@ -1,5 +1,12 @@
 package app
 
+import (
+	"fmt"
+	"strings"
+
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+)
+
 // Env is one environment variable the agentmesh binary reads. Every flag
 // has an environment variable; the README's configuration table and the
 // deploy files are checked against this list by tests.
@@ -28,6 +35,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_CAPACITY", "32", []string{"dev", "executor"}, "tasks an executor runs at once"},
 		{"AGENTMESH_WALL_TIME", "10m", []string{"dev", "executor"}, "wall-time limit of one task attempt"},
 		{"AGENTMESH_MAX_STEPS", "16", []string{"dev", "executor"}, "default maximum agent steps per task"},
+		{"AGENTMESH_PRICES", "", []string{"dev", "executor"}, "model price table in USD per 1M prompt/completion tokens, e.g. gpt-4o-mini=0.15/0.60,llama3.1=0/0; unpriced models cost 0"},
 		{"AGENTMESH_DATA_DIR", ".agentmesh", []string{"dev"}, "where dev keeps the embedded NATS (JetStream) data"},
 		{"AGENTMESH_NATS_LISTEN", "127.0.0.1:4222", []string{"dev"}, "loopback client port of dev's embedded NATS, for outside NATS clients; \"off\" to disable"},
 		{"AGENTMESH_SCRIPT", "", []string{"dev", "scripted-model"}, "script file of the scripted model (default: the built-in demo script)"},
@@ -40,6 +48,11 @@ func EnvVars() []Env {
 		{"AGENTMESH_SQL_URL", "", []string{"dev", "executor"}, "Postgres URL sql_query runs on (give it a read-only role); empty = sql_query unavailable"},
 		{"AGENTMESH_SQL_POLICY", "approve", []string{"dev", "executor"}, "what sql_query does with statements that change data or schema: approve (ask a person) or refuse"},
 		{"AGENTMESH_SQL_READ_WRITE", "false", []string{"dev", "executor"}, "let approved sql_query writes commit (otherwise every statement runs read-only)"},
+		{"AGENTMESH_ISOLATION", "strict", []string{"dev", "executor"}, "isolation of agent processes: strict (user/pid/mount/net/ipc/uts namespaces, Landlock, cgroup limits; the executor refuses to start without them) or none (UNSANDBOXED, for development only)"},
+		{"AGENTMESH_TASK_MEMORY", "512MiB", []string{"dev", "executor"}, "memory limit of a task's whole process tree (strict isolation), e.g. 512MiB, 1G"},
+		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
+		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
+		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, /etc, /proc (e.g. where MCP servers are installed), comma-separated"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 	}
 }
@@ -48,4 +61,30 @@ func EnvVars() []Env {
 // hidden subcommand the executor re-executes itself as.)
 func Commands() []string {
 	return []string{"dev", "state", "registry", "scheduler", "executor", "router", "scripted-model", "version"}
+}
+
+// sandboxConfig reads the sandbox settings of the executor.
+func (s *settings) sandboxConfig() (sandbox.Config, error) {
+	level, err := sandbox.ParseLevel(s.str("AGENTMESH_ISOLATION"))
+	if err != nil {
+		return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_ISOLATION: %w", err)}
+	}
+	cfg := sandbox.Config{Level: level}
+	for _, v := range []struct {
+		name string
+		dst  *int64
+	}{{"AGENTMESH_TASK_MEMORY", &cfg.Memory}, {"AGENTMESH_TOOL_MEMORY", &cfg.ToolMemory}} {
+		if *v.dst, err = sandbox.ParseSize(s.str(v.name)); err != nil {
+			return sandbox.Config{}, usageError{fmt.Errorf("%s: %w", v.name, err)}
+		}
+	}
+	if cfg.Pids, err = s.int("AGENTMESH_TASK_PIDS"); err != nil {
+		return sandbox.Config{}, err
+	}
+	for _, p := range strings.Split(s.str("AGENTMESH_SANDBOX_READ_PATHS"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.ReadOnlyPaths = append(cfg.ReadOnlyPaths, p)
+		}
+	}
+	return cfg, nil
 }

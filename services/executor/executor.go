@@ -27,8 +27,10 @@
 // HOME set to a per-task workspace directory removed afterwards), no API
 // keys and no bus credentials; its only channel is its stdio. It runs in
 // its own process group, which is killed on cancel, on wall-time overrun,
-// on a broken protocol and at executor shutdown. The sandbox proper
-// (namespaces, Landlock, cgroups) is not built yet.
+// on a broken protocol and at executor shutdown. With the strict isolation
+// level (the default) it runs in the sandbox of package sandbox:
+// namespaces, Landlock, cgroup memory and pids limits; it is the init of
+// its PID namespace, so killing it kills the task's whole process tree.
 package executor
 
 import (
@@ -46,6 +48,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -77,6 +80,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Streams tunes the bus streams this service ensures.
 	Streams bus.StreamOptions
+	// Sandbox isolates the agent children (the strict level by default; see
+	// package sandbox). New probes the host and fails, naming what is
+	// missing, when the level cannot be had.
+	Sandbox sandbox.Config
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -95,8 +102,16 @@ type ModelConfig struct {
 	// Timeout of one model call (2m).
 	Timeout time.Duration
 	// Retries after a failed call: errors, 5xx, 429, garbage (3; negative
-	// means none).
+	// means none). A Retry-After header sets the wait (capped at
+	// MaxRetryAfter).
 	Retries int
+	// Prices prices model usage (USD per 1M prompt/completion tokens, see
+	// ParsePrices); a model it does not name costs 0.
+	Prices Prices
+	// LookupEnv resolves an agent's model.api_key_secret NAME from the
+	// variable AGENTMESH_SECRET_<NAME upper-cased, '-' → '_'>
+	// (os.LookupEnv when nil).
+	LookupEnv func(string) (string, bool)
 }
 
 // Deps are the executor's dependencies.
@@ -143,6 +158,7 @@ type Service struct {
 	names subjects.Names
 	cons  jetstream.Consumer
 	model *modelClient
+	sb    *sandbox.Sandbox // the agent children's sandbox
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
 
@@ -231,6 +247,16 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cfg.Model.Retries = 0
 	}
 
+	sb, err := sandbox.New(cfg.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if sb.Level() == sandbox.None {
+		deps.Log.Warn("executor: agent processes are UNSANDBOXED", "node", cfg.Node, "sandbox", sb.String())
+	} else {
+		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "sandbox", sb.String())
+	}
+
 	js, err := jetstream.New(deps.NC)
 	if err != nil {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
@@ -258,6 +284,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:   log,
 		names: names,
 		cons:  cons,
+		sb:    sb,
 		model: newModelClient(cfg.Model, log), execTools: cfg.Tools,
 		runs: map[runKey]*run{},
 	}, nil

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +19,12 @@ import (
 )
 
 // modelClient makes the model calls children ask for, with go-openai
-// against any OpenAI-compatible base URL: native tool calling, one
-// non-streamed completion per call, a timeout per call and bounded retries
-// with backoff on network errors, timeouts, 429, 5xx and garbage answers.
+// against any OpenAI-compatible base URL: streamed completions (content
+// deltas go out as TOKEN events), native tool calling or the JSON ReAct
+// fallback (model_react.go), a timeout per call and bounded retries with
+// backoff on network errors, timeouts, 429, 5xx and garbage answers,
+// honouring Retry-After (capped at MaxRetryAfter). Usage is priced from
+// ModelConfig.Prices.
 type modelClient struct {
 	cfg  ModelConfig
 	log  *slog.Logger
@@ -35,7 +40,7 @@ func newModelClient(cfg ModelConfig, log *slog.Logger) *modelClient {
 	return &modelClient{
 		cfg:     cfg,
 		log:     log,
-		http:    &http.Client{Transport: http.DefaultTransport},
+		http:    &http.Client{Transport: retryAfterTransport{base: http.DefaultTransport}},
 		backoff: 250 * time.Millisecond,
 		clients: map[[2]string]*openai.Client{},
 	}
@@ -56,18 +61,63 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 	return c
 }
 
+// modelCall is one agent's way to the model.
+type modelCall struct {
+	settings *agentmeshv1.ModelSettings
+	// secretKey is the key resolved from settings.api_key_secret (when
+	// hasSecret); it goes to whichever base URL the agent uses.
+	secretKey string
+	hasSecret bool
+	// onToken receives streamed content (nil: nowhere).
+	onToken func(string)
+}
+
+// secretEnv is the environment variable that holds the secret name.
+func secretEnv(name string) string {
+	return "AGENTMESH_SECRET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// resolveSecret returns the API key an agent's api_key_secret names. The
+// key is looked up in the executor's environment (ModelConfig.LookupEnv)
+// and never leaves the executor except to the model's base URL.
+func (m *modelClient) resolveSecret(name string) (string, error) {
+	env := secretEnv(name)
+	look := m.cfg.LookupEnv
+	if look == nil {
+		look = os.LookupEnv
+	}
+	v, ok := look(env)
+	if !ok || v == "" {
+		return "", fmt.Errorf("model api_key_secret %q is unknown: %s is not set in the executor's environment", name, env)
+	}
+	return v, nil
+}
+
 // complete answers one ModelRequest. Failures come back in the response's
 // error field, after the retries, naming the model, the URL and the cause.
-func (m *modelClient) complete(ctx context.Context, settings *agentmeshv1.ModelSettings, req *childv1.ModelRequest) *childv1.ModelResponse {
+func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1.ModelRequest) *childv1.ModelResponse {
+	settings := call.settings
 	began := time.Now()
 	resp := &childv1.ModelResponse{Id: req.GetId()}
 	baseURL, key := m.cfg.BaseURL, m.cfg.APIKey
 	if u := settings.GetBaseUrl(); u != "" && u != m.cfg.BaseURL {
 		baseURL, key = u, "" // the executor's key goes to its own endpoint only
 	}
+	if call.hasSecret {
+		key = call.secretKey
+	}
 	model := settings.GetModel()
 	if model == "" {
 		model = m.cfg.Model
+	}
+	react := false
+	switch p := strings.ToLower(strings.TrimSpace(settings.GetToolProtocol())); p {
+	case "", ToolProtocolNative:
+	case ToolProtocolReAct:
+		react = true
+	default:
+		resp.Error = fmt.Sprintf("unknown model tool_protocol %q (want %q or %q)", settings.GetToolProtocol(), ToolProtocolNative, ToolProtocolReAct)
+		return resp
 	}
 	switch {
 	case baseURL == "":
@@ -82,8 +132,59 @@ func (m *modelClient) complete(ctx context.Context, settings *agentmeshv1.ModelS
 		resp.Error = err.Error()
 		return resp
 	}
+	if react {
+		creq.Tools = nil
+		creq.Messages = reactMessages(req.GetMessages(), req.GetTools())
+	}
 	c := m.client(baseURL, key)
+	fail := func(format string, args ...any) *childv1.ModelResponse {
+		resp.Error = fmt.Sprintf("model %s at %s: ", model, baseURL) + fmt.Sprintf(format, args...)
+		resp.DurationMs = time.Since(began).Milliseconds()
+		return resp
+	}
 
+	out, made, err := m.retrying(ctx, c, creq, model, baseURL, call.onToken)
+	if err != nil {
+		return fail("%v (%d attempts)", err, made)
+	}
+	if !react {
+		fillResponse(resp, out)
+	} else {
+		usage := out.Usage
+		text := out.Choices[0].Message.Content
+		turn, perr := parseReAct(text)
+		if perr != nil {
+			// One bounded repair turn: tell the model what was wrong.
+			m.log.Info("model output is not valid ReAct; one repair turn", "model", model, "err", perr)
+			creq.Messages = append(creq.Messages,
+				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text},
+				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: reactRepair(perr)})
+			out, made, err = m.retrying(ctx, c, creq, model, baseURL, call.onToken)
+			if err != nil {
+				return fail("repair turn after invalid ReAct output (%v): %v (%d attempts)", perr, err, made)
+			}
+			usage.PromptTokens += out.Usage.PromptTokens
+			usage.CompletionTokens += out.Usage.CompletionTokens
+			usage.TotalTokens += out.Usage.TotalTokens
+			if turn, perr = parseReAct(out.Choices[0].Message.Content); perr != nil {
+				return fail("output does not follow the JSON ReAct protocol after one repair turn: %v", perr)
+			}
+		}
+		out.Usage = usage
+		fillResponse(resp, out)
+		resp.Message, resp.FinishReason = reactResponse(turn)
+	}
+	if cost, ok := m.cfg.Prices.Cost(resp.Usage, model, resp.Model); ok {
+		resp.Usage.CostUsd = cost
+	}
+	resp.DurationMs = time.Since(began).Milliseconds()
+	return resp
+}
+
+// retrying makes one streamed completion with bounded retries; it returns
+// the answer, how many attempts were made and the last error.
+func (m *modelClient) retrying(ctx context.Context, c *openai.Client, creq openai.ChatCompletionRequest, model, baseURL string, onToken func(string)) (openai.ChatCompletionResponse, int, error) {
+	box := &retryAfterBox{}
 	attempts, made := 1+m.cfg.Retries, 0
 	var lastErr error
 	for i := range attempts {
@@ -91,21 +192,23 @@ func (m *modelClient) complete(ctx context.Context, settings *agentmeshv1.ModelS
 			d := m.backoff << (i - 1)
 			d = min(d, 8*time.Second)
 			d += time.Duration(rand.Int64N(int64(d)/5 + 1))
+			if ra, ok := box.take(); ok {
+				d = ra // the server said when
+			}
 			if !sleepCtx(ctx, d) {
 				break
 			}
 		}
+		box.take()
 		made++
-		cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-		out, err := c.CreateChatCompletion(cctx, creq)
+		cctx, cancel := context.WithTimeout(context.WithValue(ctx, retryAfterKey{}, box), m.cfg.Timeout)
+		out, err := streamCompletion(cctx, c, creq, onToken)
 		cancel()
 		if err == nil && len(out.Choices) == 0 {
 			err = errors.New("the answer has no choices")
 		}
 		if err == nil {
-			fillResponse(resp, out)
-			resp.DurationMs = time.Since(began).Milliseconds()
-			return resp
+			return out, made, nil
 		}
 		if ctx.Err() != nil {
 			lastErr = context.Cause(ctx)
@@ -117,9 +220,7 @@ func (m *modelClient) complete(ctx context.Context, settings *agentmeshv1.ModelS
 		}
 		m.log.Warn("model call failed; retrying", "model", model, "url", baseURL, "attempt", i+1, "of", attempts, "err", err)
 	}
-	resp.Error = fmt.Sprintf("model %s at %s: %v (%d attempts)", model, baseURL, lastErr, made)
-	resp.DurationMs = time.Since(began).Milliseconds()
-	return resp
+	return openai.ChatCompletionResponse{}, made, lastErr
 }
 
 func chatRequest(model string, settings *agentmeshv1.ModelSettings, req *childv1.ModelRequest) (openai.ChatCompletionRequest, error) {

@@ -17,6 +17,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 )
 
 // StderrTail is how much of a child's stderr is kept for error reports.
@@ -63,22 +64,41 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	if start.MaxSteps <= 0 {
 		start.MaxSteps = int32(s.cfg.MaxSteps)
 	}
+	// The model key (from a named secret) and the budget (see budget.go).
+	mr, bad := s.newModelRun(task, steps)
+	if bad != nil {
+		return *bad
+	}
+	start.MaxSteps = mr.maxSteps(start.MaxSteps)
 
-	wall := errWallTime{s.cfg.WallTime}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.WallTime, wall)
+	limit, wall := mr.attemptLimit(s.cfg.WallTime)
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, wall)
 	defer cancel()
+
+	// MCP servers: the executor connects the HTTP ones (it calls them on
+	// the child's behalf); the child starts the stdio ones in its sandbox.
+	mc, err := s.connectMCP(ctx, log, task)
+	defer mc.close()
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return stopped(cause)
+		}
+		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
+	}
+	start.ExecutorTools = append(start.ExecutorTools, mc.specs...)
+	start.McpServers = mc.stdio
 
 	p, err := s.spawn(ctx, task.Id)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
 		}
-		return outcome{kind: outFailed, reason: err.Error()}
+		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
 	defer p.cleanup()
 	log.Info("agent process started", "pid", p.cmd.Process.Pid, "resumed_steps", len(steps))
 
-	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, s.execTools, nil))
+	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, mc.execTools(s.execTools), mc.tools), mr)
 	status := p.wait(res.last)
 
 	switch {
@@ -86,8 +106,8 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 		return outcome{kind: outGone, reason: "waiting for approval"}
 	case res.final != nil:
 		return outcome{kind: outCompleted, result: res.final.Answer}
-	case res.failure != nil:
-		return outcome{kind: outFailed, reason: res.failure.Reason}
+	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
+		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		return stopped(cause)
@@ -98,21 +118,24 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	case res.stepErr != nil:
 		return outcome{kind: outRequeue, reason: "checkpoint failed: " + res.stepErr.Error()}
 	case res.protoErr != nil:
-		return outcome{kind: outFailed, reason: withTail("agent process broke the protocol: "+res.protoErr.Error(), p.stderr.String())}
+		return outcome{kind: outFailed, reason: withTail("agent process broke the protocol: "+res.protoErr.Error(), p.stderr.String()), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 	}
 	reason := "agent process " + status
 	if strings.TrimSpace(p.stderr.String()) == "" {
 		reason += " without a final answer"
 	}
-	return outcome{kind: outFailed, reason: withTail(reason, p.stderr.String())}
+	return outcome{kind: outFailed, reason: withTail(reason, p.stderr.String()), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 }
 
 // stopped maps the cause of a stop from outside to an outcome.
 func stopped(cause error) outcome {
 	var wall errWallTime
+	var budget errBudgetWall
 	switch {
 	case errors.As(cause, &wall):
-		return outcome{kind: outFailed, reason: wall.Error()}
+		return outcome{kind: outFailed, reason: wall.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_TIMEOUT}
+	case errors.As(cause, &budget):
+		return outcome{kind: outFailed, reason: budget.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_BUDGET}
 	case errors.Is(cause, errCancelled):
 		return outcome{kind: outGone, reason: "cancelled"}
 	case errors.Is(cause, errShutdown):
@@ -136,36 +159,45 @@ type process struct {
 	stdout io.ReadCloser
 	stderr *tailBuffer
 	dir    string
+	// sb is the child's sandbox: its workspace and cgroups. sb.OOMKilled()
+	// tells whether the kernel killed the child at its memory limit.
+	sb *sandbox.Task
 }
 
-// spawn starts a child in a fresh workspace, its own process group and a
-// clean environment. ctx ending kills the whole group.
+// spawn starts a child in a fresh workspace, with a clean environment, in
+// the sandbox (see package sandbox: with the strict level its own
+// namespaces, Landlock, cgroups; it is the init of its PID namespace, so
+// killing it kills every process of the task). ctx ending kills it.
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
-	dir, err := os.MkdirTemp("", "agentmesh-task-")
+	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
-		return nil, fmt.Errorf("create task workspace: %w", err)
+		return nil, fmt.Errorf("create task sandbox: %w", err)
 	}
 	lang := os.Getenv("LANG")
 	if lang == "" {
 		lang = "C.UTF-8"
 	}
-	cmd := exec.CommandContext(ctx, s.cfg.ChildCommand[0], s.cfg.ChildCommand[1:]...)
-	cmd.Env = []string{child.EnvChild + "=1", "PATH=" + os.Getenv("PATH"), "LANG=" + lang, "HOME=" + dir}
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd, err := sb.Command(ctx, s.cfg.ChildCommand, []string{child.EnvChild + "=1", "LANG=" + lang})
+	if err != nil {
+		sb.Cleanup()
+		return nil, fmt.Errorf("agent process %s: %w", s.cfg.ChildCommand[0], err)
+	}
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = exitGrace
-	p := &process{cmd: cmd, stderr: &tailBuffer{max: StderrTail}, dir: dir}
+	p := &process{cmd: cmd, stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
 	cmd.Stderr = p.stderr
 	if p.stdin, err = cmd.StdinPipe(); err == nil {
 		p.stdout, err = cmd.StdoutPipe()
 	}
 	if err == nil {
-		err = cmd.Start()
+		err = sb.Start(cmd)
 	}
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		sb.Cleanup()
 		return nil, fmt.Errorf("start agent process %s: %w", s.cfg.ChildCommand[0], err)
+	}
+	if sb.Unsandboxed() {
+		s.log.Warn("UNSANDBOXED agent process: isolation level none (no namespaces, no Landlock, no cgroup limits)", "task", taskID, "pid", cmd.Process.Pid)
 	}
 	return p, nil
 }
@@ -204,10 +236,15 @@ func (p *process) wait(last bool) string {
 	}
 }
 
-// cleanup kills what is left of the process group and removes the workspace.
+// cleanup kills what is left of the process group (with the strict level,
+// the whole PID namespace and anything left in the task's cgroups) and
+// removes the cgroups and the workspace.
 func (p *process) cleanup() {
 	_ = killGroup(p.cmd)
-	_ = os.RemoveAll(p.dir)
+	if p.cmd.ProcessState == nil && p.cmd.Process != nil {
+		_, _ = p.cmd.Process.Wait()
+	}
+	p.sb.Cleanup()
 }
 
 func killGroup(cmd *exec.Cmd) error {
@@ -232,11 +269,13 @@ type serveResult struct {
 	last bool
 	// blocked: the task now waits for a person's approval.
 	blocked bool
+	// kind of a failure (MODEL, BUDGET, AGENT).
+	kind agentmeshv1.FailureKind
 }
 
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate) serveResult {
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate, mr *modelRun) serveResult {
 	w := childproto.NewWriter(p.stdin)
 	r := childproto.NewReader(p.stdout)
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
@@ -255,9 +294,12 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		}
 		switch k := f.Kind.(type) {
 		case *childv1.Frame_ModelRequest:
-			resp := s.model.complete(ctx, task.GetAgentSpec().GetModel(), k.ModelRequest)
-			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}}); err != nil {
+			resp, stop := s.modelTurn(ctx, task, attempt, mr, k.ModelRequest)
+			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}}); err != nil && stop == nil {
 				return serveResult{}
+			}
+			if stop != nil {
+				return *stop // a budget ran out: no model call
 			}
 		case *childv1.Frame_ToolRequest:
 			resp := g.run(ctx, k.ToolRequest)
@@ -277,6 +319,11 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				ack.Decision, ack.Message, ack.RunInExecutor = v.decision, v.message, v.inExecutor
 			}
 			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			if res, stop := mr.stepDone(step); stop && stepErr == nil {
+				ack.Error = res.failure.Reason // a budget ran out with this model turn
+				_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
+				return res
+			}
 			if stepErr == nil && v.approval != nil && v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL {
 				stepErr = s.block(ctx, task, attempt, v.approval)
 				if stepErr == nil {
@@ -294,10 +341,14 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			if stepErr != nil {
 				return serveResult{stepErr: stepErr}
 			}
+		case *childv1.Frame_ToolsDiscovered:
+			if err := mcpDiscovered(task, g, k.ToolsDiscovered); err != nil {
+				return serveResult{protoErr: err}
+			}
 		case *childv1.Frame_Final:
 			return serveResult{final: k.Final, last: true}
 		case *childv1.Frame_Failure:
-			return serveResult{failure: k.Failure, last: true}
+			return mr.failed(k.Failure)
 		default:
 			return serveResult{protoErr: fmt.Errorf("unexpected %s frame from the agent", childproto.Kind(f))}
 		}

@@ -126,6 +126,8 @@ type outcome struct {
 	kind   outcomeKind
 	result string // completed
 	reason string // failed, requeue
+	// failKind says why a task failed, for programs (BUDGET, MODEL, ...).
+	failKind agentmeshv1.FailureKind
 }
 
 type outcomeKind int
@@ -154,8 +156,8 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		tr = &busv1.TransitionRequest{To: statusCompleted, Result: out.result}
 		log.Info("task completed")
 	case outFailed:
-		tr = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason}
-		log.Info("task failed", "reason", out.reason)
+		tr = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason, FailureKind: out.failKind}
+		log.Info("task failed", "reason", out.reason, "kind", out.failKind)
 	case outRequeue:
 		tr = &busv1.TransitionRequest{To: statusQueued, Reason: out.reason}
 		log.Info("task goes back to the queue", "reason", out.reason)

@@ -32,6 +32,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/agentmesh/agentmesh/services/executor/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -366,6 +367,19 @@ func ValidateAgent(a *agentmeshv1.Agent) error {
 		if _, ok := tools.Lookup(t); !ok {
 			return &bus.Error{Code: bus.CodeFailedPrecondition, Field: fmt.Sprintf("agent.tools[%d]", i), Message: fmt.Sprintf("unknown tool %q", t)}
 		}
+	}
+	if len(a.McpServers) > mcp.MaxServers {
+		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.mcp_servers", Message: fmt.Sprintf("more than %d MCP servers", mcp.MaxServers)}
+	}
+	servers := map[string]bool{}
+	for i, m := range a.McpServers {
+		if err := mcp.Validate(m); err != nil {
+			return bus.FieldError(fmt.Sprintf("agent.mcp_servers[%d]", i), "%v", err)
+		}
+		if servers[m.Name] {
+			return bus.FieldError(fmt.Sprintf("agent.mcp_servers[%d]", i), "duplicate MCP server %q", m.Name)
+		}
+		servers[m.Name] = true
 	}
 	if a.MaxConcurrency < 0 {
 		return bus.FieldError("agent.max_concurrency", "must not be negative")

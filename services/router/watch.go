@@ -25,6 +25,13 @@ const historyPage = 1000
 // last event sent (or the client's cursor); every event goes out once, in
 // order, with no gaps: live events that do not follow last are ignored (seq
 // ≤ last) or trigger a refetch from state (seq > last+1).
+//
+// TOKEN events (streamed model output, published live by the executor with
+// seq 0) are the exception: they are forwarded as they arrive, between the
+// recorded events, and are never the cursor, never counted, never
+// refetched — they are not in the history, so a client that reconnects
+// misses the tokens streamed while it was away (the model turn's step holds
+// the whole text).
 type watcher struct {
 	s      *Service
 	id     string
@@ -55,6 +62,11 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 		return fmt.Errorf("subscribe to events of task %s: %w", req.GetId(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	tokSub, err := s.nc.ChanSubscribe(s.names.TaskTokens(req.GetId()), ch)
+	if err != nil {
+		return fmt.Errorf("subscribe to tokens of task %s: %w", req.GetId(), err)
+	}
+	defer func() { _ = tokSub.Unsubscribe() }()
 
 	w := &watcher{s: s, id: req.GetId(), stream: stream, last: req.GetAfterSeq(), status: task.GetStatus()}
 	lastSeq, err := w.catchUp(ctx)
@@ -81,6 +93,12 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 			if err := proto.Unmarshal(msg.Data, ev); err != nil {
 				s.log.Warn("malformed task event set aside", "subject", msg.Subject, "err", err)
 				continue
+			}
+			if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
+				if err := w.sendToken(ev); err != nil {
+					return err
+				}
+				continue // live only: not the cursor, not news of the record
 			}
 			switch {
 			case ev.GetSeq() <= w.last:
@@ -140,6 +158,14 @@ func (w *watcher) catchUp(ctx context.Context) (int64, error) {
 			return hist.GetLastSeq(), nil
 		}
 	}
+}
+
+// sendToken forwards a live TOKEN event; the cursor does not move.
+func (w *watcher) sendToken(ev *agentmeshv1.TaskEvent) error {
+	if ev.GetTaskId() != w.id || ev.GetSeq() != 0 {
+		return nil
+	}
+	return w.stream.Send(&agentmeshv1.WatchTaskResponse{Event: ev, Status: w.status})
 }
 
 // send streams one event with the task's status after it.

@@ -235,15 +235,16 @@ func TestWatchClientCancel(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	// The router's connection also holds its request-reply inbox.
+	// The router's connection also holds its request-reply inbox; a watch
+	// holds two subscriptions: the task's events and its live tokens.
 	during := e.svc.nc.NumSubscriptions()
 	subs := func() error {
-		if n := e.svc.nc.NumSubscriptions(); n != during-1 {
-			return fmt.Errorf("router holds %d subscriptions, want %d", n, during-1)
+		if n := e.svc.nc.NumSubscriptions(); n != during-2 {
+			return fmt.Errorf("router holds %d subscriptions, want %d", n, during-2)
 		}
 		return nil
 	}
 	cancel()
-	// The router lets go of the task's events once the client has gone.
+	// The router lets go of the task's events and tokens once the client has gone.
 	poll.Until(t, 5*time.Second, subs)
 }

@@ -7,6 +7,7 @@
 // "state", protobuf requests (agentmesh.bus.v1) on <p>.state.<op>:
 //
 //	task.create task.get task.list task.transition task.step task.history
+//	task.usage
 //	agent.put agent.get agent.list agent.delete
 //
 // and publishes, through JetStream and only after the commit:
@@ -146,6 +147,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateTransition, bus.Handler(s.log, func() *busv1.TransitionRequest { return &busv1.TransitionRequest{} }, s.transition)},
 		{subjects.StateAppendStep, bus.Handler(s.log, func() *busv1.AppendStepRequest { return &busv1.AppendStepRequest{} }, s.appendStep)},
 		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
+		{subjects.StateUsage, bus.Handler(s.log, func() *busv1.UsageRequest { return &busv1.UsageRequest{} }, s.usage)},
 		{subjects.StatePutAgent, bus.Handler(s.log, func() *busv1.PutAgentRequest { return &busv1.PutAgentRequest{} }, s.putAgent)},
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
@@ -408,6 +410,35 @@ func (s *Service) appendStep(ctx context.Context, req *busv1.AppendStepRequest) 
 	}
 	s.publishEvents(ctx, ev)
 	return &busv1.AppendStepResponse{Event: ev}, nil
+}
+
+// usage sums the tokens and cost of an org's tasks created in a range.
+func (s *Service) usage(ctx context.Context, req *busv1.UsageRequest) (*busv1.UsageResponse, error) {
+	if req.Org == "" {
+		return nil, bus.FieldError("org", "an org is required")
+	}
+	var from, to time.Time
+	for _, ts := range []struct {
+		field string
+		in    *timestamppb.Timestamp
+		out   *time.Time
+	}{
+		{"created_after", req.CreatedAfter, &from},
+		{"created_before", req.CreatedBefore, &to},
+	} {
+		if ts.in == nil {
+			continue
+		}
+		if err := ts.in.CheckValid(); err != nil {
+			return nil, bus.FieldError(ts.field, "%v", err)
+		}
+		*ts.out = ts.in.AsTime()
+	}
+	u, n, err := s.store.Usage(ctx, req.Org, req.Agent, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage of org %s: %w", req.Org, err)
+	}
+	return &busv1.UsageResponse{Usage: u, Tasks: n}, nil
 }
 
 func (s *Service) history(ctx context.Context, req *busv1.HistoryRequest) (*busv1.HistoryResponse, error) {

@@ -139,7 +139,7 @@ func (s *server) WatchTask(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1
 	}
 	sent := 0
 	for _, ev := range script {
-		if ev.Seq <= req.AfterSeq {
+		if ev.Seq <= req.AfterSeq && ev.Type != agentmeshv1.EventType_EVENT_TYPE_TOKEN {
 			continue
 		}
 		if first && breakAfter > 0 && sent == breakAfter {

@@ -51,6 +51,9 @@ type cli struct {
 	timeout time.Duration
 	// timeoutSet: --timeout was given, so it bounds watches too.
 	timeoutSet bool
+	// tokens: print streamed model output (TOKEN events) as it arrives;
+	// midLine: the last thing printed was a token without a newline.
+	tokens, midLine bool
 
 	conn   *grpc.ClientConn
 	tasks  agentmeshv1.TaskServiceClient
@@ -89,6 +92,7 @@ func commands() []command {
 		{"agents", "manage agents: create, list, get, update, delete", (*cli).agentsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
+		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"help", "show help for amctl or a command", nil},
 	}
 }

@@ -32,6 +32,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	fs.Var(meta, "meta", "metadata key=value (repeat)")
 	idem := fs.String("idempotency-key", "", "a retried submit with the same key returns the first task")
 	wait := fs.Bool("wait", false, "follow the task until it ends and print its answer")
+	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -198,6 +199,7 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 		"Follow a task's events until it ends (reconnecting if the stream breaks);\n"+
 			"exit 1 if it failed or was cancelled. With -o json, one event per line.")
 	after := fs.Int64("after", 0, "start after this event seq")
+	fs.BoolVar(&c.tokens, "tokens", false, "print the model's output as it streams (live only: not replayed on reconnect)")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -338,9 +340,17 @@ func (c *cli) watchOnce(ctx context.Context, id string, last *int64, failures *i
 			return err
 		}
 		ev := r.GetEvent()
+		if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
+			// Streamed model output: seq 0, live only, never the cursor.
+			if err := c.printToken(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if ev.GetSeq() <= *last {
 			continue // already shown
 		}
+		c.endTokens()
 		if c.json() {
 			if err := c.printJSON(r, false); err != nil {
 				return err
@@ -353,6 +363,32 @@ func (c *cli) watchOnce(ctx context.Context, id string, last *int64, failures *i
 		if ev.GetType() != agentmeshv1.EventType_EVENT_TYPE_STEP && taskstate.Terminal(r.GetStatus()) {
 			return &ending{status: r.GetStatus(), result: ev.GetResult(), reason: ev.GetReason()}
 		}
+	}
+}
+
+// printToken prints a piece of streamed model output when --tokens asked
+// for it: as is (or one JSON line per event with -o json).
+func (c *cli) printToken(r *agentmeshv1.WatchTaskResponse) error {
+	if !c.tokens {
+		return nil
+	}
+	if c.json() {
+		return c.printJSON(r, false)
+	}
+	tok := r.GetEvent().GetToken()
+	if tok == "" {
+		return nil
+	}
+	_, err := io.WriteString(c.stdout, tok)
+	c.midLine = !strings.HasSuffix(tok, "\n")
+	return err
+}
+
+// endTokens ends a line of streamed text before the next event.
+func (c *cli) endTokens() {
+	if c.midLine {
+		fmt.Fprintln(c.stdout)
+		c.midLine = false
 	}
 }
 

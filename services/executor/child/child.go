@@ -39,7 +39,9 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/tools"
+	_ "github.com/agentmesh/agentmesh/services/executor/child/localtools" // code_run, shell, fs_*: the sandboxed local tools
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -74,6 +76,7 @@ func RunIfChild() {
 // Main runs one task's agent loop over in and out and returns the exit code.
 // Diagnostics go to stderr, whose tail the executor keeps for its reports.
 func Main(in io.Reader, out io.Writer) int {
+	sandbox.EnterOrExit() // confine this process before reading anything (a no-op unsandboxed)
 	l := &loop{r: childproto.NewReader(in), w: childproto.NewWriter(out)}
 	err := l.run()
 	switch {
@@ -108,6 +111,7 @@ type loop struct {
 	next     int32 // index of the next step
 	turns    int   // model turns taken, earlier attempts included
 	reqID    int64
+	mcp      mcpServers // stdio MCP servers started by this child
 }
 
 func (l *loop) run() error {
@@ -127,6 +131,12 @@ func (l *loop) run() error {
 	for _, t := range ts {
 		l.tools[t.Name] = t
 		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
+	}
+	// stdio MCP servers: started here, in the sandbox, before the first
+	// model request (and before a resumed call runs); stopped on exit.
+	defer l.stopMCP()
+	if err := l.startMCP(); err != nil {
+		return err
 	}
 	// Tools only the executor knows (e.g. of HTTP MCP servers): offered to
 	// the model, run by the executor.

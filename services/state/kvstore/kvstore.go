@@ -688,6 +688,21 @@ func (s *Store) ListTasks(_ context.Context, q store.TaskQuery) ([]*agentmeshv1.
 	return out, next, nil
 }
 
+// Usage sums the usage of the matching tasks, from the index.
+func (s *Store) Usage(_ context.Context, org, agent string, from, to time.Time) (*agentmeshv1.Usage, int64, error) {
+	q := store.TaskQuery{Org: org, Agent: agent, CreatedAfter: from, CreatedBefore: to}
+	sum := &agentmeshv1.Usage{}
+	var n int64
+	s.taskIndex.descend("", func(_ string, t *agentmeshv1.Task) bool {
+		if store.MatchesQuery(t, q) {
+			n++
+			store.AddUsage(sum, t.GetUsage())
+		}
+		return true
+	})
+	return sum, n, nil
+}
+
 // ---- agents ----
 
 var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)

@@ -8,6 +8,10 @@
 //	task_events  the task's history: (task_id, seq) → agentmesh.v1.TaskEvent
 //	agents       the agent catalogue: name, version, skills, agentmesh.v1.Agent
 //
+// The tasks row also keeps the task's usage totals in columns
+// (prompt_tokens, completion_tokens, total_tokens, cost_usd), written with
+// the data by every write, so Usage sums them in SQL.
+//
 // What a write does is decided by the shared planning in package store; this
 // package only persists it. Every write is one statement (one implicit
 // transaction) that updates the task row with compare-and-set on
@@ -145,8 +149,9 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	}
 	tag, err := s.pool.Exec(ctx, `
 WITH t AS (
-  INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+  INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data,
+                     prompt_tokens, completion_tokens, total_tokens, cost_usd)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, 0)
   ON CONFLICT (org, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
   RETURNING id
 )
@@ -288,14 +293,16 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		}
 		tag, err := s.pool.Exec(ctx, `
 WITH u AS (
-  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7
+  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
+    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14
   WHERE id = $1 AND last_event_seq = $2
   RETURNING id
 )
 INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, $5, $8, $9, $10 FROM u`,
 			id, cur.LastEventSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
-			int16(ev.Type), ev.Time.AsTime(), evData)
+			int16(ev.Type), ev.Time.AsTime(), evData,
+			next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd())
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
@@ -325,6 +332,61 @@ func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, st
 	return s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 		return store.PlanStep(cur, attempt, step, s.now())
 	})
+}
+
+// Usage sums the usage columns of the matching tasks; rows written before
+// those columns existed (NULLs) are summed from their data.
+func (s *Store) Usage(ctx context.Context, org, agent string, from, to time.Time) (*agentmeshv1.Usage, int64, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if org != "" {
+		where = append(where, "org = "+arg(org))
+	}
+	if agent != "" {
+		where = append(where, "agent = "+arg(agent))
+	}
+	if !from.IsZero() {
+		where = append(where, "created_at > "+arg(from))
+	}
+	if !to.IsZero() {
+		where = append(where, "created_at < "+arg(to))
+	}
+	cond := "TRUE"
+	if len(where) > 0 {
+		cond = strings.Join(where, " AND ")
+	}
+	sum := &agentmeshv1.Usage{}
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*), COALESCE(sum(prompt_tokens), 0)::bigint, COALESCE(sum(completion_tokens), 0)::bigint,
+       COALESCE(sum(total_tokens), 0)::bigint, COALESCE(sum(cost_usd), 0)::double precision
+FROM tasks WHERE `+cond+` AND total_tokens IS NOT NULL`, args...).Scan(&n, &sum.PromptTokens, &sum.CompletionTokens, &sum.TotalTokens, &sum.CostUsd)
+	if err != nil {
+		return nil, 0, store.Internal("usage", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT data FROM tasks WHERE `+cond+` AND total_tokens IS NULL`, args...)
+	if err != nil {
+		return nil, 0, store.Internal("usage", err)
+	}
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, 0, store.Internal("usage", err)
+	}
+	for _, d := range datas {
+		t, err := decodeTask(d)
+		if err != nil {
+			return nil, 0, err
+		}
+		store.AddUsage(sum, t.GetUsage())
+		n++
+	}
+	return sum, n, nil
 }
 
 // History returns events after afterSeq, oldest first.

@@ -43,6 +43,12 @@ type Store interface {
 	// History returns the task's events with seq > afterSeq, oldest first,
 	// at most limit (0 means MaxPageSize). not_found for an unknown task.
 	History(ctx context.Context, taskID string, afterSeq int64, limit int) ([]*agentmeshv1.TaskEvent, error)
+	// Usage sums the usage (tokens and cost, as Apply totals it from the
+	// steps) of the tasks of org created after from and before to (zero
+	// times do not bound; both ends exclusive, as in ListTasks), only
+	// agent's when agent is set, and counts those tasks. An empty org
+	// sums every org's.
+	Usage(ctx context.Context, org, agent string, from, to time.Time) (*agentmeshv1.Usage, int64, error)
 
 	// PutAgent creates (create=true; already_exists if present) or replaces
 	// (not_found if absent; failed_precondition if expectedVersion > 0 and
@@ -107,4 +113,15 @@ func PageSize(n int) int {
 		return MaxPageSize
 	}
 	return n
+}
+
+// AddUsage adds u to sum.
+func AddUsage(sum, u *agentmeshv1.Usage) {
+	if u == nil {
+		return
+	}
+	sum.PromptTokens += u.PromptTokens
+	sum.CompletionTokens += u.CompletionTokens
+	sum.TotalTokens += u.TotalTokens
+	sum.CostUsd += u.CostUsd
 }

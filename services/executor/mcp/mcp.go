@@ -1,0 +1,532 @@
+// Package mcp makes the tools of Model Context Protocol servers agentmesh
+// tools. An agent names its MCP servers (agentmesh.v1.McpServer): a stdio
+// command, which the agent child starts inside its sandbox, or a streamable
+// HTTP URL, which the executor calls on the child's behalf (the child has no
+// network). Each tool of server "fs" called "list_directory" becomes the
+// agentmesh tool "fs__list_directory" (category mcp, risk "external", needing
+// approval when the server says require_approval); its arguments are
+// checked against the server's own JSON Schema with a full validator
+// (github.com/google/jsonschema-go, drafts 2020-12 and 07) before anything
+// runs, at the executor's gate and again before the call is made.
+//
+// This package holds what both sides share: naming, the schema check,
+// result flattening, and Connect, which starts (stdio) or reaches (HTTP) a
+// server, lists its tools and calls them.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Sep joins a server's name and its tool's name.
+const Sep = "__"
+
+// Limits.
+const (
+	// MaxToolName is the longest tool name models accept (OpenAI:
+	// [a-zA-Z0-9_-]{1,64}).
+	MaxToolName = 64
+	// MaxServerName bounds a server's name.
+	MaxServerName = 32
+	// MaxServers bounds the MCP servers of one agent.
+	MaxServers = 16
+	// MaxCommandArgs and MaxEnv bound a stdio server's command line and
+	// environment; MaxURL bounds an HTTP server's URL.
+	MaxCommandArgs = 64
+	MaxEnv         = 64
+	MaxURL         = 2048
+	// MaxTools bounds the tools one server may publish.
+	MaxTools = 128
+	// MaxSchema bounds one tool's JSON Schema (bytes).
+	MaxSchema = 64 << 10
+	// MaxDescription: longer descriptions are cut.
+	MaxDescription = 4 << 10
+)
+
+// RiskExternal is the risk class of MCP tools: what they do is up to a
+// server agentmesh does not know.
+const RiskExternal tools.Risk = "external"
+
+// DefaultConnectTimeout bounds starting (or reaching) a server and listing
+// its tools.
+const DefaultConnectTimeout = 30 * time.Second
+
+// stopGrace is how long a stdio server may take to exit once its stdin is
+// closed before it is sent SIGTERM (and then SIGKILL).
+const stopGrace = 2 * time.Second
+
+// serverNameRE: lower-case letters, digits, '-' and '_', starting with a
+// letter or digit, with no "__" and no trailing '_' (so the first "__" of
+// a tool name ends the server's name).
+var serverNameRE = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]|_[a-z0-9-])*$`)
+
+// ValidServerName reports whether name may name an MCP server.
+func ValidServerName(name string) error {
+	if len(name) == 0 || len(name) > MaxServerName || !serverNameRE.MatchString(name) {
+		return fmt.Errorf("must be 1-%d lower-case letters, digits, '-' and single '_' (not at the end), got %q", MaxServerName, name)
+	}
+	return nil
+}
+
+// Validate checks one server's configuration (the registry's and the
+// executor's check).
+func Validate(s *agentmeshv1.McpServer) error {
+	if err := ValidServerName(s.GetName()); err != nil {
+		return fmt.Errorf("name: %w", err)
+	}
+	switch {
+	case len(s.GetCommand()) > 0 && s.GetUrl() != "":
+		return errors.New("set command or url, not both")
+	case len(s.GetCommand()) == 0 && s.GetUrl() == "":
+		return errors.New("set command (stdio) or url (streamable HTTP)")
+	case len(s.GetCommand()) > MaxCommandArgs:
+		return fmt.Errorf("command: more than %d arguments", MaxCommandArgs)
+	case len(s.GetCommand()) > 0 && s.GetCommand()[0] == "":
+		return errors.New("command: the program is empty")
+	case len(s.GetEnv()) > MaxEnv:
+		return fmt.Errorf("env: more than %d variables", MaxEnv)
+	case s.GetUrl() != "" && len(s.GetEnv()) > 0:
+		return errors.New("env: only for stdio servers")
+	case len(s.GetUrl()) > MaxURL:
+		return fmt.Errorf("url: longer than %d bytes", MaxURL)
+	}
+	for k := range s.GetEnv() {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("env: bad variable name %q", k)
+		}
+	}
+	if u := s.GetUrl(); u != "" {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("url: must be an http or https URL, got %q", u)
+		}
+	}
+	return nil
+}
+
+// ToolName is the agentmesh name of server's tool: "<server>__<tool>",
+// characters outside [a-zA-Z0-9_-] replaced by '_', capped at MaxToolName
+// (a capped name ends with 8 hex digits of a hash of the full name, so
+// names that differ only past the cap stay apart).
+func ToolName(server, tool string) string {
+	var b strings.Builder
+	b.WriteString(server)
+	b.WriteString(Sep)
+	for _, r := range tool {
+		if r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	name := b.String()
+	if len(name) > MaxToolName {
+		sum := sha256.Sum256([]byte(server + Sep + tool))
+		name = name[:MaxToolName-9] + "_" + hex.EncodeToString(sum[:4])
+	}
+	return name
+}
+
+// ServerOf returns the server part of an MCP tool name ("fs" of
+// "fs__read_file"), or false when name is not one.
+func ServerOf(name string) (string, bool) {
+	server, _, ok := strings.Cut(name, Sep)
+	return server, ok && server != ""
+}
+
+// Compile parses a tool's JSON Schema and returns a check of arguments
+// against it (the full schema: $ref, oneOf, patterns, formats as the
+// validator knows them).
+func Compile(schema json.RawMessage) (func(args json.RawMessage) error, error) {
+	if len(schema) > MaxSchema {
+		return nil, fmt.Errorf("schema larger than %d bytes", MaxSchema)
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return nil, fmt.Errorf("schema does not parse: %w", err)
+	}
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	return func(args json.RawMessage) error {
+		dec := json.NewDecoder(bytes.NewReader(args))
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("arguments are not JSON: %w", err)
+		}
+		if dec.More() {
+			return errors.New("arguments are not one JSON value")
+		}
+		if _, ok := v.(map[string]any); !ok {
+			return errors.New("arguments must be a JSON object")
+		}
+		if err := rs.Validate(v); err != nil {
+			return fmt.Errorf("arguments do not match the tool's schema: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// NewTool builds the agentmesh tool standing for an MCP tool: name is its
+// agentmesh name (ToolName), schema the server's JSON Schema of its
+// arguments; run may be nil (the process that checks calls is not the one
+// that makes them).
+func NewTool(srv *agentmeshv1.McpServer, name, description string, schema json.RawMessage, runs tools.Where, run tools.Func) (tools.Tool, error) {
+	check, err := Compile(schema)
+	if err != nil {
+		return tools.Tool{}, fmt.Errorf("tool %s: %w", name, err)
+	}
+	if len(description) > MaxDescription {
+		description = description[:MaxDescription]
+	}
+	return tools.Tool{Spec: tools.Spec{
+		Name:          name,
+		Description:   description,
+		Parameters:    schema,
+		Category:      tools.CategoryMCP,
+		Risk:          RiskExternal,
+		Runs:          runs,
+		NeedsApproval: srv.GetRequireApproval(),
+		Validator:     check,
+	}, Run: run}, nil
+}
+
+// Flatten turns a tool result into the observation for the model: text
+// parts joined by newlines, other content summarised; with no content, the
+// structured content as JSON. isError is the server's isError.
+func Flatten(res *sdk.CallToolResult) (text string, isError bool) {
+	if res == nil {
+		return "", false
+	}
+	var parts []string
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			parts = append(parts, c.Text)
+		case *sdk.ImageContent:
+			parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", orUnknown(c.MIMEType), len(c.Data)))
+		case *sdk.AudioContent:
+			parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", orUnknown(c.MIMEType), len(c.Data)))
+		case *sdk.ResourceLink:
+			s := "[resource link " + c.URI
+			if c.Name != "" {
+				s += " (" + c.Name + ")"
+			}
+			if c.Description != "" {
+				s += ": " + c.Description
+			}
+			parts = append(parts, s+"]")
+		case *sdk.EmbeddedResource:
+			r := c.Resource
+			switch {
+			case r == nil:
+				parts = append(parts, "[resource]")
+			case r.Text != "":
+				parts = append(parts, fmt.Sprintf("[resource %s]\n%s", r.URI, r.Text))
+			default:
+				parts = append(parts, fmt.Sprintf("[resource %s, %s, %d bytes]", r.URI, orUnknown(r.MIMEType), len(r.Blob)))
+			}
+		default:
+			b, _ := json.Marshal(c)
+			parts = append(parts, fmt.Sprintf("[content %s]", b))
+		}
+	}
+	if len(parts) == 0 && res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			parts = append(parts, string(b))
+		}
+	}
+	return strings.Join(parts, "\n"), res.IsError
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "of unknown type"
+	}
+	return s
+}
+
+// Options say how to reach a server.
+type Options struct {
+	// Workspace is a stdio server's working directory and HOME; the string
+	// "${WORKSPACE}" in its command and env is replaced by it.
+	Workspace string
+	// Runs says which process calls the tools (tools.InChild for stdio
+	// servers the child starts, tools.InExecutor for HTTP ones).
+	Runs tools.Where
+	// Timeout bounds connecting and listing the tools
+	// (DefaultConnectTimeout).
+	Timeout time.Duration
+	// HTTPClient for HTTP servers (a client with sane timeouts by default).
+	HTTPClient *http.Client
+}
+
+// Server is a connected MCP server.
+type Server struct {
+	cfg     *agentmeshv1.McpServer
+	session *sdk.ClientSession
+	tools   []tools.Tool
+	// remote maps an agentmesh tool name to the server's name for it.
+	remote map[string]string
+	stderr *tail
+	once   sync.Once
+}
+
+// Connect starts a stdio server (cfg.command) or reaches an HTTP one
+// (cfg.url), and lists its tools. Its errors begin "mcp server <name>: ".
+func Connect(ctx context.Context, cfg *agentmeshv1.McpServer, opts Options) (*Server, error) {
+	s, err := connect(ctx, cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: %w", cfg.GetName(), err)
+	}
+	return s, nil
+}
+
+func connect(ctx context.Context, cfg *agentmeshv1.McpServer, opts Options) (*Server, error) {
+	if err := Validate(cfg); err != nil {
+		return nil, err
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	s := &Server{cfg: cfg, remote: map[string]string{}}
+	var transport sdk.Transport
+	var cmd *exec.Cmd
+	if argv := cfg.GetCommand(); len(argv) > 0 {
+		cmd = s.command(argv, opts.Workspace)
+		transport = &sdk.CommandTransport{Command: cmd, TerminateDuration: stopGrace}
+	} else {
+		hc := opts.HTTPClient
+		if hc == nil {
+			hc = defaultHTTPClient
+		}
+		transport = &sdk.StreamableClientTransport{Endpoint: cfg.GetUrl(), HTTPClient: hc, MaxRetries: 1, DisableStandaloneSSE: true}
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "agentmesh", Version: "1"}, &sdk.ClientOptions{
+		// No roots: a stdio server works on what its command line names.
+		Capabilities: &sdk.ClientCapabilities{},
+	})
+	session, err := client.Connect(ctx, transport, nil)
+	if err != nil {
+		if cmd != nil && cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		return nil, s.explain(ctx, "start", timeout, err)
+	}
+	s.session = session
+	if err := s.list(ctx); err != nil {
+		_ = s.Close()
+		return nil, s.explain(ctx, "list tools", timeout, err)
+	}
+	return s, nil
+}
+
+// explain words a failure to start or list, with what the server wrote to
+// its stderr.
+func (s *Server) explain(ctx context.Context, what string, timeout time.Duration, err error) error {
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within %s", timeout)
+	}
+	err = fmt.Errorf("%s: %w", what, err)
+	if s.stderr != nil {
+		if t := strings.TrimSpace(s.stderr.String()); t != "" {
+			err = fmt.Errorf("%w; its stderr: %s", err, t)
+		}
+	}
+	return err
+}
+
+// command builds a stdio server's process: the configured environment
+// only, plus PATH, HOME (the workspace) and LANG; the workspace as its
+// working directory; killed if its parent dies.
+func (s *Server) command(argv []string, workspace string) *exec.Cmd {
+	expand := func(v string) string { return strings.ReplaceAll(v, "${WORKSPACE}", workspace) }
+	args := make([]string, len(argv))
+	for i, a := range argv {
+		args[i] = expand(a)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": workspace, "LANG": lang}
+	for k, v := range s.cfg.GetEnv() {
+		env[k] = expand(v)
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		cmd.Env = append(cmd.Env, k+"="+env[k])
+	}
+	cmd.Dir = workspace
+	s.stderr = &tail{max: 2 << 10}
+	cmd.Stderr = s.stderr
+	cmd.WaitDelay = stopGrace
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func (s *Server) list(ctx context.Context) error {
+	seen := map[string]string{}
+	for t, err := range s.session.Tools(ctx, nil) {
+		if err != nil {
+			return err
+		}
+		if t.Name == "" {
+			return errors.New("a tool without a name")
+		}
+		if len(s.tools) == MaxTools {
+			return fmt.Errorf("more than %d tools", MaxTools)
+		}
+		name := ToolName(s.cfg.GetName(), t.Name)
+		if other, dup := seen[name]; dup {
+			return fmt.Errorf("tools %q and %q both become %s", other, t.Name, name)
+		}
+		seen[name] = t.Name
+		schema := json.RawMessage(`{"type":"object"}`)
+		if t.InputSchema != nil {
+			b, err := json.Marshal(t.InputSchema)
+			if err != nil {
+				return fmt.Errorf("tool %s: schema: %w", t.Name, err)
+			}
+			schema = b
+		}
+		desc := t.Description
+		if desc == "" {
+			desc = t.Title
+		}
+		remote := t.Name
+		tool, err := NewTool(s.cfg, name, desc, schema, "", func(ctx context.Context, _ tools.Env, args json.RawMessage) (string, error) {
+			out, isErr, err := s.Call(ctx, remote, args)
+			if err != nil {
+				return "", err
+			}
+			if isErr {
+				return "", toolError(out)
+			}
+			return out, nil
+		})
+		if err != nil {
+			return err
+		}
+		s.remote[name] = remote
+		s.tools = append(s.tools, tool)
+	}
+	return nil
+}
+
+// toolError is a result the server flagged isError; its text is the
+// observation.
+type toolError string
+
+func (e toolError) Error() string {
+	if e == "" {
+		return "the tool reported an error"
+	}
+	return string(e)
+}
+
+// Tools returns the server's tools, named for agentmesh, with Runs set to
+// runs.
+func (s *Server) Tools(runs tools.Where) []tools.Tool {
+	out := make([]tools.Tool, len(s.tools))
+	for i, t := range s.tools {
+		t.Runs = runs
+		out[i] = t
+	}
+	return out
+}
+
+// Name is the server's name.
+func (s *Server) Name() string { return s.cfg.GetName() }
+
+// Call calls the tool the agent knows as name (an agentmesh name) with
+// arguments that passed its schema, and returns the flattened result.
+func (s *Server) Call(ctx context.Context, name string, args json.RawMessage) (string, bool, error) {
+	remote, ok := s.remote[name]
+	if !ok {
+		remote = name // a server-side name
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	res, err := s.session.CallTool(ctx, &sdk.CallToolParams{Name: remote, Arguments: args})
+	if err != nil {
+		return "", false, fmt.Errorf("mcp server %s: %w", s.cfg.GetName(), err)
+	}
+	out, isErr := Flatten(res)
+	return out, isErr, nil
+}
+
+// Close ends the session; a stdio server is told to stop (stdin closed),
+// then terminated, then killed.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		if s.session != nil {
+			err = s.session.Close()
+		}
+	})
+	return err
+}
+
+var defaultHTTPClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	TLSHandshakeTimeout:   10 * time.Second,
+	ResponseHeaderTimeout: 90 * time.Second,
+	IdleConnTimeout:       90 * time.Second,
+	MaxIdleConnsPerHost:   4,
+}}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,115 @@
+package executor
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+)
+
+// Price is what a model costs, in US dollars per million tokens.
+type Price struct {
+	PromptPerM     float64
+	CompletionPerM float64
+}
+
+// Prices is the price table: model name → price. A model that is not in
+// it costs nothing (its usage is still counted in tokens).
+type Prices map[string]Price
+
+// maxPricePerM bounds one price (USD per 1M tokens): a typo like
+// "gpt-4o=2500000/10" is refused rather than billed.
+const maxPricePerM = 1_000_000
+
+// ParsePrices parses a price table written as
+// "model=prompt/completion,model2=prompt/completion" in US dollars per
+// million prompt and completion tokens, e.g.
+// "gpt-4o-mini=0.15/0.60,llama3.1=0/0". Spaces around items are ignored;
+// an empty string is an empty table. A model named twice, a negative or
+// non-finite price, or anything else malformed is an error that names the
+// item.
+func ParsePrices(s string) (Prices, error) {
+	p := Prices{}
+	if strings.TrimSpace(s) == "" {
+		return p, nil
+	}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		model, rates, ok := strings.Cut(item, "=")
+		model = strings.TrimSpace(model)
+		if !ok || model == "" {
+			return nil, fmt.Errorf("price %q: want model=prompt/completion (USD per 1M tokens)", item)
+		}
+		if strings.ContainsAny(model, " \t\n=/") {
+			return nil, fmt.Errorf("price %q: model name %q holds a space, '=' or '/'", item, model)
+		}
+		in, out, ok := strings.Cut(rates, "/")
+		if !ok {
+			return nil, fmt.Errorf("price %q: want prompt/completion after '=' (USD per 1M tokens)", item)
+		}
+		pin, err := parseRate(in)
+		if err != nil {
+			return nil, fmt.Errorf("price %q: prompt price: %w", item, err)
+		}
+		pout, err := parseRate(out)
+		if err != nil {
+			return nil, fmt.Errorf("price %q: completion price: %w", item, err)
+		}
+		if _, dup := p[model]; dup {
+			return nil, fmt.Errorf("price %q: model %q is priced twice", item, model)
+		}
+		p[model] = Price{PromptPerM: pin, CompletionPerM: pout}
+	}
+	return p, nil
+}
+
+func parseRate(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	v, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a number", s)
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return 0, fmt.Errorf("%q is not a finite number", s)
+	case v < 0:
+		return 0, fmt.Errorf("%q is negative", s)
+	case v > maxPricePerM:
+		return 0, fmt.Errorf("%q is over %d USD per 1M tokens", s, maxPricePerM)
+	}
+	return v, nil
+}
+
+// String writes the table back in ParsePrices' format, sorted by model.
+func (p Prices) String() string {
+	models := make([]string, 0, len(p))
+	for m := range p {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	var b strings.Builder
+	for i, m := range models {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%s/%s", m, strconv.FormatFloat(p[m].PromptPerM, 'g', -1, 64), strconv.FormatFloat(p[m].CompletionPerM, 'g', -1, 64))
+	}
+	return b.String()
+}
+
+// Cost returns the cost in US dollars of u on the first of the models
+// (the name the request asked for, then the name the provider answered
+// with) that the table prices, and whether one was priced.
+func (p Prices) Cost(u *agentmeshv1.Usage, models ...string) (float64, bool) {
+	for _, m := range models {
+		if pr, ok := p[m]; ok && m != "" {
+			return (float64(u.GetPromptTokens())*pr.PromptPerM + float64(u.GetCompletionTokens())*pr.CompletionPerM) / 1e6, true
+		}
+	}
+	return 0, false
+}

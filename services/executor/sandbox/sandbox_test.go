@@ -1,0 +1,345 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+)
+
+const envMode = "SANDBOX_TEST_MODE"
+
+// TestMain lets the test binary be a sandboxed child: with the sandbox
+// parameters set it confines itself (as child.Main does) and runs a mode.
+func TestMain(m *testing.M) {
+	if mode, ok := os.LookupEnv(envMode); ok {
+		sandbox.EnterOrExit()
+		os.Exit(childMode(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func childMode(mode string) int {
+	switch mode {
+	case "ready":
+		fmt.Println("ready")
+		return 0
+	case "hog":
+		fmt.Println("ready")
+		b := make([]byte, 1<<30)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println("allocated", len(b))
+		return 0
+	case "sleep":
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+		return 0
+	case "check":
+		c := sandbox.Current()
+		if c == nil {
+			fmt.Println("not confined")
+			return 1
+		}
+		report := func(name string, err error) {
+			if err != nil {
+				fmt.Printf("%s: denied: %v\n", name, err)
+			} else {
+				fmt.Printf("%s: ALLOWED\n", name)
+			}
+		}
+		fmt.Printf("pid: %d\n", os.Getpid())
+		host, _ := os.Hostname()
+		fmt.Printf("hostname: %s\n", host)
+		report("write workspace", os.WriteFile(filepath.Join(c.Workspace, "f"), []byte("x"), 0o600))
+		report("write outside", os.WriteFile(os.Getenv("OUTSIDE"), []byte("x"), 0o600))
+		_, err := os.ReadFile(os.Getenv("SECRET"))
+		report("read secret", err)
+		_, err = os.ReadFile("/usr/bin/env")
+		report("read system", err)
+		ents, _ := os.ReadDir("/proc")
+		n := 0
+		for _, e := range ents {
+			if e.Name()[0] >= '0' && e.Name()[0] <= '9' {
+				n++
+			}
+		}
+		fmt.Printf("processes: %d\n", n)
+		st, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "CapInh:") || strings.HasPrefix(l, "CapAmb:") || strings.HasPrefix(l, "NoNewPrivs:") {
+				fmt.Println(strings.Join(strings.Fields(l), " "))
+			}
+		}
+		out, err := exec.Command("sh", "-c", "grep -E '^(CapEff|CapPrm)' /proc/self/status | tr -s '\t ' ' '").CombinedOutput()
+		fmt.Print(string(out))
+		report("exec sh", err)
+		return 0
+	}
+	fmt.Println("unknown mode", mode)
+	return 2
+}
+
+// strict returns a strict sandbox, or skips (fails under CI=true) when the
+// host cannot have one.
+func strict(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
+	t.Helper()
+	cfg.Level = sandbox.Strict
+	sb, err := sandbox.New(cfg)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("strict isolation is required in CI: %v", err)
+		}
+		t.Skipf("strict isolation unavailable here: %v", err)
+	}
+	return sb
+}
+
+// start runs this test binary as a sandboxed child in mode and waits for
+// its "ready" line.
+func start(t testing.TB, task *sandbox.Task, mode string, env ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := task.Command(context.Background(), []string{exe}, append([]string{envMode + "=" + mode}, env...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, bufio.NewReader(out)
+}
+
+func TestStrictProbe(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	t.Log(sb)
+	if !strings.Contains(sb.String(), "landlock ABI") {
+		t.Errorf("report %q does not name landlock", sb)
+	}
+}
+
+func TestConfinedChild(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	task, err := sb.Prepare("check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(secretDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(filepath.Dir(task.Workspace()), "agentmesh-outside-"+filepath.Base(task.Workspace()))
+	defer os.Remove(outside)
+	cmd, r := start(t, task, "check", "OUTSIDE="+outside, "SECRET="+secret)
+	var lines []string
+	for {
+		l, err := r.ReadString('\n')
+		if l != "" {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = cmd.Wait()
+	out := strings.Join(lines, "\n")
+	t.Log(out)
+	for _, want := range []string{
+		"pid: 1", "hostname: sandbox", "write workspace: ALLOWED", "write outside: denied", "read secret: denied",
+		"read system: ALLOWED", "processes: 1", "CapInh: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1",
+		"CapPrm: 0000000000000000", "CapEff: 0000000000000000", "exec sh: ALLOWED",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if _, err := os.Stat(outside); err == nil {
+		t.Errorf("the child wrote %s outside its workspace", outside)
+	}
+	if st, err := os.Stat(filepath.Join(task.Workspace(), "f")); err != nil {
+		t.Errorf("workspace file: %v", err)
+	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid != sandbox.DefaultUID {
+		t.Errorf("workspace file owned by host uid %d, want %d", uid, sandbox.DefaultUID)
+	}
+}
+
+func TestAgentOOMKilled(t *testing.T) {
+	sb := strict(t, sandbox.Config{Memory: 64 << 20, ToolMemory: 32 << 20})
+	task, err := sb.Prepare("hog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	cmd, r := start(t, task, "hog")
+	if l, _ := r.ReadString('\n'); strings.TrimSpace(l) != "ready" {
+		t.Fatalf("child said %q", l)
+	}
+	rest, _ := r.ReadString('\n')
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("hog ended with %v (%q), want SIGKILL", err, rest)
+	}
+	if !task.OOMKilled() {
+		t.Fatal("OOMKilled() = false after the hog was killed")
+	}
+	task.Cleanup()
+	if !task.OOMKilled() {
+		t.Fatal("OOMKilled() = false after Cleanup")
+	}
+	if me := task.MemoryError(); !errors.Is(me, sandbox.ErrResourceExhausted) || !strings.Contains(me.Error(), "64 MiB") {
+		t.Errorf("MemoryError() = %v", me)
+	}
+}
+
+func TestNotOOMKilled(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	task, err := sb.Prepare("ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	cmd, r := start(t, task, "ready")
+	_, _ = r.ReadString('\n')
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if task.OOMKilled() {
+		t.Fatal("OOMKilled() = true for a child that exited normally")
+	}
+}
+
+func TestKillTakesTheTree(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	task, err := sb.Prepare("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	cmd, r := start(t, task, "sleep")
+	_, _ = r.ReadString('\n')
+	if n := len(task.Procs()); n != 1 {
+		t.Fatalf("%d processes in the task's cgroup, want 1", n)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if p := task.Procs(); len(p) != 0 {
+		t.Fatalf("processes left after the kill: %v", p)
+	}
+	ws := task.Workspace()
+	task.Cleanup()
+	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace left behind: %v", err)
+	}
+}
+
+func TestNone(t *testing.T) {
+	sb, err := sandbox.New(sandbox.Config{Level: sandbox.None})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "UNSANDBOXED") {
+		t.Errorf("none is not labelled: %q", sb)
+	}
+	task, err := sb.Prepare("none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	if !task.Unsandboxed() {
+		t.Error("Unsandboxed() = false")
+	}
+	cmd, err := task.Command(context.Background(), []string{"sh", "-c", "pwd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+func TestParseLevel(t *testing.T) {
+	for in, want := range map[string]sandbox.Level{"": sandbox.Strict, "strict": sandbox.Strict, "NONE": sandbox.None} {
+		if got, err := sandbox.ParseLevel(in); err != nil || got != want {
+			t.Errorf("ParseLevel(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := sandbox.ParseLevel("loose"); err == nil {
+		t.Error("ParseLevel(loose) did not fail")
+	}
+}
+
+// BenchmarkSpawn is the cost of one sandboxed child: workspace and cgroups,
+// namespaces, the child's confinement, until it is ready; then its exit
+// and the teardown. "none" is the same child unsandboxed, for comparison.
+func BenchmarkSpawn(b *testing.B) {
+	none, err := sandbox.New(sandbox.Config{Level: sandbox.None})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		sb   func() *sandbox.Sandbox
+	}{
+		{"strict", func() *sandbox.Sandbox { return strict(b, sandbox.Config{}) }},
+		{"none", func() *sandbox.Sandbox { return none }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			sb := bc.sb()
+			var ready time.Duration
+			for b.Loop() {
+				began := time.Now()
+				task, err := sb.Prepare("bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmd, r := start(b, task, "ready")
+				if l, _ := r.ReadString('\n'); l != "ready\n" {
+					b.Fatalf("child said %q", l)
+				}
+				ready += time.Since(began)
+				_ = cmd.Wait()
+				task.Cleanup()
+			}
+			b.ReportMetric(float64(ready.Microseconds())/float64(b.N)/1000, "ms-to-ready/op")
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "4096": 4096, "512MiB": 512 << 20, "1G": 1 << 30, "64k": 64 << 10, "2 GB": 2 << 30} {
+		if got, err := sandbox.ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "12X", "-1", "1.5G"} {
+		if _, err := sandbox.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) did not fail", in)
+		}
+	}
+}
