@@ -29,6 +29,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	misbehaved map[[2]int]int // (scenario, turn) → error answers given
+	byTurn     map[int]int64  // conversation position (assistant messages so far) → requests
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -107,6 +108,14 @@ func (s *Server) Close() error {
 // Requests returns how many chat completion requests the server received
 // (errors and injected failures included).
 func (s *Server) Requests() int64 { return s.requests.Load() }
+
+// RequestsAt returns how many requests asked for turn k: conversations that
+// already held k assistant messages. A turn asked for twice was paid twice.
+func (s *Server) RequestsAt(k int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byTurn[k]
+}
 
 func (s *Server) modelName(requested string) string {
 	if requested != "" {
@@ -250,6 +259,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := s.script.Scenarios[si]
+	s.mu.Lock()
+	if s.byTurn == nil {
+		s.byTurn = map[int]int64{}
+	}
+	s.byTurn[assistants]++
+	s.mu.Unlock()
 	k := assistants
 	past := k >= len(sc.Turns)
 	if past {

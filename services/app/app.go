@@ -269,6 +269,10 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
+	ackWait, err := s.duration("AGENTMESH_ACK_WAIT")
+	if err != nil {
+		return executor.Config{}, err
+	}
 	steps, err := s.int("AGENTMESH_MAX_STEPS")
 	if err != nil {
 		return executor.Config{}, err
@@ -290,6 +294,7 @@ func (s *settings) executorConfig() (executor.Config, error) {
 		Node:     s.str("AGENTMESH_NODE"),
 		Capacity: capacity,
 		WallTime: wall,
+		AckWait:  ackWait,
 		MaxSteps: steps,
 		Sandbox:  sb,
 		Model: executor.ModelConfig{

@@ -10,7 +10,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/tools"
-	"github.com/agentmesh/agentmesh/services/executor/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp"
 )
 
 // taskMCP is the MCP side of one attempt: the HTTP servers the executor

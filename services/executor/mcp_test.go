@@ -14,7 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/services/executor/mcp/mcptest"
+	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
 )
 
 const mcpScript = `{"scenarios": [

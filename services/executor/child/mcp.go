@@ -7,7 +7,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	"github.com/agentmesh/agentmesh/pkg/tools"
-	"github.com/agentmesh/agentmesh/services/executor/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp"
 )
 
 // mcpServers are the stdio MCP servers this child started; they run in its

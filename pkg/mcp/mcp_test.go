@@ -12,8 +12,8 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/tools"
-	"github.com/agentmesh/agentmesh/services/executor/mcp"
-	"github.com/agentmesh/agentmesh/services/executor/mcp/mcptest"
+	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
