@@ -307,7 +307,7 @@ func TestWallTimeBudget(t *testing.T) {
 	task := e.submitTask(&agentmeshv1.Task{Input: "slow", Budget: &agentmeshv1.Budget{MaxWallTime: durationpb.New(time.Second)}})
 	got := e.waitStatus(task.Id, taskstate.Failed, 15*time.Second)
 	wantFailure(t, got, agentmeshv1.FailureKind_FAILURE_KIND_BUDGET, "budget exhausted", "max_wall_time 1s")
-	if d := time.Since(began); d > 10*time.Second {
+	if d := time.Since(began); d > 15*time.Second { // the turn takes 20s: it was cut, not waited for
 		t.Errorf("failed after %v", d)
 	}
 }

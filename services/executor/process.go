@@ -120,6 +120,11 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	case res.protoErr != nil:
 		return outcome{kind: outFailed, reason: withTail("agent process broke the protocol: "+res.protoErr.Error(), p.stderr.String()), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 	}
+	// A memory overrun is the task's own doing: report it as resource
+	// exhaustion (retrying cannot help).
+	if p.sb != nil && p.sb.OOMKilled() {
+		return outcome{kind: outFailed, reason: p.sb.MemoryError().Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_RESOURCE}
+	}
 	reason := "agent process " + status
 	if strings.TrimSpace(p.stderr.String()) == "" {
 		reason += " without a final answer"

@@ -130,7 +130,7 @@ func TestShellTimeoutKillsTheGroup(t *testing.T) {
 	if err == nil || !errors.Is(err, sandbox.ErrResourceExhausted) || !strings.Contains(err.Error(), "wall-time limit of 1s exceeded") {
 		t.Errorf("got %v", err)
 	}
-	if d := time.Since(began); d > 5*time.Second {
+	if d := time.Since(began); d > 20*time.Second { // the sleeps take 30s: they were killed
 		t.Errorf("took %s", d)
 	}
 }
