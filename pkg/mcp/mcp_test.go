@@ -11,9 +11,9 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
+	"github.com/agentmesh/agentmesh/pkg/tools"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

@@ -126,4 +126,3 @@ func clipS(s string) string {
 	}
 	return s
 }
-

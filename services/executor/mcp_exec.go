@@ -9,8 +9,8 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/tools"
 )
 
 // taskMCP is the MCP side of one attempt: the HTTP servers the executor

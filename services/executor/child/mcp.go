@@ -6,8 +6,8 @@ import (
 	"os"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
-	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/tools"
 )
 
 // mcpServers are the stdio MCP servers this child started; they run in its

@@ -8,8 +8,8 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
+	"github.com/agentmesh/agentmesh/services/executor/childproto"
 )
 
 // stepAllowed reads a step and acks it with decision ALLOWED.
