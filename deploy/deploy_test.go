@@ -605,6 +605,20 @@ func TestK8sWorkloads(t *testing.T) {
 			t.Errorf("%s: selector %v does not match the pod labels %v", w, sel, labels)
 		}
 		pod := mapping(w.doc, "spec", "template", "spec")
+		if w.name() == "executor" {
+			// The sandbox supervisor: privileged, and never configured to
+			// run agents unsandboxed.
+			c := mapping(list(pod, "containers"), 0)
+			if get(c, "securityContext", "privileged") != true {
+				t.Errorf("%s: the executor must be privileged to sandbox agents (namespaces, cgroups)", w)
+			}
+			for _, e := range list(c, "env") {
+				if str(e, "name") == "AGENTMESH_ISOLATION" && str(e, "value") == "none" {
+					t.Errorf("%s: AGENTMESH_ISOLATION=none runs agents unsandboxed", w)
+				}
+			}
+			continue
+		}
 		if get(pod, "securityContext", "runAsNonRoot") != true {
 			t.Errorf("%s: pod securityContext.runAsNonRoot is not true", w)
 		}
