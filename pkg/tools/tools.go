@@ -287,3 +287,18 @@ func runCurrentTime(_ context.Context, _ Env, args json.RawMessage) (string, err
 	}
 	return Now().In(loc).Format(time.RFC3339), nil
 }
+
+// UnknownToolMessage is the observation a model gets for a call of a tool
+// it may not use: the name it asked for and the names it may call.
+func UnknownToolMessage[T any](name string, available map[string]T) string {
+	names := make([]string, 0, len(available))
+	for n := range available {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	avail := "none"
+	if len(names) > 0 {
+		avail = strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("error: unknown tool %q; the tools you may call are: %s", name, avail)
+}

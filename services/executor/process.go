@@ -187,7 +187,7 @@ func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 		sb.Cleanup()
 		return nil, fmt.Errorf("agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
-	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
 	cmd.WaitDelay = exitGrace
 	p := &process{cmd: cmd, stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
 	cmd.Stderr = p.stderr
@@ -219,12 +219,12 @@ func (p *process) wait(last bool) string {
 		select {
 		case err = <-done:
 		case <-time.After(exitGrace):
-			_ = killGroup(p.cmd)
+			_ = sandbox.KillGroup(p.cmd)
 			err = <-done
 		}
 	} else {
 		// The conversation broke off: nothing more is expected from it.
-		_ = killGroup(p.cmd)
+		_ = sandbox.KillGroup(p.cmd)
 		err = <-done
 	}
 	st := p.cmd.ProcessState
@@ -245,22 +245,11 @@ func (p *process) wait(last bool) string {
 // the whole PID namespace and anything left in the task's cgroups) and
 // removes the cgroups and the workspace.
 func (p *process) cleanup() {
-	_ = killGroup(p.cmd)
+	_ = sandbox.KillGroup(p.cmd)
 	if p.cmd.ProcessState == nil && p.cmd.Process != nil {
 		_, _ = p.cmd.Process.Wait()
 	}
 	p.sb.Cleanup()
-}
-
-func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
-		return nil
-	}
-	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
 }
 
 // serveResult is how a conversation with a child ended.

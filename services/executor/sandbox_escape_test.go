@@ -72,7 +72,7 @@ func spawnAgent(t *testing.T, ctx context.Context, s *Service, input string, max
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = killGroup(p.cmd); _ = p.cmd.Wait(); p.cleanup() })
+	t.Cleanup(func() { _ = sandbox.KillGroup(p.cmd); _ = p.cmd.Wait(); p.cleanup() })
 	a := &agent{t: t, p: p, w: childproto.NewWriter(p.stdin), r: childproto.NewReader(p.stdout)}
 	start := &childv1.Start{
 		TaskId: "escape", Attempt: 1, Input: input, MaxSteps: int32(maxSteps), Workspace: p.dir,
@@ -488,7 +488,7 @@ func TestSandboxAgentOOM(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
-		_ = killGroup(p.cmd)
+		_ = sandbox.KillGroup(p.cmd)
 		t.Fatal("the agent was not killed")
 	}
 	if !p.sb.OOMKilled() {

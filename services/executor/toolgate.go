@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -120,16 +119,7 @@ func (g *gate) judge(step *agentmeshv1.Step) verdict {
 	}
 	t, ok := g.allowed[step.ToolName]
 	if !ok {
-		names := make([]string, 0, len(g.allowed))
-		for n := range g.allowed {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		avail := "none"
-		if len(names) > 0 {
-			avail = strings.Join(names, ", ")
-		}
-		return deny("unknown tool %q; the tools you may call are: %s", step.ToolName, avail)
+		return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_DENIED, message: tools.UnknownToolMessage(step.ToolName, g.allowed)}
 	}
 	step.Risk = string(t.Risk)
 	if err := t.Check(step.Arguments); err != nil {

@@ -33,7 +33,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
@@ -322,16 +321,7 @@ func (l *loop) executorTool(c *agentmeshv1.ToolCall) (toolResult, error) {
 func (l *loop) callTool(c *agentmeshv1.ToolCall) (string, bool) {
 	t, ok := l.tools[c.Name]
 	if !ok {
-		names := make([]string, 0, len(l.tools))
-		for n := range l.tools {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		avail := "none"
-		if len(names) > 0 {
-			avail = strings.Join(names, ", ")
-		}
-		return fmt.Sprintf("error: unknown tool %q; the tools you may call are: %s", c.Name, avail), true
+		return tools.UnknownToolMessage(c.Name, l.tools), true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
 	defer cancel()

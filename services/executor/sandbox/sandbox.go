@@ -741,3 +741,16 @@ func ParseSize(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// KillGroup sends SIGKILL to cmd's process group (a process started with
+// Setpgid); a group already gone is not an error.
+func KillGroup(cmd *exec.Cmd) error {
+	if cmd.Process == nil {
+		return nil
+	}
+	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}

@@ -270,7 +270,11 @@ func (f *Fetcher) fetchError(ctx context.Context, err error) error {
 	if errors.Is(err, ErrBlocked) || errors.Is(err, ErrScheme) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrURL) {
 		return fmt.Errorf("web_fetch: %w", err)
 	}
-	if ctx.Err() == context.DeadlineExceeded {
+	// The context's deadline and the transport's own timeouts (response
+	// headers, dial) are the same bound; whichever fires first, it is a
+	// timeout.
+	var te interface{ Timeout() bool }
+	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &te) && te.Timeout()) {
 		return fmt.Errorf("web_fetch: %w after %s", ErrTimeout, f.cfg.Timeout)
 	}
 	return fmt.Errorf("web_fetch: %w", err)

@@ -187,7 +187,7 @@ func runProgram(ctx context.Context, tool, ws string, argv []string, stdin strin
 		"AGENTMESH_CPU_SECONDS=" + strconv.Itoa(cpu), "AGENTMESH_CGROUP_PROCS=" + strings.Join(procs, ":"),
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
 	cmd.WaitDelay = 2 * time.Second
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -206,7 +206,7 @@ func runProgram(ctx context.Context, tool, ws string, argv []string, stdin strin
 		err = cmd.Wait()
 		sandbox.Forget(cmd)
 		// Whatever the program left behind in its group goes too.
-		_ = killGroup(cmd)
+		_ = sandbox.KillGroup(cmd)
 	}
 	took := time.Since(began)
 	oomAfter := int64(-1)
@@ -245,17 +245,6 @@ func runProgram(ctx context.Context, tool, ws string, argv []string, stdin strin
 }
 
 func cpuUsed(st *os.ProcessState) time.Duration { return st.UserTime() + st.SystemTime() }
-
-func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
-		return nil
-	}
-	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
-}
 
 // format renders a program's end and output for the model.
 func format(st *os.ProcessState, sig syscall.Signal, stdout, stderr *capped) string {
