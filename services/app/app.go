@@ -344,12 +344,11 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	toolFns, closeTools, err := s.privileged(ctx)
+	closeTools, err := s.privileged(ctx, &exCfg)
 	if err != nil {
 		return err
 	}
 	defer closeTools()
-	exCfg.Tools = toolFns
 	rCfg, err := s.routerConfig()
 	if err != nil {
 		return err
@@ -452,12 +451,11 @@ func runService(ctx context.Context, name string, args []string) error {
 		if exCfg, err = s.executorConfig(); err != nil {
 			return err
 		}
-		toolFns, closeTools, err := s.privileged(ctx)
+		closeTools, err := s.privileged(ctx, &exCfg)
 		if err != nil {
 			return err
 		}
 		defer closeTools()
-		exCfg.Tools = toolFns
 		if exCfg.Model.BaseURL == "" {
 			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
 		}

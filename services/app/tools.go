@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/sqltool"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
 
 // toolsConfig reads the configuration of the executor's privileged tools.
@@ -42,15 +43,23 @@ func (s *settings) toolsConfig() (executor.ToolsConfig, error) {
 	return cfg, nil
 }
 
-// privileged builds the executor-side tools from the settings.
-func (s *settings) privileged(ctx context.Context) (map[string]executor.ExecFunc, func(), error) {
-	cfg, err := s.toolsConfig()
+// privileged builds the executor-side tools from the settings, and sets
+// them (and the HTTP client for MCP servers, under web_fetch's address
+// policy and allowlist) on cfg.
+func (s *settings) privileged(ctx context.Context, cfg *executor.Config) (func(), error) {
+	tc, err := s.toolsConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fns, closeFn, err := executor.PrivilegedTools(ctx, cfg)
+	fns, closeFn, err := executor.PrivilegedTools(ctx, tc)
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, usageError{err}
 	}
-	return fns, closeFn, nil
+	f, err := webfetch.New(tc.WebFetch)
+	if err != nil {
+		closeFn()
+		return nil, usageError{err}
+	}
+	cfg.Tools, cfg.MCPClient = fns, f.ServiceClient()
+	return closeFn, nil
 }

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -49,6 +50,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -88,6 +90,11 @@ type Config struct {
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
 	Tools map[string]ExecFunc
+	// MCPClient connects to agents' HTTP MCP servers. Their URLs come from
+	// agent definitions (API callers), so the default applies web_fetch's
+	// address policy: private, loopback and link-local addresses refused
+	// (webfetch.Fetcher.ServiceClient; allowlist with its Allow).
+	MCPClient *http.Client
 }
 
 // ModelConfig says how to reach the default model.
@@ -217,6 +224,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.MCPClient == nil {
+		f, err := webfetch.New(webfetch.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		cfg.MCPClient = f.ServiceClient()
 	}
 	if len(cfg.ChildCommand) == 0 {
 		exe, err := os.Executable()

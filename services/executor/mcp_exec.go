@@ -50,7 +50,7 @@ func (s *Service) connectMCP(ctx context.Context, log *slog.Logger, task *agentm
 			m.stdio = append(m.stdio, cfg)
 			continue
 		}
-		srv, err := mcp.Connect(ctx, cfg, mcp.Options{Runs: tools.InExecutor})
+		srv, err := mcp.Connect(ctx, cfg, mcp.Options{Runs: tools.InExecutor, HTTPClient: s.cfg.MCPClient})
 		if err != nil {
 			return m, err
 		}

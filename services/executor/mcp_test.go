@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
 
 const mcpScript = `{"scenarios": [
@@ -102,7 +104,18 @@ func toolSteps(all []*agentmeshv1.Step) (calls, results map[string]*agentmeshv1.
 func TestMCPServersCompleteTask(t *testing.T) {
 	srv := mcptest.Install(t)
 	httpURL := mcptest.StartEverythingHTTP(t, srv)
+	// The test server listens on loopback, which the executor refuses for
+	// MCP unless allowlisted (as web_fetch does).
+	u, err := url.Parse(httpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := webfetch.New(webfetch.Config{Allow: []string{u.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := newMCPEnv(t, &srv)
+	e.cfg.MCPClient = f.ServiceClient()
 	e.startExecutor()
 	a := &agentmeshv1.Agent{
 		Name: "mcp-helper", SystemPrompt: "Use your tools.", Tools: []string{"echo"},
@@ -235,5 +248,24 @@ func TestMCPStdioServerIsSandboxed(t *testing.T) {
 	r := results["call_0_1"]
 	if r == nil || r.IsError || !strings.Contains(r.Content, "MCP_MODE") || strings.Contains(r.Content, "AGENTMESH_EXECUTOR_SECRET") {
 		t.Errorf("get-env = %v, want the server's own environment only", r)
+	}
+}
+
+// An HTTP MCP server on a private or loopback address is refused unless
+// allowlisted: agent definitions come from API callers, and the executor
+// must not become their way into the internal network.
+func TestMCPHTTPPrivateAddressRefused(t *testing.T) {
+	srv := mcptest.Install(t)
+	httpURL := mcptest.StartEverythingHTTP(t, srv)
+	e := newMCPEnv(t, &srv)
+	e.startExecutor() // the default client: web_fetch's policy, no allowlist
+	a := &agentmeshv1.Agent{
+		Name: "sneaky", Tools: []string{"echo"},
+		McpServers: []*agentmeshv1.McpServer{{Name: "internal", Url: httpURL}},
+	}
+	task := e.submitAgent(a, "mcp-work please")
+	got := e.waitStatus(task.Id, taskstate.Failed, 60*time.Second)
+	if !strings.Contains(got.Error, "mcp server internal") || !strings.Contains(got.Error, "address not allowed") {
+		t.Errorf("reason = %q, want the server named and the address refused", got.Error)
 	}
 }

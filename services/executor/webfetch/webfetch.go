@@ -150,6 +150,24 @@ func New(cfg Config) (*Fetcher, error) {
 	return f, nil
 }
 
+// ServiceClient returns an HTTP client under the same address policy (every
+// address checked at connect time and at every redirect, the same
+// allowlist, no proxies) for other HTTP the executor does on an agent's
+// behalf — e.g. HTTP MCP servers, whose URLs come from an agent's
+// configuration. It keeps connections alive and sets no overall deadline
+// (callers bound each call with their context).
+func (f *Fetcher) ServiceClient() *http.Client {
+	tr := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            f.dial,
+		ForceAttemptHTTP2:      true,
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		IdleConnTimeout:        90 * time.Second,
+	}
+	return &http.Client{Transport: tr, CheckRedirect: f.checkRedirect}
+}
+
 // Args are web_fetch's arguments (see the spec in pkg/tools).
 type Args struct {
 	URL      string            `json:"url"`
