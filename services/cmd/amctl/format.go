@@ -45,6 +45,9 @@ func describeEvent(ev *agentmeshv1.TaskEvent) (string, string) {
 		if ev.GetReason() != "" && ev.GetStatus() != taskstate.Completed {
 			parts = append(parts, oneLine(ev.GetReason()))
 		}
+		if a := ev.GetApproval(); a != nil && a.GetStatus() == agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING {
+			parts = append(parts, fmt.Sprintf("decide with: amctl approvals approve|reject %s", a.GetId()))
+		}
 		return taskstate.Name(ev.GetStatus()), strings.Join(parts, ": ")
 	case agentmeshv1.EventType_EVENT_TYPE_STEP:
 		return describeStep(ev.GetStep())
