@@ -17,7 +17,7 @@ func TestDescribeEvent(t *testing.T) {
 	}{
 		{"blocked on an approval tells how to decide",
 			&agentmeshv1.TaskEvent{Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Status: taskstate.Blocked,
-				Reason: "waiting for approval: shell needs approval",
+				Reason:   "waiting for approval: shell needs approval",
 				Approval: &agentmeshv1.Approval{Id: "T1-a7", Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING}},
 			"blocked", []string{"waiting for approval", "amctl approvals approve|reject T1-a7"}},
 		{"a decision does not repeat the hint",
