@@ -601,3 +601,37 @@ func TestDefaultChildCommand(t *testing.T) {
 		t.Fatalf("with %s: got %v, want [%s]", executor.AgentBinary, got, agent)
 	}
 }
+
+// A child that under-reports its model usage does not lower the task's
+// recorded usage: the executor records what it observed.
+func TestChildCannotForgeUsage(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+	task := e.submit("please " + LieUsageMarker)
+	got := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
+	if got.GetUsage().GetTotalTokens() == 0 {
+		t.Fatalf("task usage = %v: the child's forged zero usage was recorded", got.GetUsage())
+	}
+	for _, ev := range e.history(task.Id) {
+		if s := ev.GetStep(); s.GetKind() == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN && (s.GetModel() == "free-model" || s.GetUsage().GetTotalTokens() == 0) {
+			t.Fatalf("model turn step = %v: the child's report was trusted", s)
+		}
+	}
+}
+
+// A child that reports a tool result for a call the gate never judged
+// breaks the protocol: the task fails and nothing of it is recorded.
+func TestChildCannotForgeToolResult(t *testing.T) {
+	e := newEnv(t)
+	e.startExecutor()
+	task := e.submit("please " + LieResultMarker)
+	got := e.waitStatus(task.Id, taskstate.Failed, 30*time.Second)
+	if !strings.Contains(got.Error, "never judged") {
+		t.Errorf("reason = %q, want the forged result named", got.Error)
+	}
+	for _, ev := range e.history(task.Id) {
+		if ev.GetStep().GetKind() == agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT {
+			t.Fatalf("a forged tool result was recorded: %v", ev.GetStep())
+		}
+	}
+}

@@ -275,6 +275,8 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		return serveResult{}
 	}
+	// The last model response not yet recorded by a MODEL_TURN step.
+	var observed *childv1.ModelResponse
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -289,6 +291,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		switch k := f.Kind.(type) {
 		case *childv1.Frame_ModelRequest:
 			resp, stop := s.modelTurn(ctx, task, attempt, mr, k.ModelRequest)
+			if resp.GetError() == "" {
+				observed = resp // what the next MODEL_TURN step must record
+			}
 			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}}); err != nil && stop == nil {
 				return serveResult{}
 			}
@@ -308,9 +313,23 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			step.Attempt = attempt
 			ack := &childv1.StepAck{Index: step.Index}
 			var v verdict
-			if step.Kind == agentmeshv1.StepKind_STEP_KIND_TOOL_CALL {
+			switch step.Kind {
+			case agentmeshv1.StepKind_STEP_KIND_TOOL_CALL:
 				v = g.decide(step)
 				ack.Decision, ack.Message, ack.RunInExecutor = v.decision, v.message, v.inExecutor
+			case agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT:
+				// The decision recorded is the gate's, not the child's word.
+				if err := g.result(step); err != nil {
+					return serveResult{protoErr: err}
+				}
+			case agentmeshv1.StepKind_STEP_KIND_MODEL_TURN:
+				// Usage and model are what the executor saw, not what the
+				// child reports: they feed cost, usage totals and budgets.
+				if observed == nil {
+					return serveResult{protoErr: errors.New("a model turn step without a model call")}
+				}
+				step.Usage, step.Model = observed.GetUsage(), observed.GetModel()
+				observed = nil
 			}
 			stepErr := s.appendStep(ctx, task.Id, attempt, step)
 			if res, stop := mr.stepDone(step); stop && stepErr == nil {

@@ -51,6 +51,8 @@ type gate struct {
 	exec map[string]ExecFunc
 	// calls allowed to run in the executor and not run yet, by tool call id.
 	pending map[string]allowedCall
+	// the decision on every call judged in this attempt, by tool call id.
+	decided map[string]agentmeshv1.ToolDecision
 	now     func() time.Time
 }
 
@@ -63,6 +65,7 @@ func newGate(task *agentmeshv1.Task, approvals map[string]*agentmeshv1.Approval,
 	g := &gate{
 		task: task, approvals: approvals, exec: exec,
 		allowed: map[string]tools.Tool{}, pending: map[string]allowedCall{}, now: time.Now,
+		decided: map[string]agentmeshv1.ToolDecision{},
 	}
 	for _, name := range task.GetAgentSpec().GetTools() {
 		if t, ok := tools.Lookup(name); ok {
@@ -101,6 +104,7 @@ func (g *gate) decide(step *agentmeshv1.Step) verdict {
 	step.IdempotencyKey = g.task.Id + ":" + step.ToolCallId
 	v := g.judge(step)
 	step.Decision = v.decision
+	g.decided[step.ToolCallId] = v.decision
 	if v.approval != nil {
 		step.ApprovalId = v.approval.Id
 	}
@@ -181,6 +185,25 @@ func (g *gate) judge(step *agentmeshv1.Step) verdict {
 		Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING, ToolCallId: step.ToolCallId, Tool: t.Name,
 		Arguments: step.Arguments, Risk: step.Risk, Reason: reason, Deadline: timestamppb.New(g.now().Add(timeout)),
 	}}
+}
+
+// result checks a TOOL_RESULT step against the gate's record and stamps
+// the decision the call ran (or was refused) under. A result for a call the
+// gate never judged, or for a call it did not let run (pending approval),
+// is a protocol error.
+func (g *gate) result(step *agentmeshv1.Step) error {
+	d, ok := g.decided[step.ToolCallId]
+	if !ok {
+		return fmt.Errorf("tool result for call %q, which the executor never judged", step.ToolCallId)
+	}
+	if d == agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL {
+		return fmt.Errorf("tool result for call %q, which waits for approval", step.ToolCallId)
+	}
+	step.Decision = d
+	if d == agentmeshv1.ToolDecision_TOOL_DECISION_DENIED || d == agentmeshv1.ToolDecision_TOOL_DECISION_REJECTED {
+		step.IsError = true
+	}
+	return nil
 }
 
 // DefaultApprovalTimeout is how long a pending approval waits when the
