@@ -24,6 +24,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 )
@@ -518,7 +519,9 @@ func TestSandboxCPULoop(t *testing.T) {
 	a.finish()
 
 	// The task's own wall limit: the context given to spawn.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Long enough for the loops to start even on a loaded machine; the
+	// limit's end is what is tested.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	b := spawnAgent(t, ctx, s, "escape", 20)
 	go func() {
@@ -540,16 +543,18 @@ func TestSandboxCPULoop(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(1500 * time.Millisecond)
-	if n := len(b.p.sb.Procs()); n < 3 {
-		t.Errorf("%d processes in the task, want the agent and its loops", n)
-	}
+	poll.Until(t, 12*time.Second, func() error {
+		if n := len(b.p.sb.Procs()); n < 3 {
+			return fmt.Errorf("%d processes in the task, want the agent and its loops", n)
+		}
+		return nil
+	})
 	began = time.Now()
 	done := make(chan error, 1)
 	go func() { done <- b.p.cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the task outlived its wall limit")
 	}
 	if p := b.p.sb.Procs(); len(p) != 0 {
@@ -572,18 +577,24 @@ if os.fork() == 0:
     os._exit(0)
 print("forked")
 `, 10))
+	// The daemons detach asynchronously (the python grandchild may not have
+	// exec'd sleep yet): wait until all three are there.
 	var daemons []int
-	for _, pid := range a.p.sb.Procs() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.HasPrefix(string(b), "sleep\x00100") {
-			daemons = append(daemons, pid)
+	poll.Until(t, 20*time.Second, func() error {
+		daemons = daemons[:0]
+		for _, pid := range a.p.sb.Procs() {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.HasPrefix(string(b), "sleep\x00100") {
+				daemons = append(daemons, pid)
+			}
 		}
-	}
-	if len(daemons) != 3 {
-		t.Fatalf("found %d daemons (%v), want 3", len(daemons), daemons)
-	}
-	a.finish() // the agent exits: its PID namespace ends
-	deadline := time.Now().Add(3 * time.Second)
+		if len(daemons) != 3 {
+			return fmt.Errorf("found %d daemons (%v), want 3", len(daemons), daemons)
+		}
+		return nil
+	})
+	a.finish()                                   // the agent exits: its PID namespace ends
+	deadline := time.Now().Add(20 * time.Second) // a hang detector, not a speed check
 	for _, pid := range daemons {
 		for {
 			err := syscall.Kill(pid, 0)
