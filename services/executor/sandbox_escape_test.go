@@ -567,15 +567,26 @@ func TestSandboxCPULoop(t *testing.T) {
 func TestSandboxDaemonGone(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})
 	a := spawnAgent(t, context.Background(), s, "escape", 20)
-	a.do(shell(`setsid sh -c 'exec sleep 1001' </dev/null >/dev/null 2>&1 & (setsid sleep 1002 </dev/null >/dev/null 2>&1 &); echo started`, 10))
+	// Three daemons (double fork, own session), each detached before the
+	// tool call returns — the parent waits on a pipe until the grandchild
+	// is in its new session — so the tool's own clean-up of its process
+	// group cannot be what ends them.
 	a.do(python(`
 import os
-if os.fork() == 0:
-    os.setsid()
+for n in (1001, 1002, 1003):
+    r, w = os.pipe()
     if os.fork() == 0:
-        os.execvp("sleep", ["sleep", "1003"])
-    os._exit(0)
-print("forked")
+        os.close(r)
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, b"x")
+            os.close(w)
+            os.execvp("sleep", ["sleep", str(n)])
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
+print("daemonised")
 `, 10))
 	// The daemons detach asynchronously (the python grandchild may not have
 	// exec'd sleep yet): wait until all three are there.
