@@ -53,7 +53,7 @@ define install_tools
 	@mkdir -p "$(TOOLBIN)"; \
 	for spec in $(1); do \
 	  pkg="$${spec%@*}"; want="$${spec##*@}"; bin="$(TOOLBIN)/$${pkg##*/}"; \
-	  have="$$(go version -m "$$bin" 2>/dev/null | awk '$$1 == "mod" { print $$3; exit }')"; \
+	  have="$$( { go version -m "$$bin" 2>/dev/null || true; } | awk '$$1 == "mod" { print $$3; exit }')"; \
 	  if [ "$$have" = "$$want" ]; then \
 	    echo "tools: $${pkg##*/} $$want already in $(TOOLBIN)"; \
 	  else \
