@@ -247,6 +247,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		}
 		cfg.MCPClient = f.ServiceClient()
 	}
+	cfg.MCPClient = limitMCPClient(cfg.MCPClient)
 	if len(cfg.ChildCommand) == 0 {
 		exe, err := os.Executable()
 		if err != nil {

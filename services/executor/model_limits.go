@@ -41,6 +41,26 @@ const (
 // server would send the same answer.
 var ErrModelResponseTooLarge = errors.New("model response too large")
 
+// ErrMCPResponseTooLarge is returned (wrapped) when an HTTP MCP server's
+// response goes past MCPMaxResponseBytes.
+var ErrMCPResponseTooLarge = errors.New("MCP server response too large")
+
+// MCPMaxResponseBytes caps one response of an HTTP MCP server as it is
+// read (a tool's output reaches the model cut at tools.MaxOutput anyway).
+const MCPMaxResponseBytes = 16 << 20
+
+// limitMCPClient returns a copy of c whose responses are capped like the
+// model's: error bodies at 4 KiB, others at MCPMaxResponseBytes.
+func limitMCPClient(c *http.Client) *http.Client {
+	lc := *c
+	base := lc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	lc.Transport = capTransport{base: base, max: MCPMaxResponseBytes, tooLarge: ErrMCPResponseTooLarge}
+	return &lc
+}
+
 // modelHTTPClient builds the model's HTTP client: web_fetch's policy with
 // the model allowlist, then the caps and the Retry-After recorder.
 func modelHTTPClient(cfg ModelConfig) (*http.Client, error) {
@@ -57,7 +77,7 @@ func modelHTTPClient(cfg ModelConfig) (*http.Client, error) {
 	if max <= 0 {
 		max = DefaultModelMaxResponseBytes
 	}
-	c.Transport = capTransport{base: retryAfterTransport{base: c.Transport}, max: max}
+	c.Transport = capTransport{base: retryAfterTransport{base: c.Transport}, max: max, tooLarge: ErrModelResponseTooLarge}
 	return c, nil
 }
 
@@ -88,8 +108,9 @@ func hostPort(raw string) string {
 // the rest never read) and makes any other body fail with
 // ErrModelResponseTooLarge past max bytes.
 type capTransport struct {
-	base http.RoundTripper
-	max  int64
+	base     http.RoundTripper
+	max      int64
+	tooLarge error // wrapped in the error past max
 }
 
 func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -108,15 +129,16 @@ func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Header.Del("Content-Length")
 		return resp, nil
 	}
-	resp.Body = &capBody{rc: resp.Body, left: t.max, max: t.max}
+	resp.Body = &capBody{rc: resp.Body, left: t.max, max: t.max, tooLarge: t.tooLarge}
 	return resp, nil
 }
 
 // capBody passes at most max bytes, then fails.
 type capBody struct {
-	rc   io.ReadCloser
-	left int64
-	max  int64
+	rc       io.ReadCloser
+	left     int64
+	max      int64
+	tooLarge error
 }
 
 func (b *capBody) Read(p []byte) (int, error) {
@@ -126,7 +148,7 @@ func (b *capBody) Read(p []byte) (int, error) {
 		if n == 0 && err != nil {
 			return 0, err // the body ended exactly at the cap
 		}
-		return 0, fmt.Errorf("%w: more than %d bytes in one answer", ErrModelResponseTooLarge, b.max)
+		return 0, fmt.Errorf("%w: more than %d bytes in one answer", b.tooLarge, b.max)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]

@@ -17,6 +17,9 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -117,8 +120,8 @@ func TestModelBaseURLAddressPolicy(t *testing.T) {
 	dials := &dialLog{}
 	m, err := newModelClient(ModelConfig{
 		BaseURL: operator.URL + "/v1", Model: "m", Timeout: 10 * time.Second, Retries: 2,
-		Allow:    []string{allowed.Listener.Addr().String()},
-		resolver: fakeResolver{"evil.example": {"127.0.0.1"}, "meta.example": {"169.254.169.254"}, "mixed.example": {"93.184.216.34", "10.0.0.1"}},
+		Allow:       []string{allowed.Listener.Addr().String()},
+		resolver:    fakeResolver{"evil.example": {"127.0.0.1"}, "meta.example": {"169.254.169.254"}, "mixed.example": {"93.184.216.34", "10.0.0.1"}},
 		dialContext: dials.dial,
 	}, quietLog())
 	if err != nil {
@@ -366,5 +369,48 @@ func TestModelStreamDuration(t *testing.T) {
 	resp := ask(t, m, "")
 	if !strings.Contains(resp.GetError(), "deadline exceeded") {
 		t.Errorf("error = %q, want the call's deadline", resp.GetError())
+	}
+}
+
+// A hostile HTTP MCP server's 300 MiB answer is cut at
+// MCPMaxResponseBytes while it is read.
+func TestMCPResponseCut(t *testing.T) {
+	const offered = 300 << 20
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := []byte(`{"jsonrpc":"2.0","id":1,"result":{"padding":"` + strings.Repeat("p", 64<<10))
+		for served.Load() < offered {
+			k, err := w.Write(chunk)
+			served.Add(int64(k))
+			if err != nil {
+				return
+			}
+			chunk = chunk[len(chunk)-64<<10:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	f, err := webfetch.New(webfetch.Config{Allow: []string{srv.Listener.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := limitMCPClient(f.ServiceClient())
+	var cerr error
+	allocated, peak := allocDuring(func() {
+		var s *mcp.Server
+		s, cerr = mcp.Connect(context.Background(), &agentmeshv1.McpServer{Name: "huge", Url: srv.URL + "/mcp"}, mcp.Options{Runs: tools.InExecutor, HTTPClient: hc, Timeout: 30 * time.Second})
+		if s != nil {
+			s.Close()
+		}
+	})
+	t.Logf("offered %d MiB, served %d MiB; allocated %d MiB; peak heap growth %d MiB; err %v", offered>>20, served.Load()>>20, allocated>>20, peak>>20, cerr)
+	if cerr == nil {
+		t.Fatal("connected to a server whose answer never ends")
+	}
+	if !strings.Contains(cerr.Error(), "MCP server response too large") {
+		t.Errorf("error = %v, want the cap named", cerr)
+	}
+	if allocated > 160<<20 {
+		t.Errorf("the executor allocated %d MiB reading an MCP answer capped at %d MiB", allocated>>20, MCPMaxResponseBytes>>20)
 	}
 }
