@@ -40,6 +40,18 @@ func (s *settings) toolsConfig() (executor.ToolsConfig, error) {
 		return cfg, usageError{fmt.Errorf("AGENTMESH_SQL_READ_WRITE: want true or false, got %q", s.str("AGENTMESH_SQL_READ_WRITE"))}
 	}
 	cfg.SQL.ReadWrite = rw
+	if v := s.str("AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE"); v != "" {
+		if cfg.SQL.AllowPrivilegedRole, err = strconv.ParseBool(v); err != nil {
+			return cfg, usageError{fmt.Errorf("AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE: want true or false, got %q", v)}
+		}
+	}
+	if v := s.str("AGENTMESH_SQL_MAX_ROW_BYTES"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n <= 0 || n > 1<<30 {
+			return cfg, usageError{fmt.Errorf("AGENTMESH_SQL_MAX_ROW_BYTES: want a size from 1 byte to 1GiB such as 1MiB, got %q", v)}
+		}
+		cfg.SQL.MaxRowBytes = int(n)
+	}
 	return cfg, nil
 }
 
