@@ -119,36 +119,40 @@ func assessment(v Verdict, policy Policy, readOnly bool) tools.Assessment {
 }
 
 // Classify judges a query. It reads the query with a tokenizer that knows
-// PostgreSQL's quoting (strings, E” strings, quoted identifiers, dollar
-// quotes, nested comments), so no keyword hidden in a string or comment
-// counts and no semicolon inside one splits the query:
+// PostgreSQL's quoting (strings, E'' strings, quoted identifiers, U&
+// identifiers with UESCAPE, dollar quotes, nested comments), so no keyword
+// hidden in a string or comment counts, no semicolon inside one splits the
+// query, and every identifier is decoded to the name Postgres would look
+// up (ident.go):
 //
 //   - Refuse: an empty query; more than one statement (the extended
 //     protocol runs only one: send them as separate calls); an
-//     unterminated string, identifier or comment; DROP DATABASE,
-//     TABLESPACE, ROLE, USER, GROUP or OWNED, REASSIGN OWNED; CREATE or
-//     ALTER of ROLE, USER or GROUP; ALTER SYSTEM; LOAD; COPY … PROGRAM and
-//     COPY to or from a server file; functions that reach the server's
-//     files, other sessions, the server's process or other servers
-//     (pg_read_file, pg_ls_dir, lo_import, lo_export, pg_terminate_backend,
-//     pg_reload_conf, dblink…).
+//     unterminated string, identifier or comment; an identifier or
+//     UESCAPE clause Postgres would reject; DROP DATABASE, TABLESPACE,
+//     ROLE, USER, GROUP or OWNED, REASSIGN OWNED; CREATE or ALTER of ROLE,
+//     USER or GROUP; ALTER SYSTEM; LOAD; COPY … PROGRAM and COPY to or
+//     from a server file; functions that reach the server's files, other
+//     sessions, the server's process or other servers (functions.go:
+//     pg_read_*, pg_ls_*, lo_import, lo_export, pg_terminate_backend,
+//     pg_cancel_backend, pg_reload_conf, dblink*, …).
 //   - Approve: DML (INSERT, UPDATE, DELETE, MERGE, COPY), with a sharper
 //     reason for UPDATE or DELETE without WHERE; DDL (CREATE, ALTER, DROP,
 //     TRUNCATE, GRANT, REVOKE, COMMENT, …); maintenance (VACUUM, ANALYZE,
 //     REINDEX, CLUSTER, REFRESH); SET and RESET (roles, session settings);
 //     DO and CALL; transaction control; LOCK, LISTEN, NOTIFY, cursors,
 //     PREPARE and EXECUTE; a SELECT with a data-modifying WITH, INTO, or
-//     FOR UPDATE/SHARE; functions with side effects (pg_sleep, set_config,
-//     nextval, setval, advisory locks, lo_*, pg_notify, query_to_xml and
-//     other functions that run SQL given as text); and any statement it
-//     does not recognise.
+//     FOR UPDATE/SHARE; functions with known side effects (pg_sleep,
+//     set_config, nextval, setval, advisory locks, lo_*, pg_notify,
+//     query_to_xml and others that run SQL given as text); every function
+//     that is not a built-in known to only read (the allowlist in
+//     functions.go); and any statement it does not recognise.
 //   - Allow: everything else that starts with SELECT, WITH, VALUES,
 //     TABLE, SHOW or EXPLAIN (EXPLAIN ANALYZE is judged as the statement
 //     it runs).
 //
-// A classifier cannot see what a user-defined function does; an allowed
-// statement still runs in a READ ONLY transaction that is rolled back,
-// as a role that should only read.
+// A classifier cannot see what a user-defined operator, cast or type does;
+// an allowed statement still runs in a READ ONLY transaction that is
+// rolled back, as a role the tool checked at start (role.go).
 func Classify(query string) Verdict {
 	toks := lex(query)
 	var stmts [][]token

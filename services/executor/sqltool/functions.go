@@ -195,19 +195,47 @@ func setOf(words string) map[string]bool {
 	return m
 }
 
-// notCalls are keywords that a "(" may follow without a function call:
-// SQL syntax (IN (…), EXISTS (…), OVER (…), AS (…), …).
+// notCalls are keywords after which "(" never starts a call: Postgres's
+// reserved keywords and the column-name keywords that cannot name a
+// function (EXISTS (…), VALUES (…), ROW (…)), plus the type-and-function
+// keywords used as operators (LIKE (…), JOIN (…)). A skipped word is
+// only the word: the tokens inside its parentheses are still judged.
 var notCalls = setOf(`
-ALL AND ANY ARRAY AS ASC ASYMMETRIC AT BETWEEN BOTH BY CASE CHECK COLLATE COLUMNS CONFLICT
-CONSTRAINT CROSS CUBE CURRENT DEFAULT DESC DISTINCT DO ELSE END ESCAPE EXCEPT EXCLUDE EXISTS
-EXPLAIN FETCH FILTER FIRST FOLLOWING FOR FROM FULL GROUP GROUPS HAVING ILIKE IN INCLUDE INNER INTO
-INTERSECT IS ISNULL JOIN KEY LAST LATERAL LIKE LIMIT MATERIALIZED NATURAL NOT NOTNULL NULLS OF
-OFFSET ON ONLY OPERATOR OR ORDER ORDINALITY OUTER OVER PARTITION PASSING PRECEDING PRIMARY RANGE
-RECURSIVE REFERENCES REPEATABLE RETURNING ROLLUP ROW ROWS SELECT SET SETS SIMILAR SOME SYMMETRIC
-TABLE TABLESAMPLE THEN TIES TO UNBOUNDED UNION UNIQUE USING VALUES VARIADIC WHEN WHERE WINDOW WITH
-WITHIN WITHOUT ZONE UPDATE INSERT DELETE MERGE NESTED PATH ERROR EMPTY KEEP OMIT QUOTES WRAPPER
-CONDITIONAL UNCONDITIONAL ANALYZE ANALYSE VERBOSE
+ALL ANALYSE ANALYZE AND ANY ARRAY AS ASC ASYMMETRIC BOTH CASE CHECK COLLATE COLUMN CONSTRAINT
+CREATE DEFAULT DEFERRABLE DESC DISTINCT DO ELSE END EXCEPT FETCH FOR FOREIGN FROM GRANT GROUP
+HAVING IN INITIALLY INTERSECT INTO LATERAL LEADING LIMIT NOT NULL OFFSET ON ONLY OR ORDER PLACING
+PRIMARY REFERENCES RETURNING SELECT SOME SYMMETRIC TABLE THEN TO TRAILING UNION UNIQUE USING
+VARIADIC WHEN WHERE WINDOW WITH
+BETWEEN EXISTS ROW VALUES
+CROSS FULL ILIKE INNER IS ISNULL JOIN LIKE NATURAL NOTNULL OUTER OVERLAPS SIMILAR TABLESAMPLE
 `)
+
+// contextual are unreserved keywords that are syntax, not a call, only
+// where the grammar puts them; elsewhere "word(" is a call of a function
+// of that name (Postgres lets unreserved keywords name functions).
+var contextual = map[string]func(ts []token, i int) bool{
+	"FILTER":       afterClose, // count(*) FILTER (WHERE …)
+	"OVER":         afterClose, // f() OVER (…)
+	"REPEATABLE":   afterClose, // TABLESAMPLE m(…) REPEATABLE (…)
+	"COLUMNS":      func(ts []token, i int) bool { return afterClose(ts, i) || i > 0 && ts[i-1].kind == tokString },
+	"CONFLICT":     func(ts []token, i int) bool { return i > 0 && ts[i-1].upper() == "ON" },
+	"MATERIALIZED": func(ts []token, i int) bool { return i > 0 && (ts[i-1].upper() == "AS" || ts[i-1].upper() == "NOT") },
+	"SETS":         func(ts []token, i int) bool { return i > 0 && ts[i-1].upper() == "GROUPING" },
+	"CUBE":         afterByOrComma,
+	"ROLLUP":       afterByOrComma,
+	"SET": func(ts []token, i int) bool {
+		return ts[0].upper() == "UPDATE" || ts[0].upper() == "MERGE" || ts[0].upper() == "INSERT"
+	},
+	"INSERT":   func(ts []token, i int) bool { return i > 0 && ts[i-1].upper() == "THEN" },
+	"EXPLAIN":  func(ts []token, i int) bool { return i == 0 },
+	"OPERATOR": func(ts []token, i int) bool { return true }, // OPERATOR(schema.op)
+}
+
+func afterClose(ts []token, i int) bool { return i > 0 && ts[i-1].kind == tokClose }
+
+func afterByOrComma(ts []token, i int) bool {
+	return i > 0 && (ts[i-1].upper() == "BY" || ts[i-1].kind == tokOther && ts[i-1].text == ",")
+}
 
 // classifyCalls judges every function call in a statement (significant
 // tokens, UESCAPE applied).
@@ -236,8 +264,13 @@ func classifyCalls(ts []token) Verdict {
 				schema = "?"
 			}
 		}
-		if t.kind == tokWord && !qualified && notCalls[t.upper()] {
-			continue
+		if t.kind == tokWord && !qualified {
+			if notCalls[t.upper()] {
+				continue
+			}
+			if ok := contextual[t.upper()]; ok != nil && ok(ts, i) {
+				continue
+			}
 		}
 		if why, ok := refusedFuncs[name]; ok {
 			v = v.worse(refuse(name + "() is refused: it " + why))
