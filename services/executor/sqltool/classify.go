@@ -119,7 +119,7 @@ func assessment(v Verdict, policy Policy, readOnly bool) tools.Assessment {
 }
 
 // Classify judges a query. It reads the query with a tokenizer that knows
-// PostgreSQL's quoting (strings, E” strings, quoted identifiers, U&
+// PostgreSQL's quoting (strings, escape strings E'…', quoted identifiers, U&
 // identifiers with UESCAPE, dollar quotes, nested comments), so no keyword
 // hidden in a string or comment counts, no semicolon inside one splits the
 // query, and every identifier is decoded to the name Postgres would look
