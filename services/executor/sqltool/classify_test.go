@@ -220,3 +220,20 @@ func TestLexRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClassify measures the classifier on a typical read and on a
+// query full of the forms it decodes (U&, UESCAPE, dollar quotes,
+// comments, qualified calls).
+func BenchmarkClassify(b *testing.B) {
+	for _, q := range []struct{ name, sql string }{
+		{"typical", "SELECT id, name, lower(name), count(*) OVER () FROM items WHERE price > $1 AND created >= now() - interval '7 days' ORDER BY id LIMIT 50"},
+		{"tricky", `WITH x(a) AS (SELECT U&"d!0061ta" UESCAPE '!' FROM t /* a /* b */ */) SELECT pg_catalog.upper($q$ ' ; $q$), E'\'', "Col""x" FROM x, generate_series(1, 3) g(i) -- end`},
+	} {
+		b.Run(q.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Classify(q.sql)
+			}
+		})
+	}
+}
