@@ -361,11 +361,10 @@ func TestModelStreamDuration(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := newModelClient(ModelConfig{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond, Retries: -1}, quietLog())
+	m, err := newModelClient(ModelConfig{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond}, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.cfg.Retries = 0
 	resp := ask(t, m, "")
 	if !strings.Contains(resp.GetError(), "deadline exceeded") {
 		t.Errorf("error = %q, want the call's deadline", resp.GetError())

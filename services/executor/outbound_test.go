@@ -50,10 +50,22 @@ func TestAgentOutboundURLsRefusedBeforeAnyPacket(t *testing.T) {
 	mcpAgent.Name = "mcp-probe"
 	mcpAgent.McpServers = []*agentmeshv1.McpServer{{Name: "internal", Url: "http://" + addr + "/mcp"}}
 	byMCP := e.submitTask(&agentmeshv1.Task{Input: "hi", AgentSpec: mcpAgent})
+	mcpAt := func(name, url string) *agentmeshv1.Task {
+		a := withModel(nil)
+		a.Name = name
+		a.McpServers = []*agentmeshv1.McpServer{{Name: "internal", Url: url}}
+		return e.submitTask(&agentmeshv1.Task{Input: "hi", AgentSpec: a})
+	}
+	mcpMetadata := mcpAt("mcp-metadata", "http://169.254.169.254/mcp")
+	mcpPrivate := mcpAt("mcp-private", "http://192.168.0.10:8080/mcp")
+	mcpV6 := mcpAt("mcp-v6", "http://[::1]:"+addr[strings.LastIndex(addr, ":")+1:]+"/mcp")
 	metadata := e.submitTask(&agentmeshv1.Task{Input: "hi", AgentSpec: withModel(&agentmeshv1.ModelSettings{BaseUrl: "http://169.254.169.254/v1"})})
 	private := e.submitTask(&agentmeshv1.Task{Input: "hi", AgentSpec: withModel(&agentmeshv1.ModelSettings{BaseUrl: "http://10.0.0.7:11434/v1"})})
 
-	for name, task := range map[string]*agentmeshv1.Task{"base_url": byModel, "mcp url": byMCP, "metadata": metadata, "private": private} {
+	for name, task := range map[string]*agentmeshv1.Task{
+		"base_url": byModel, "metadata": metadata, "private": private,
+		"mcp url": byMCP, "mcp metadata": mcpMetadata, "mcp private": mcpPrivate, "mcp ::1": mcpV6,
+	} {
 		got := e.waitStatus(task.Id, taskstate.Failed, 30*time.Second)
 		if !strings.Contains(got.Error, "address not allowed") {
 			t.Errorf("%s: error = %q, want the address refused", name, got.Error)
