@@ -282,6 +282,7 @@ func TestRoleCheckedAtStart(t *testing.T) {
 			if !errors.Is(err, ErrPrivilegedRole) {
 				t.Fatalf("New: %v, want %v", err, ErrPrivilegedRole)
 			}
+			t.Logf("New: %v", err)
 			for _, w := range append(tc.want, "AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE") {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)

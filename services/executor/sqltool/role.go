@@ -20,7 +20,7 @@ const roleQuery = `
 SELECT r.rolname, r.rolsuper, r.rolcreaterole,
   coalesce((SELECT string_agg(p, ', ' ORDER BY p) FROM unnest(ARRAY['pg_read_server_files', 'pg_write_server_files', 'pg_execute_server_program']) AS p
     WHERE EXISTS (SELECT 1 FROM pg_roles WHERE rolname = p) AND pg_has_role(current_user, p, 'MEMBER')), ''),
-  coalesce((SELECT format('%s on %I.%I', CASE WHEN pg_has_role(c.relowner, 'USAGE') THEN 'owns' ELSE 'may change' END, n.nspname, c.relname)
+  coalesce((SELECT format('%s %I.%I', CASE WHEN pg_has_role(c.relowner, 'USAGE') THEN 'owns' ELSE 'may change' END, n.nspname, c.relname)
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
       AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp%'
@@ -51,16 +51,16 @@ func (t *Tool) checkRole(ctx context.Context, conn *pgx.Conn) error {
 		dbCreate          bool
 	)
 	if err := conn.QueryRow(ctx, roleQuery).Scan(&name, &super, &createRole, &fileRoles, &writes, &schemaCreate, &dbCreate); err != nil {
-		return fmt.Errorf("sql_query: check the database role: %w", err)
+		return fmt.Errorf("check the database role: %w", err)
 	}
 	var why []string
 	if super {
 		why = append(why, "is a superuser (it can read and write the server's files and run programs on it)")
 	}
-	if fileRoles != "" {
+	if fileRoles != "" && !super {
 		why = append(why, "is a member of "+fileRoles)
 	}
-	if createRole {
+	if createRole && !super {
 		why = append(why, "can create roles")
 	}
 	if !t.cfg.ReadWrite && !super {
@@ -81,6 +81,6 @@ func (t *Tool) checkRole(ctx context.Context, conn *pgx.Conn) error {
 	if len(why) == 0 {
 		return nil
 	}
-	return fmt.Errorf("sql_query: %w: role %q %s. Give sql_query a role that only reads (GRANT SELECT …; REVOKE CREATE ON SCHEMA public FROM PUBLIC), or accept the risk with AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE=true (Config.AllowPrivilegedRole)",
+	return fmt.Errorf("%w: role %q %s. Give sql_query a role that only reads (GRANT SELECT …; REVOKE CREATE ON SCHEMA public FROM PUBLIC), or accept the risk with AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE=true (Config.AllowPrivilegedRole)",
 		ErrPrivilegedRole, name, strings.Join(why, "; "))
 }
