@@ -57,6 +57,11 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 	if c, ok := m.clients[k]; ok {
 		return c
 	}
+	if len(m.clients) >= maxModelClients {
+		// Base URLs come from agent definitions: the cache must not grow
+		// without bound. Clients are cheap; connections live in m.http.
+		clear(m.clients)
+	}
 	cfg := openai.DefaultConfig(key)
 	cfg.BaseURL = baseURL
 	cfg.HTTPClient = m.http
@@ -64,6 +69,9 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 	m.clients[k] = c
 	return c
 }
+
+// maxModelClients bounds the cache of go-openai clients.
+const maxModelClients = 256
 
 // modelCall is one agent's way to the model.
 type modelCall struct {
