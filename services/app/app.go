@@ -289,6 +289,10 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
+	outbound, err := s.modelOutbound()
+	if err != nil {
+		return executor.Config{}, err
+	}
 	return executor.Config{
 		Prefix:   s.str("AGENTMESH_PREFIX"),
 		Node:     s.str("AGENTMESH_NODE"),
@@ -302,6 +306,9 @@ func (s *settings) executorConfig() (executor.Config, error) {
 			APIKey:  key,
 			Model:   s.str("AGENTMESH_MODEL"),
 			Prices:  prices,
+
+			Allow:            outbound.Allow,
+			MaxResponseBytes: outbound.MaxResponseBytes,
 		},
 	}, nil
 }

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -119,6 +120,20 @@ type ModelConfig struct {
 	// variable AGENTMESH_SECRET_<NAME upper-cased, '-' → '_'>
 	// (os.LookupEnv when nil).
 	LookupEnv func(string) (string, bool)
+	// Allow names model endpoints an agent's base_url may reach although
+	// they are loopback, private or link-local (a local Ollama:
+	// "127.0.0.1:11434"): host, host:port, address or CIDR, as
+	// webfetch.Config.Allow. Every other base_url goes through web_fetch's
+	// address policy. BaseURL's own host:port is always allowed.
+	Allow []string
+	// MaxResponseBytes caps one model response's body as it is read,
+	// streamed or not (DefaultModelMaxResponseBytes, 16 MiB).
+	MaxResponseBytes int64
+
+	// resolver and dialContext replace name resolution and connecting
+	// in tests (webfetch.Config.Resolver and DialContext).
+	resolver    webfetch.Resolver
+	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Deps are the executor's dependencies.
@@ -232,6 +247,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		}
 		cfg.MCPClient = f.ServiceClient()
 	}
+	cfg.MCPClient = limitMCPClient(cfg.MCPClient)
 	if len(cfg.ChildCommand) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -292,6 +308,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err)
 	}
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	model, err := newModelClient(cfg.Model, log)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	return &Service{
 		cfg:   cfg,
 		nc:    deps.NC,
@@ -299,7 +319,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		names: names,
 		cons:  cons,
 		sb:    sb,
-		model: newModelClient(cfg.Model, log), execTools: cfg.Tools,
+		model: model, execTools: cfg.Tools,
 		runs: map[runKey]*run{},
 	}, nil
 }

@@ -36,14 +36,18 @@ type modelClient struct {
 	clients map[[2]string]*openai.Client // (base URL, key) → client
 }
 
-func newModelClient(cfg ModelConfig, log *slog.Logger) *modelClient {
+func newModelClient(cfg ModelConfig, log *slog.Logger) (*modelClient, error) {
+	hc, err := modelHTTPClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &modelClient{
 		cfg:     cfg,
 		log:     log,
-		http:    &http.Client{Transport: retryAfterTransport{base: http.DefaultTransport}},
+		http:    hc,
 		backoff: 250 * time.Millisecond,
 		clients: map[[2]string]*openai.Client{},
-	}
+	}, nil
 }
 
 func (m *modelClient) client(baseURL, key string) *openai.Client {
@@ -53,6 +57,11 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 	if c, ok := m.clients[k]; ok {
 		return c
 	}
+	if len(m.clients) >= maxModelClients {
+		// Base URLs come from agent definitions: the cache must not grow
+		// without bound. Clients are cheap; connections live in m.http.
+		clear(m.clients)
+	}
 	cfg := openai.DefaultConfig(key)
 	cfg.BaseURL = baseURL
 	cfg.HTTPClient = m.http
@@ -60,6 +69,9 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 	m.clients[k] = c
 	return c
 }
+
+// maxModelClients bounds the cache of go-openai clients.
+const maxModelClients = 256
 
 // modelCall is one agent's way to the model.
 type modelCall struct {
@@ -138,14 +150,15 @@ func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1
 	}
 	c := m.client(baseURL, key)
 	fail := func(format string, args ...any) *childv1.ModelResponse {
-		resp.Error = fmt.Sprintf("model %s at %s: ", model, baseURL) + fmt.Sprintf(format, args...)
+		// The text may quote what the model server sent: cut it.
+		resp.Error = cutText(fmt.Sprintf("model %s at %s: ", model, redactURL(baseURL))+fmt.Sprintf(format, args...), ModelErrorTextMax)
 		resp.DurationMs = time.Since(began).Milliseconds()
 		return resp
 	}
 
 	out, made, err := m.retrying(ctx, c, creq, model, baseURL, call.onToken)
 	if err != nil {
-		return fail("%v (%d attempts)", err, made)
+		return fail("%s (%d attempts)", cutText(err.Error(), ModelErrorTextMax/2), made)
 	}
 	if !react {
 		fillResponse(resp, out)
@@ -161,7 +174,7 @@ func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1
 				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: reactRepair(perr)})
 			out, made, err = m.retrying(ctx, c, creq, model, baseURL, call.onToken)
 			if err != nil {
-				return fail("repair turn after invalid ReAct output (%v): %v (%d attempts)", perr, err, made)
+				return fail("repair turn after invalid ReAct output (%s): %s (%d attempts)", cutText(perr.Error(), 512), cutText(err.Error(), ModelErrorTextMax/2), made)
 			}
 			usage.PromptTokens += out.Usage.PromptTokens
 			usage.CompletionTokens += out.Usage.CompletionTokens
@@ -215,10 +228,10 @@ func (m *modelClient) retrying(ctx context.Context, c *openai.Client, creq opena
 			break
 		}
 		lastErr = err
-		if !retryable(err) {
+		if !retryable(err) || notRetryable(err) {
 			break
 		}
-		m.log.Warn("model call failed; retrying", "model", model, "url", baseURL, "attempt", i+1, "of", attempts, "err", err)
+		m.log.Warn("model call failed; retrying", "model", model, "url", redactURL(baseURL), "attempt", i+1, "of", attempts, "err", cutText(err.Error(), ModelErrorTextMax))
 	}
 	return openai.ChatCompletionResponse{}, made, lastErr
 }

@@ -429,6 +429,8 @@ func TestModelAPIKeySecret(t *testing.T) {
 	e := newEnv(t)
 	m := newRecordingModel(t, `[{"turns": [{"content": "keyed"}]}]`)
 	e.cfg.Model.APIKey = "sk-executor"
+	// The agents' model is on loopback: the operator allowlists it.
+	e.cfg.Model.Allow = []string{strings.TrimSuffix(strings.TrimPrefix(m.url, "http://"), "/v1")}
 	e.cfg.Model.LookupEnv = func(k string) (string, bool) {
 		if k == "AGENTMESH_SECRET_TEAM_A_KEY" {
 			return "sk-team-a", true

@@ -40,6 +40,11 @@ type Verdict struct {
 	// persistent state; such a statement cannot succeed on a read-only
 	// tool and is refused there rather than offered for approval.
 	Writes bool
+	// Unknown is set when the statement calls a function whose effects
+	// are not known (not a built-in known to only read): it needs
+	// approval, and an approved call runs READ WRITE on a read-write
+	// tool (READ ONLY otherwise).
+	Unknown bool
 	// Reason says why, for the model or the person approving.
 	Reason string
 }
@@ -50,6 +55,7 @@ func (v Verdict) worse(o Verdict) Verdict {
 		w = o
 	}
 	w.Writes = v.Writes || o.Writes
+	w.Unknown = v.Unknown || o.Unknown
 	return w
 }
 
@@ -95,7 +101,7 @@ func AssessWith(policy Policy, readOnly bool) func(json.RawMessage) tools.Assess
 
 func assessment(v Verdict, policy Policy, readOnly bool) tools.Assessment {
 	risk := tools.RiskRead
-	if v.Writes {
+	if v.Writes || v.Unknown {
 		risk = tools.RiskWrite
 	}
 	switch {
@@ -113,36 +119,40 @@ func assessment(v Verdict, policy Policy, readOnly bool) tools.Assessment {
 }
 
 // Classify judges a query. It reads the query with a tokenizer that knows
-// PostgreSQL's quoting (strings, E” strings, quoted identifiers, dollar
-// quotes, nested comments), so no keyword hidden in a string or comment
-// counts and no semicolon inside one splits the query:
+// PostgreSQL's quoting (strings, escape strings E'…', quoted identifiers, U&
+// identifiers with UESCAPE, dollar quotes, nested comments), so no keyword
+// hidden in a string or comment counts, no semicolon inside one splits the
+// query, and every identifier is decoded to the name Postgres would look
+// up (ident.go):
 //
 //   - Refuse: an empty query; more than one statement (the extended
 //     protocol runs only one: send them as separate calls); an
-//     unterminated string, identifier or comment; DROP DATABASE,
-//     TABLESPACE, ROLE, USER, GROUP or OWNED, REASSIGN OWNED; CREATE or
-//     ALTER of ROLE, USER or GROUP; ALTER SYSTEM; LOAD; COPY … PROGRAM and
-//     COPY to or from a server file; functions that reach the server's
-//     files, other sessions, the server's process or other servers
-//     (pg_read_file, pg_ls_dir, lo_import, lo_export, pg_terminate_backend,
-//     pg_reload_conf, dblink…).
+//     unterminated string, identifier or comment; an identifier or
+//     UESCAPE clause Postgres would reject; DROP DATABASE, TABLESPACE,
+//     ROLE, USER, GROUP or OWNED, REASSIGN OWNED; CREATE or ALTER of ROLE,
+//     USER or GROUP; ALTER SYSTEM; LOAD; COPY … PROGRAM and COPY to or
+//     from a server file; functions that reach the server's files, other
+//     sessions, the server's process or other servers (functions.go:
+//     pg_read_*, pg_ls_*, lo_import, lo_export, pg_terminate_backend,
+//     pg_cancel_backend, pg_reload_conf, dblink*, …).
 //   - Approve: DML (INSERT, UPDATE, DELETE, MERGE, COPY), with a sharper
 //     reason for UPDATE or DELETE without WHERE; DDL (CREATE, ALTER, DROP,
 //     TRUNCATE, GRANT, REVOKE, COMMENT, …); maintenance (VACUUM, ANALYZE,
 //     REINDEX, CLUSTER, REFRESH); SET and RESET (roles, session settings);
 //     DO and CALL; transaction control; LOCK, LISTEN, NOTIFY, cursors,
 //     PREPARE and EXECUTE; a SELECT with a data-modifying WITH, INTO, or
-//     FOR UPDATE/SHARE; functions with side effects (pg_sleep, set_config,
-//     nextval, setval, advisory locks, lo_*, pg_notify, query_to_xml and
-//     other functions that run SQL given as text); and any statement it
-//     does not recognise.
+//     FOR UPDATE/SHARE; functions with known side effects (pg_sleep,
+//     set_config, nextval, setval, advisory locks, lo_*, pg_notify,
+//     query_to_xml and others that run SQL given as text); every function
+//     that is not a built-in known to only read (the allowlist in
+//     functions.go); and any statement it does not recognise.
 //   - Allow: everything else that starts with SELECT, WITH, VALUES,
 //     TABLE, SHOW or EXPLAIN (EXPLAIN ANALYZE is judged as the statement
 //     it runs).
 //
-// A classifier cannot see what a user-defined function does; an allowed
-// statement still runs in a READ ONLY transaction that is rolled back,
-// as a role that should only read.
+// A classifier cannot see what a user-defined operator, cast or type does;
+// an allowed statement still runs in a READ ONLY transaction that is
+// rolled back, as a role the tool checked at start (role.go).
 func Classify(query string) Verdict {
 	toks := lex(query)
 	var stmts [][]token
@@ -169,7 +179,11 @@ func Classify(query string) Verdict {
 	case 0:
 		return refuse("empty query")
 	case 1:
-		return classifyStmt(stmts[0])
+		ts, err := applyUescape(stmts[0])
+		if err != nil {
+			return refuse(err.Error())
+		}
+		return classifyStmt(ts)
 	default:
 		return refuse("more than one statement: send one statement per call")
 	}
@@ -363,109 +377,4 @@ func hasTopLevelWord(ts []token, kw string) bool {
 		}
 	}
 	return false
-}
-
-// refusedFuncs reach beyond the database: the server's files, its
-// process and configuration, other sessions, other servers.
-var refusedFuncs = map[string]string{
-	"pg_terminate_backend":              "ends another session",
-	"pg_cancel_backend":                 "cancels another session's query",
-	"pg_reload_conf":                    "reloads the server's configuration",
-	"pg_rotate_logfile":                 "rotates the server's log",
-	"pg_promote":                        "promotes a standby",
-	"pg_read_file":                      "reads the server's files",
-	"pg_read_binary_file":               "reads the server's files",
-	"pg_stat_file":                      "reads the server's files",
-	"lo_import":                         "reads the server's files",
-	"lo_export":                         "writes the server's files",
-	"pg_switch_wal":                     "switches the WAL file",
-	"pg_create_restore_point":           "creates a restore point",
-	"pg_drop_replication_slot":          "drops a replication slot",
-	"pg_log_backend_memory_contexts":    "writes to the server's log",
-	"pg_backup_start":                   "starts a backup",
-	"pg_backup_stop":                    "stops a backup",
-	"pg_wal_replay_pause":               "pauses WAL replay",
-	"pg_wal_replay_resume":              "resumes WAL replay",
-	"pg_replication_origin_drop":        "drops a replication origin",
-	"pg_copy_physical_replication_slot": "copies a replication slot",
-}
-
-var refusedPrefixes = []struct{ prefix, why string }{
-	{"dblink", "connects to other servers"},
-	{"pg_ls_", "lists the server's files"},
-	{"pg_file_", "writes the server's files"},
-}
-
-// approveFuncs have side effects (or run SQL given as text, which the
-// classifier cannot see); writes says whether they change data.
-var approveFuncs = map[string]struct {
-	writes bool
-	why    string
-}{
-	"pg_sleep":                    {false, "sleeps"},
-	"pg_sleep_for":                {false, "sleeps"},
-	"pg_sleep_until":              {false, "sleeps"},
-	"set_config":                  {false, "changes session settings"},
-	"nextval":                     {true, "advances a sequence"},
-	"setval":                      {true, "sets a sequence"},
-	"pg_notify":                   {false, "sends a notification"},
-	"pg_logical_emit_message":     {true, "writes to the WAL"},
-	"query_to_xml":                {false, "runs SQL given as text"},
-	"query_to_xmlschema":          {false, "runs SQL given as text"},
-	"query_to_xml_and_xmlschema":  {false, "runs SQL given as text"},
-	"cursor_to_xml":               {false, "reads a cursor"},
-	"ts_stat":                     {false, "runs SQL given as text"},
-	"pg_import_system_collations": {true, "creates collations"},
-	"txid_current":                {true, "assigns a transaction id"},
-	"pg_current_xact_id":          {true, "assigns a transaction id"},
-}
-
-var approvePrefixes = []struct {
-	prefix string
-	writes bool
-	why    string
-}{
-	{"lo_", true, "changes large objects"},
-	{"pg_advisory", false, "takes advisory locks"},
-	{"pg_try_advisory", false, "takes advisory locks"},
-	{"pg_stat_reset", true, "resets statistics"},
-	{"pg_create_", true, "creates server objects"},
-	{"pg_drop_", true, "drops server objects"},
-	{"pg_replication_", true, "changes replication state"},
-	{"pg_logical_slot_", true, "consumes replication changes"},
-}
-
-// classifyCalls looks at every function call (a name followed by "(")
-// anywhere in the statement. A schema-qualified name counts by its last
-// part; a quoted name by its exact value.
-func classifyCalls(ts []token) Verdict {
-	v := allow()
-	for i := 0; i+1 < len(ts); i++ {
-		if ts[i+1].kind != tokOpen {
-			continue
-		}
-		name := ts[i].name()
-		if name == "" {
-			continue
-		}
-		if why, ok := refusedFuncs[name]; ok {
-			v = v.worse(refuse(name + "() is refused: it " + why))
-			continue
-		}
-		if f, ok := approveFuncs[name]; ok {
-			v = v.worse(approve(f.writes, name+"() "+f.why))
-			continue
-		}
-		for _, p := range refusedPrefixes {
-			if strings.HasPrefix(name, p.prefix) {
-				v = v.worse(refuse(name + "() is refused: it " + p.why))
-			}
-		}
-		for _, p := range approvePrefixes {
-			if strings.HasPrefix(name, p.prefix) {
-				v = v.worse(approve(p.writes, name+"() "+p.why))
-			}
-		}
-	}
-	return v
 }

@@ -105,6 +105,18 @@ func TestClassify(t *testing.T) {
 		{"query_to_xml runs text", "SELECT query_to_xml('DELETE FROM items RETURNING 1', true, false, '')", Approve, false},
 		{"side effect in a where", "SELECT * FROM items WHERE pg_sleep(1) IS NULL", Approve, false},
 
+		{"unknown function", "SELECT my_report(1)", Approve, false},
+		{"built-in name in another schema", "SELECT public.lower('a')", Approve, false},
+		{"unreserved keyword as a function name", "SELECT filter(1), over(2)", Approve, false},
+		{"set as a function name in a read", "SELECT set(1)", Approve, false},
+		{"alias column list", "SELECT * FROM generate_series(1, 2) AS g(i)", Allow, false},
+		{"CTE column list", "WITH x(a, b) AS (SELECT 1, 2) SELECT * FROM x", Allow, false},
+		{"call after OPERATOR()", "SELECT 1 OPERATOR(pg_catalog.+) my_func(1)", Approve, false},
+		{"U& call", `SELECT U&"pg\005fsleep"(1)`, Approve, false},
+		{"U& with UESCAPE", `SELECT U&"pg!005fterminate!005fbackend" UESCAPE '!' (1)`, Refuse, true},
+		{"bad UESCAPE", `SELECT U&"x" UESCAPE 'ab'`, Refuse, true},
+		{"UESCAPE without a string", `SELECT U&"x" UESCAPE`, Refuse, true},
+
 		// Always refused.
 		{"drop database", "DROP DATABASE prod", Refuse, true},
 		{"drop role", "DROP ROLE app", Refuse, true},
@@ -206,5 +218,22 @@ func TestLexRoundTrip(t *testing.T) {
 		if b.String() != q {
 			t.Errorf("lex(%q) round trip = %q", q, b.String())
 		}
+	}
+}
+
+// BenchmarkClassify measures the classifier on a typical read and on a
+// query full of the forms it decodes (U&, UESCAPE, dollar quotes,
+// comments, qualified calls).
+func BenchmarkClassify(b *testing.B) {
+	for _, q := range []struct{ name, sql string }{
+		{"typical", "SELECT id, name, lower(name), count(*) OVER () FROM items WHERE price > $1 AND created >= now() - interval '7 days' ORDER BY id LIMIT 50"},
+		{"tricky", `WITH x(a) AS (SELECT U&"d!0061ta" UESCAPE '!' FROM t /* a /* b */ */) SELECT pg_catalog.upper($q$ ' ; $q$), E'\'', "Col""x" FROM x, generate_series(1, 3) g(i) -- end`},
+	} {
+		b.Run(q.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Classify(q.sql)
+			}
+		})
 	}
 }

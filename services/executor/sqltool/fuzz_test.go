@@ -20,6 +20,9 @@ var fuzzSeeds = []string{
 	`SELECT "a;" FROM t`, `SELECT U&'\0041;' ; DROP TABLE t`, "WITH d AS (DELETE FROM t RETURNING *) SELECT 1",
 	"EXPLAIN ANALYZE DELETE FROM t", "SELECT pg_sleep(1)", "COPY t TO PROGRAM 'x'", "select 1;;;", "SELECT a$b$ ; SELECT 2",
 	"SELECT 1 /* x */; SELECT 2", "SELECT e'\\\\'; SELECT 2", "SELECT b'1';SELECT 2", "SELECT 1-- x\r; SELECT 2",
+	`SELECT U&"pg\005fsleep"(0)`, `SELECT U&"pg!005fsleep" UESCAPE '!' (0)`, `SELECT u&"a" uescape $$*$$`,
+	`SELECT U&'\0041' UESCAPE '!'`, `SELECT "pg_catalog"."pg_sleep"(0)`, "SELECT pg_catalog . pg_sleep /* x */ (0)",
+	"SELECT * FROM generate_series(1, 3) g(i)", "WITH x(a) AS (SELECT 1) SELECT * FROM x", "SELECT 1 OPERATOR(pg_catalog.+) f(1)",
 }
 
 // FuzzClassify checks the classifier on arbitrary input: it never panics,

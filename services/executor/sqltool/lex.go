@@ -28,34 +28,18 @@ type token struct {
 	// unterminated marks a string, quoted identifier, dollar quote or
 	// block comment that runs to the end of the input.
 	unterminated bool
+	// esc is the escape character a UESCAPE clause set for a U& token
+	// (0: the default backslash).
+	esc rune
 }
 
-// upper is a word's keyword form; "" for other tokens.
+// upper is a word's keyword form (ASCII letters upper-cased, as
+// Postgres's keyword lookup folds them); "" for other tokens.
 func (t token) upper() string {
 	if t.kind != tokWord {
 		return ""
 	}
-	return strings.ToUpper(t.text)
-}
-
-// name is an identifier's value: a word lower-cased (as Postgres folds
-// it), a quoted identifier unquoted; "" for other tokens.
-func (t token) name() string {
-	switch t.kind {
-	case tokWord:
-		return strings.ToLower(t.text)
-	case tokQIdent:
-		s := t.text
-		if strings.HasPrefix(s, "U&") || strings.HasPrefix(s, "u&") {
-			s = s[2:]
-		}
-		s = strings.TrimPrefix(s, `"`)
-		if !t.unterminated {
-			s = strings.TrimSuffix(s, `"`)
-		}
-		return strings.ReplaceAll(s, `""`, `"`)
-	}
-	return ""
+	return upperASCII(t.text)
 }
 
 func isIdentStart(c byte) bool {

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentmesh/agentmesh/pkg/tools"
@@ -39,6 +41,7 @@ const (
 	DefaultStatementTimeout = 10 * time.Second
 	DefaultMaxRows          = 1000
 	DefaultMaxBytes         = 256 << 10
+	DefaultMaxRowBytes      = 1 << 20
 )
 
 var (
@@ -83,6 +86,17 @@ type Config struct {
 	Policy Policy
 	// MaxConns caps the pool; 0 means 4.
 	MaxConns int32
+	// MaxRowBytes caps one row as the server sends it: a bigger row is
+	// never read (the result ends before it, TruncatedBy "max_row_bytes",
+	// and the connection is dropped). 0 means DefaultMaxRowBytes (1 MiB).
+	// Together with MaxBytes it bounds what one call holds in memory.
+	MaxRowBytes int
+	// AllowPrivilegedRole accepts a role that New (and every new
+	// connection) would otherwise refuse: a superuser, a member of
+	// pg_read_server_files, pg_write_server_files or
+	// pg_execute_server_program, a role that can create roles, or — when
+	// ReadWrite is off — a role that can write.
+	AllowPrivilegedRole bool
 }
 
 // Tool runs sql_query calls. It is safe for concurrent use.
@@ -116,6 +130,12 @@ func New(ctx context.Context, cfg Config) (*Tool, error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 4
 	}
+	if cfg.MaxRowBytes < 0 {
+		return nil, fmt.Errorf("sqltool: negative MaxRowBytes")
+	}
+	if cfg.MaxRowBytes == 0 {
+		cfg.MaxRowBytes = DefaultMaxRowBytes
+	}
 	if cfg.MaxBytes > tools.MaxOutput {
 		return nil, fmt.Errorf("sqltool: MaxBytes %d over tools.MaxOutput (%d)", cfg.MaxBytes, tools.MaxOutput)
 	}
@@ -140,11 +160,30 @@ func New(ctx context.Context, cfg Config) (*Tool, error) {
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "agentmesh-sql_query"
 	}
+	// No message bigger than a row may arrive: a 300 MB value is refused
+	// at its header, before a byte of it is buffered.
+	maxRow := cfg.MaxRowBytes
+	pc.ConnConfig.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		f := pgproto3.NewFrontend(r, w)
+		f.SetMaxBodyLen(maxRow)
+		return f
+	}
+	// The role is checked on every new connection (a role changed later
+	// is caught too) and once here, so a misconfiguration stops the start.
+	pc.AfterConnect = t.checkRole
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("sqltool: %w", err)
 	}
 	t.pool = pool
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(cctx); errors.Is(err, ErrPrivilegedRole) {
+		pool.Close()
+		return nil, err
+	}
+	// Any other error (the database is down): calls fail, and each new
+	// connection is checked before it is used.
 	return t, nil
 }
 
@@ -189,12 +228,14 @@ type Result struct {
 	// RowCount is len(Rows).
 	RowCount int `json:"row_count"`
 	// Truncated is set when rows were left out; TruncatedBy says which
-	// cap ("max_rows" or "max_bytes").
+	// cap ("max_rows", "max_bytes" or "max_row_bytes").
 	Truncated   bool   `json:"truncated"`
 	TruncatedBy string `json:"truncated_by,omitempty"`
 	// ValuesCut is set when a value longer than a quarter of the byte cap
 	// was cut.
 	ValuesCut bool `json:"values_cut,omitempty"`
+	// Note explains a truncation the model can act on.
+	Note string `json:"note,omitempty"`
 	// Command is the command tag ("SELECT 3", "UPDATE 2").
 	Command string `json:"command,omitempty"`
 	// RowsAffected is the command tag's row count.
@@ -257,7 +298,7 @@ func (t *Tool) Query(ctx context.Context, a Args, approved bool) (*Result, error
 	case as.NeedsApproval && !approved:
 		return nil, fmt.Errorf("sql_query: %w: %s", ErrNeedsApproval, as.Reason)
 	}
-	readWrite := approved && v.Writes && t.cfg.ReadWrite
+	readWrite := approved && (v.Writes || v.Unknown) && t.cfg.ReadWrite
 	params, err := convertParams(a.Params)
 	if err != nil {
 		return nil, fmt.Errorf("sql_query: %w: %w", tools.ErrInvalidArguments, err)
@@ -357,6 +398,16 @@ func (t *Tool) query(ctx context.Context, tx pgx.Tx, q string, params []any, max
 		size += buf.Len()
 		res.Rows = append(res.Rows, row)
 		res.RowCount++
+	}
+	if err := rows.Err(); !res.Truncated && err != nil && rowTooBig(err) {
+		rows.Close()
+		if readWrite {
+			return nil, fmt.Errorf("a row is larger than %d bytes (max_row_bytes); the statement was rolled back", t.cfg.MaxRowBytes)
+		}
+		res.Truncated, res.TruncatedBy = true, "max_row_bytes"
+		res.Note = fmt.Sprintf("the next row is larger than %d bytes and was not read; select less of it (e.g. left(col, 1000), length(col))", t.cfg.MaxRowBytes)
+		res.Command = "SELECT"
+		return res, nil
 	}
 	if res.Truncated && !readWrite {
 		// A read is rolled back anyway: give the server a moment to
@@ -473,4 +524,10 @@ func jsonValue(oid uint32, b []byte, maxValue int) (v any, cut bool) {
 		return strings.ToValidUTF8(s[:n], "\uFFFD") + fmt.Sprintf("…[cut: %d bytes in all]", len(s)), true
 	}
 	return strings.ToValidUTF8(s, "\uFFFD"), false
+}
+
+// rowTooBig: the server sent a message over Config.MaxRowBytes.
+func rowTooBig(err error) bool {
+	var e *pgproto3.ExceededMaxBodyLenErr
+	return errors.As(err, &e)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -18,29 +19,64 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// newDB creates a database with a small items table and a function that
-// writes although the classifier cannot tell.
-func newDB(t *testing.T) string {
+// testDB is a fresh database with a small items table, a sequence, a
+// function that writes although the classifier cannot tell, and three
+// roles: the cluster's superuser, a role that only reads (ro) and one
+// that may change items (rw).
+type testDB struct{ super, ro, rw string }
+
+func newTestDB(t *testing.T) testDB {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
+	super := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(ctx, super)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	u, err := url.Parse(super)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	ro, rw := db+"_ro", db+"_rw"
 	for _, q := range []string{
 		`CREATE TABLE items (id int PRIMARY KEY, name text, price numeric, tags jsonb, created timestamptz, ok bool)`,
 		`INSERT INTO items VALUES (1, 'apple', 1.50, '{"c":"red"}', '2024-01-02T03:04:05Z', true),
 			(2, 'pear', 2.25, '["green"]', '2024-02-03T00:00:00Z', false), (3, NULL, NULL, NULL, NULL, NULL)`,
 		`CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql VOLATILE AS 'INSERT INTO items (id, name) VALUES (99, ''sneaky'') RETURNING id'`,
+		`CREATE SEQUENCE s`,
+		`CREATE FUNCTION sneaky_op(int, int) RETURNS int LANGUAGE sql VOLATILE AS 'INSERT INTO items (id, name) VALUES (98, ''op'') RETURNING id'`,
+		`CREATE OPERATOR #=# (FUNCTION = sneaky_op, LEFTARG = int, RIGHTARG = int)`,
+		`REVOKE CREATE ON SCHEMA public FROM PUBLIC`,
+		`CREATE ROLE ` + ro + ` LOGIN PASSWORD 'pw'`,
+		`CREATE ROLE ` + rw + ` LOGIN PASSWORD 'pw'`,
+		`GRANT SELECT ON items TO ` + ro + `, ` + rw,
+		`GRANT INSERT, UPDATE, DELETE ON items TO ` + rw,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	return url
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, super)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+ro+", "+rw)
+		_, _ = c.Exec(ctx, "DROP ROLE "+ro+", "+rw)
+	})
+	as := func(role string) string {
+		v := *u
+		v.User = url.UserPassword(role, "pw")
+		return v.String()
+	}
+	return testDB{super: super, ro: as(ro), rw: as(rw)}
 }
+
+// newDB returns the URL of a fresh test database as its read-only role.
+func newDB(t *testing.T) string { return newTestDB(t).ro }
 
 func newTool(t *testing.T, cfg Config) *Tool {
 	t.Helper()
@@ -90,10 +126,11 @@ func count(t *testing.T, url string) int {
 }
 
 func TestReadOnly(t *testing.T) {
-	url := newDB(t)
-	ro := newTool(t, Config{URL: url, MaxConns: 1})
-	rw := newTool(t, Config{URL: url, ReadWrite: true, MaxConns: 1})
-	strict := newTool(t, Config{URL: url, ReadWrite: true, Policy: PolicyRefuse})
+	db := newTestDB(t)
+	url := db.ro
+	ro := newTool(t, Config{URL: db.ro, MaxConns: 1})
+	rw := newTool(t, Config{URL: db.rw, ReadWrite: true, MaxConns: 1})
+	strict := newTool(t, Config{URL: db.rw, ReadWrite: true, Policy: PolicyRefuse})
 
 	t.Run("select", func(t *testing.T) {
 		m, err := call(t, ro.Run, "SELECT id, name FROM items ORDER BY id")
@@ -115,9 +152,12 @@ func TestReadOnly(t *testing.T) {
 		sqlErr  string // a SQLSTATE the error must carry
 		delta   int    // change in the row count
 	}{
-		{"hidden write fails in the read-only transaction", ro, false, "SELECT sneaky()", nil, "25006", 0},
-		{"hidden write fails even approved on a read-only tool", ro, true, "SELECT sneaky()", nil, "25006", 0},
-		{"hidden write is rolled back on a writable tool", rw, false, "SELECT sneaky()", nil, "25006", 0},
+		{"unknown function needs approval", ro, false, "SELECT sneaky()", ErrNeedsApproval, "", 0},
+		{"hidden write fails approved on a read-only tool", ro, true, "SELECT sneaky()", nil, "25006", 0},
+		{"unknown function needs approval on a writable tool", rw, false, "SELECT sneaky()", ErrNeedsApproval, "", 0},
+		{"write hidden in an operator fails in the read-only transaction", ro, false, "SELECT 1 #=# 2", nil, "25006", 0},
+		{"write hidden in an operator fails on a writable tool unapproved", rw, false, "SELECT 1 #=# 2", nil, "25006", 0},
+		{"approved unknown function runs read-write on a writable tool", rw, true, "SELECT sneaky()", nil, "", 1},
 		{"insert unapproved", rw, false, "INSERT INTO items (id) VALUES (10)", ErrNeedsApproval, "", 0},
 		{"insert approved on a read-only tool", ro, true, "INSERT INTO items (id) VALUES (10)", ErrRefused, "", 0},
 		{"insert approved on a writable tool", rw, true, "INSERT INTO items (id) VALUES (10)", nil, "", 1},

@@ -7,7 +7,8 @@
 // checked (Check), and the connection goes to a checked address — there is
 // no window between the check and the connect for DNS rebinding. Redirects
 // go through the same dialer, so every hop is checked; their number is
-// capped and they may only lead to http or https. Loopback, private,
+// capped, they may only lead to http or https, and once a hop leaves the
+// first request's origin every credential header is dropped. Loopback, private,
 // link-local (cloud metadata), CGNAT, unique-local, unspecified, multicast,
 // broadcast and reserved addresses — including their IPv4-mapped, NAT64
 // and 6to4 IPv6 forms and the numeric spellings inet_aton accepts
@@ -343,7 +344,63 @@ func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	if err := f.checkParsed(req.URL); err != nil {
 		return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
 	}
+	StripCredentialsAcrossOrigins(req, via)
 	return nil
+}
+
+// StripCredentialsAcrossOrigins is the credential half of a redirect
+// policy (an http.Client's CheckRedirect calls it): once any hop of the
+// chain — this one or an earlier one — leaves the origin (scheme, host
+// and port) the first request was made to, every header that may carry a
+// credential is removed from req, so no key follows a redirect to another
+// server, another port of the same host, or from https to http.
+// net/http alone keeps Authorization across ports of one host and to
+// subdomains, and copies custom key headers (api-key, x-api-key) to any
+// host.
+func StripCredentialsAcrossOrigins(req *http.Request, via []*http.Request) {
+	if len(via) == 0 {
+		return
+	}
+	first := origin(via[0].URL)
+	same := origin(req.URL) == first
+	for _, v := range via[1:] {
+		same = same && origin(v.URL) == first
+	}
+	if same {
+		return
+	}
+	for k := range req.Header {
+		if IsCredentialHeader(k) {
+			req.Header.Del(k)
+		}
+	}
+}
+
+// IsCredentialHeader reports whether a header may carry a credential:
+// Authorization, Proxy-Authorization, Cookie, and any header whose name
+// mentions auth, key, token, secret, session, password or cookie (api-key,
+// X-Api-Key, X-Auth-Token, …).
+func IsCredentialHeader(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"auth", "key", "token", "secret", "session", "passw", "cookie"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// origin is scheme://host:port with the default port made explicit.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if scheme == "https" {
+			port = "443"
+		}
+	}
+	return scheme + "://" + strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")) + ":" + port
 }
 
 // localhostAddrs are what "localhost" and "*.localhost" mean (RFC 6761):

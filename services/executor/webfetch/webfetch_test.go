@@ -544,3 +544,97 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 	}
 	return b
 }
+
+// A redirect to another origin — here another port of the same host,
+// which net/http alone treats as the same host — loses every credential
+// header; a redirect within the origin keeps them. Both through web_fetch
+// and through ServiceClient (MCP, model calls).
+func TestRedirectDropsCredentialsAcrossOrigins(t *testing.T) {
+	type seen struct{ auth, apiKey, cookie, other string }
+	var mu sync.Mutex
+	var got []seen
+	record := func(r *http.Request) {
+		mu.Lock()
+		got = append(got, seen{r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Cookie"), r.Header.Get("X-Test")})
+		mu.Unlock()
+	}
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		if to := r.URL.Query().Get("to"); to != "" {
+			http.Redirect(w, r, to, http.StatusFound)
+			return
+		}
+		fmt.Fprint(w, "other origin")
+	}))
+	t.Cleanup(other.Close)
+	var first *httptest.Server
+	first = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		switch r.URL.Path {
+		case "/cross":
+			http.Redirect(w, r, other.URL+"/landed", http.StatusTemporaryRedirect)
+		case "/same":
+			http.Redirect(w, r, "/landed", http.StatusFound)
+		case "/bounce": // out and back: still stripped on return
+			http.Redirect(w, r, other.URL+"/back?to="+first.URL+"/landed", http.StatusFound)
+		default:
+			fmt.Fprint(w, "first origin")
+		}
+	}))
+	t.Cleanup(first.Close)
+	f, err := New(Config{Allow: []string{first.Listener.Addr().String(), other.Listener.Addr().String()}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]string{"Authorization": "Bearer sk-secret", "X-Api-Key": "k-secret", "Cookie": "s=secret", "X-Test": "kept"}
+	full := seen{"Bearer sk-secret", "k-secret", "s=secret", "kept"}
+	bare := seen{other: "kept"}
+	tests := []struct {
+		path string
+		want []seen
+	}{
+		{"/cross", []seen{full, bare}},
+		{"/same", []seen{full, full}},
+		{"/bounce", []seen{full, bare, bare}},
+	}
+	for _, via := range []string{"web_fetch", "ServiceClient"} {
+		for _, tc := range tests {
+			t.Run(via+tc.path, func(t *testing.T) {
+				mu.Lock()
+				got = nil
+				mu.Unlock()
+				if via == "web_fetch" {
+					if _, err := f.Fetch(context.Background(), Args{URL: first.URL + tc.path, Headers: creds}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					req, _ := http.NewRequest(http.MethodGet, first.URL+tc.path, nil)
+					for k, v := range creds {
+						req.Header.Set(k, v)
+					}
+					resp, err := f.ServiceClient().Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+					t.Errorf("headers seen per hop = %+v, want %+v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+func TestIsCredentialHeader(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "Api-Key": true, "X-Api-Key": true,
+		"X-Auth-Token": true, "X-Goog-Api-Key": true, "Openai-Organization": false, "Content-Type": false, "Accept": false,
+	} {
+		if got := IsCredentialHeader(name); got != want {
+			t.Errorf("IsCredentialHeader(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
