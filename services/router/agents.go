@@ -86,4 +86,3 @@ func (a *agentServer) DeleteAgent(ctx context.Context, req *agentmeshv1.DeleteAg
 	return registry(ctx, a.s, "DeleteAgent", subjects.RegistryDeleteAgent,
 		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Delete{Delete: req}), &agentmeshv1.DeleteAgentResponse{})
 }
-

@@ -144,18 +144,18 @@ type Deps struct {
 
 // Service is a running router.
 type Service struct {
-	cfg    Config
-	nc     *nats.Conn
-	log    *slog.Logger
-	names  subjects.Names
+	cfg     Config
+	nc      *nats.Conn
+	log     *slog.Logger
+	names   subjects.Names
 	keys    *keySource
 	authOff bool
 	conns   *connLimiter
 	limiter *orgLimiter
 	watches *watchSlots
 	lis     net.Listener
-	srv    *grpc.Server
-	health *health.Server
+	srv     *grpc.Server
+	health  *health.Server
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when Run begins to stop

@@ -1,10 +1,10 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
