@@ -28,10 +28,11 @@ type APIKey struct {
 	SHA256 [sha256.Size]byte
 }
 
-// OrgPattern is the form of an org name: lower-case letters, digits and
-// '-', so that an org maps one-to-one onto a subject token and onto the
-// AGENTMESH_SECRET_<ORG>__<NAME> variables of the executor.
-const OrgPattern = `[a-z0-9][a-z0-9-]{0,62}`
+// OrgPattern is the form of an org name: 1-63 lower-case letters and
+// digits, single hyphens between them, so that an org maps one-to-one onto
+// a subject token and onto the AGENTMESH_SECRET_<ORG>__<NAME> variables of
+// the executor (an org never holds "--", which would read as "__").
+const OrgPattern = `[a-z0-9]+(-[a-z0-9]+)*`
 
 var (
 	orgRe     = regexp.MustCompile(`^` + OrgPattern + `$`)
@@ -39,7 +40,7 @@ var (
 )
 
 // ValidOrg reports whether org is a valid org name.
-func ValidOrg(org string) bool { return orgRe.MatchString(org) }
+func ValidOrg(org string) bool { return len(org) <= 63 && orgRe.MatchString(org) }
 
 // keyring is the set of keys; it is replaced whole on reload.
 type keyring struct {
@@ -75,7 +76,7 @@ func checkKey(k APIKey) error {
 		return nil
 	}
 	if !ValidOrg(k.Org) {
-		return fmt.Errorf("key %q: org %q must match %s", k.Name, k.Org, OrgPattern)
+		return fmt.Errorf("key %q: org %q must be 1-63 lower-case letters and digits with single hyphens between (%s)", k.Name, k.Org, OrgPattern)
 	}
 	return nil
 }
