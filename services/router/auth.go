@@ -44,6 +44,11 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if err := authorize(c, method); err != nil {
 		return nil, err
 	}
+	if c.Org == "" && !platformMethods[method] {
+		// Defence in depth: an empty org reads as "every org" to the state
+		// service; only the platform methods (which never send one) go on.
+		return nil, status.Errorf(codes.PermissionDenied, "%s needs a key of an org; key %q has none", shortMethod(method), c.KeyName)
+	}
 	if err := s.limiter.allow(c); err != nil {
 		return nil, err
 	}

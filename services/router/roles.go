@@ -144,19 +144,6 @@ func RequireRole(ctx context.Context, need Role) error {
 	return denied(c, need, "")
 }
 
-// requireOrg answers PermissionDenied unless the caller acts for an org
-// (a platform key does not).
-func requireOrg(ctx context.Context) error {
-	c, ok := CallerFrom(ctx)
-	if !ok {
-		return status.Error(codes.Unauthenticated, "not authenticated")
-	}
-	if c.Role == RolePlatform {
-		return status.Errorf(codes.PermissionDenied, "key %q is a platform key: it manages shared agents only; this needs a key of an org", c.KeyName)
-	}
-	return nil
-}
-
 func denied(c Caller, need Role, what string) error {
 	if what == "" {
 		what = "this"

@@ -119,6 +119,7 @@ type Config struct {
 	MaxWatchesPerOrg int
 	// OrgRate is each org's sustained request rate per second (default
 	// 100; negative: unlimited) and OrgBurst its burst (default 2×OrgRate).
+	// With authentication off there is one org and no rate limit.
 	OrgRate  float64
 	OrgBurst int
 	// MaxInputBytes bounds SubmitTask's input; default 256 KiB.
@@ -263,7 +264,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		keys:     keys,
 		authOff:  authOff,
 		conns:    lis,
-		limiter:  newOrgLimiter(cfg.OrgRate, cfg.OrgBurst),
+		limiter:  orgLimiterFor(authOff, cfg),
 		watches:  &watchSlots{max: cfg.MaxWatchesPerOrg, n: map[string]int{}},
 		lis:      lis,
 		health:   health.NewServer(),
@@ -294,6 +295,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
+}
+
+func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {
+	if authOff {
+		return nil
+	}
+	return newOrgLimiter(cfg.OrgRate, cfg.OrgBurst)
 }
 
 // Addr returns the address the router listens on.
