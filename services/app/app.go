@@ -328,8 +328,8 @@ func (s *settings) routerConfig() (router.Config, error) {
 		return router.Config{}, err
 	}
 	rate, err := strconv.ParseFloat(s.str("AGENTMESH_ORG_RATE"), 64)
-	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) || rate == 0 {
-		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_ORG_RATE: want requests per second (a positive number, or -1 for unlimited), got %q", s.str("AGENTMESH_ORG_RATE"))}
+	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) || rate == 0 || rate > 1e6 {
+		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_ORG_RATE: want requests per second (a positive number up to 1000000, or -1 for unlimited), got %q", s.str("AGENTMESH_ORG_RATE"))}
 	}
 	cfg.OrgRate = rate
 	return cfg, nil

@@ -15,9 +15,15 @@
 // registry then picks its default agent).
 //
 // Every agentmesh RPC needs an API key (metadata `authorization: Bearer
-// <key>` or `x-api-key: <key>`), which names the caller's org; with no keys
-// configured authentication is off and every caller is org "default".
-// Health and reflection need no key.
+// <key>` or `x-api-key: <key>`), which names the caller's org and role
+// (keys.go: hashed, from AGENTMESH_API_KEYS or a reloaded keys file); the
+// role must satisfy the method's entry in MethodRoles (roles.go), else
+// PermissionDenied names the role needed. With no keys configured
+// authentication is off and every caller is an admin of org "default".
+// Health and reflection need no key. The edge (edge.go, tls.go): TLS and
+// mutual TLS, a connection cap that evicts never-authenticated
+// connections first, a deadline to authenticate, per-org request rates and
+// WatchTask streams.
 //
 // Bus subjects it requests (see package subjects), all protobuf:
 //
