@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,4 +210,37 @@ func rpcNames(methods []grpc.MethodDesc, streams []grpc.StreamDesc) []string {
 		out = append(out, s.StreamName)
 	}
 	return out
+}
+
+// SIGHUP reloads the keys file at once (the periodic check is an hour
+// away here).
+func TestKeysFileReloadedOnSIGHUP(t *testing.T) {
+	// This process catches SIGHUP too, so an early signal cannot kill it.
+	own := make(chan os.Signal, 16)
+	signal.Notify(own, syscall.SIGHUP)
+	defer signal.Stop(own)
+
+	path := filepath.Join(t.TempDir(), "keys.json")
+	writeKeys(t, path, entry("alice", "acme", "reader", "alice-secret"))
+	e := start(t, Config{KeysFile: path, KeysReload: time.Hour})
+	get := func(key string) codes.Code {
+		_, err := e.tasks.ListTasks(withKey(testCtx(t), "x-api-key", key), &agentmeshv1.ListTasksRequest{})
+		return status.Code(err)
+	}
+	writeKeys(t, path, entry("bob", "acme", "reader", "bob-secret"))
+	if got := get("bob-secret"); got != codes.Unauthenticated {
+		t.Fatalf("bob before any reload: %v, want Unauthenticated", got)
+	}
+	poll.Until(t, 20*time.Second, func() error {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if get("bob-secret") != codes.OK {
+			return fmt.Errorf("bob's key not in force after SIGHUP")
+		}
+		return nil
+	})
+	if got := get("alice-secret"); got != codes.Unauthenticated {
+		t.Fatalf("alice after the reload: %v, want Unauthenticated", got)
+	}
 }
