@@ -20,6 +20,9 @@ const (
 	CodeResourceExhausted = "resource_exhausted"
 	CodeUnavailable       = "unavailable"
 	CodeInternal          = "internal"
+	// CodePermissionDenied: the caller may not do this (e.g. an org changing
+	// a shared agent).
+	CodePermissionDenied = "permission_denied"
 )
 
 // Error is an error that crosses the bus.
@@ -60,6 +63,7 @@ var (
 	ErrResourceExhausted  = &Error{Code: CodeResourceExhausted}
 	ErrUnavailable        = &Error{Code: CodeUnavailable}
 	ErrInternal           = &Error{Code: CodeInternal}
+	ErrPermissionDenied   = &Error{Code: CodePermissionDenied}
 )
 
 // Errorf returns an *Error with code and a formatted message.

@@ -70,9 +70,9 @@ const (
 	StateUsage = "task.usage"
 )
 
-// Registry request operations. The agent operations carry the public API's
-// messages (agentmesh.v1.CreateAgentRequest, ...); match carries
-// agentmesh.bus.v1.MatchRequest.
+// Registry request operations. The agent operations carry
+// agentmesh.bus.v1.AgentOp (the org acted for and the public API's request);
+// match carries agentmesh.bus.v1.MatchRequest.
 const (
 	RegistryMatch       = "match"
 	RegistryCreateAgent = "agents.create"

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -239,7 +240,8 @@ func (s *settings) streams() (bus.StreamOptions, error) {
 	return bus.StreamOptions{Replicas: n}, nil
 }
 
-// ParseAPIKeys parses "key=org,key2=org2".
+// ParseAPIKeys parses "key=org,key2=org2:role" (the router checks orgs
+// and roles).
 func ParseAPIKeys(v string) (map[string]string, error) {
 	keys := map[string]string{}
 	for _, part := range strings.Split(v, ",") {
@@ -252,8 +254,8 @@ func ParseAPIKeys(v string) (map[string]string, error) {
 		if !ok || k == "" || org == "" {
 			return nil, fmt.Errorf("AGENTMESH_API_KEYS: want key=org pairs separated by commas, got %q", part)
 		}
-		if !subjects.ValidToken(org) {
-			return nil, fmt.Errorf("AGENTMESH_API_KEYS: org %q must not contain '.', '*', '>' or spaces", org)
+		if o, role, _ := strings.Cut(org, ":"); (o != "*" || role != string(router.RolePlatform)) && !router.ValidOrg(o) {
+			return nil, fmt.Errorf("AGENTMESH_API_KEYS: org %q must match %s", o, router.OrgPattern)
 		}
 		keys[k] = org
 	}
@@ -318,7 +320,26 @@ func (s *settings) routerConfig() (router.Config, error) {
 	if err != nil {
 		return router.Config{}, usageError{err}
 	}
-	return router.Config{Prefix: s.str("AGENTMESH_PREFIX"), Listen: s.str("AGENTMESH_LISTEN"), APIKeys: keys}, nil
+	cfg := router.Config{
+		Prefix: s.str("AGENTMESH_PREFIX"), Listen: s.str("AGENTMESH_LISTEN"), APIKeys: keys,
+		KeysFile: s.str("AGENTMESH_API_KEYS_FILE"),
+		TLSCert:  s.str("AGENTMESH_TLS_CERT"), TLSKey: s.str("AGENTMESH_TLS_KEY"), TLSClientCA: s.str("AGENTMESH_TLS_CLIENT_CA"),
+	}
+	if cfg.MaxConnections, err = s.int("AGENTMESH_MAX_CONNECTIONS"); err != nil {
+		return router.Config{}, err
+	}
+	if cfg.MaxWatchesPerOrg, err = s.int("AGENTMESH_MAX_WATCHES_PER_ORG"); err != nil {
+		return router.Config{}, err
+	}
+	if cfg.AuthTimeout, err = s.duration("AGENTMESH_AUTH_TIMEOUT"); err != nil {
+		return router.Config{}, err
+	}
+	rate, err := strconv.ParseFloat(s.str("AGENTMESH_ORG_RATE"), 64)
+	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) || rate == 0 || rate > 1e6 {
+		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_ORG_RATE: want requests per second (a positive number up to 1000000, or -1 for unlimited), got %q", s.str("AGENTMESH_ORG_RATE"))}
+	}
+	cfg.OrgRate = rate
+	return cfg, nil
 }
 
 func loadScript(path string) (*scriptedmodel.Script, error) {

@@ -27,7 +27,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_STREAM_REPLICAS", "1", []string{"*"}, "JetStream replicas of the bus streams (3 in production)"},
 		{"AGENTMESH_POSTGRES_URL", "", []string{"dev", "state"}, "Postgres URL of the system of record; empty = the embedded JetStream store"},
 		{"AGENTMESH_LISTEN", "127.0.0.1:7400", []string{"dev", "router"}, "gRPC API listen address"},
-		{"AGENTMESH_API_KEYS", "", []string{"dev", "router"}, "API keys as key=org,key2=org2; empty = no authentication (org \"default\")"},
+		{"AGENTMESH_API_KEYS", "", []string{"dev", "router"}, "API keys as key=org or key=org:role, comma-separated (no role: admin; *:platform: a platform key); with no keys and no keys file, no authentication (org \"default\")"},
 		{"AGENTMESH_MODEL_BASE_URL", "", []string{"dev", "executor"}, "OpenAI-compatible base URL; empty in dev = start the scripted model"},
 		{"AGENTMESH_MODEL_API_KEY", "", []string{"dev", "executor"}, "API key of the model provider (OPENAI_API_KEY is read too)"},
 		{"AGENTMESH_MODEL", "", []string{"dev", "executor"}, "default model name for agents that name none"},
@@ -59,6 +59,14 @@ func EnvVars() []Env {
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
 		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, /etc, /proc (e.g. where MCP servers are installed), comma-separated"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
+		{"AGENTMESH_API_KEYS_FILE", "", []string{"dev", "router"}, "JSON file of hashed API keys with name, org and role (see Authentication); re-read when it changes and on SIGHUP"},
+		{"AGENTMESH_TLS_CERT", "", []string{"dev", "router"}, "PEM certificate of the gRPC API; with AGENTMESH_TLS_KEY the API speaks TLS only"},
+		{"AGENTMESH_TLS_KEY", "", []string{"dev", "router"}, "PEM private key of AGENTMESH_TLS_CERT"},
+		{"AGENTMESH_TLS_CLIENT_CA", "", []string{"dev", "router"}, "PEM CA bundle: clients must present a certificate it signed (mutual TLS)"},
+		{"AGENTMESH_MAX_CONNECTIONS", "4096", []string{"dev", "router"}, "connections the API holds at most (never more than the open-file limit allows); when full, the oldest connection that never authenticated makes room"},
+		{"AGENTMESH_AUTH_TIMEOUT", "10s", []string{"dev", "router"}, "a connection that has made no authenticated RPC this long after it was accepted is closed"},
+		{"AGENTMESH_ORG_RATE", "100", []string{"dev", "router"}, "requests per second each org may make (burst twice that); -1 = unlimited"},
+		{"AGENTMESH_MAX_WATCHES_PER_ORG", "256", []string{"dev", "router"}, "WatchTask streams an org may hold open at once"},
 	}
 }
 

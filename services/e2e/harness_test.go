@@ -49,6 +49,8 @@ type env struct {
 type opts struct {
 	dataDir  string
 	postgres string
+	// keysFile turns authentication on with this keys file.
+	keysFile string
 }
 
 func logger() *slog.Logger {
@@ -82,6 +84,7 @@ func start(t *testing.T, o opts) *env {
 		Log:         logger(),
 	}
 	cfg.Router.Listen = "127.0.0.1:0"
+	cfg.Router.KeysFile = o.keysFile
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	ctx, cancel := context.WithCancel(context.Background())

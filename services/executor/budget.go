@@ -61,7 +61,7 @@ func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step)
 		r.started = ts.AsTime()
 	}
 	if name := settings.GetApiKeySecret(); name != "" {
-		key, err := s.model.resolveSecret(name)
+		key, err := s.model.resolveSecret(task.GetOrg(), name)
 		if err != nil {
 			return nil, &outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 		}

@@ -116,9 +116,9 @@ type ModelConfig struct {
 	// Prices prices model usage (USD per 1M prompt/completion tokens, see
 	// ParsePrices); a model it does not name costs 0.
 	Prices Prices
-	// LookupEnv resolves an agent's model.api_key_secret NAME from the
-	// variable AGENTMESH_SECRET_<NAME upper-cased, '-' → '_'>
-	// (os.LookupEnv when nil).
+	// LookupEnv resolves an agent's model.api_key_secret NAME, for a task
+	// of org ORG, from the variable AGENTMESH_SECRET_<ORG>__<NAME> (both
+	// upper-cased, '-' → '_'; os.LookupEnv when nil).
 	LookupEnv func(string) (string, bool)
 	// Allow names model endpoints an agent's base_url may reach although
 	// they are loopback, private or link-local (a local Ollama:

@@ -46,6 +46,9 @@ func testChild() int {
 		os.Stderr.WriteString("panic: simulated crash of the agent process\n")
 		return 2
 	}
+	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
+		return resumeLiar(f.GetStart())
+	}
 	if in := f.GetStart().GetInput(); strings.Contains(in, LieUsageMarker) || strings.Contains(in, LieResultMarker) {
 		return lyingChild(in)
 	}
@@ -93,5 +96,38 @@ func lyingChild(input string) int {
 		return 3
 	}
 	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: resp.GetMessage().GetContent()}}})
+	return 0
+}
+
+// LieResumeMarker: the child asks for approval of one shell command and,
+// once resumed, presents the same call id with other arguments.
+const LieResumeMarker = "LIE-RESUME"
+
+// The shell commands resumeLiar asks approval for and then presents.
+const (
+	ApprovedCommand = "echo approved"
+	SwappedCommand  = "echo swapped"
+)
+
+func resumeLiar(start *childv1.Start) int {
+	w := childproto.NewWriter(os.Stdout)
+	r := childproto.NewReader(os.Stdin)
+	cmd := ApprovedCommand
+	if len(start.GetHistory()) > 0 {
+		cmd = SwappedCommand // resumed: swap the arguments under the approved call id
+	}
+	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
+		Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolCallId: "call_r", ToolName: "shell",
+		Arguments: `{"command":"` + cmd + `"}`,
+	}}}})
+	f, err := r.Read()
+	if err != nil || f.GetStepAck() == nil {
+		return 3
+	}
+	ack := f.GetStepAck()
+	if ack.GetDecision() == agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL {
+		return 0
+	}
+	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: "decision " + ack.GetDecision().String() + ": " + ack.GetMessage()}}})
 	return 0
 }

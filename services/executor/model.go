@@ -84,23 +84,32 @@ type modelCall struct {
 	onToken func(string)
 }
 
-// secretEnv is the environment variable that holds the secret name.
-func secretEnv(name string) string {
-	return "AGENTMESH_SECRET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+// secretEnv is the environment variable that holds org's secret name:
+// AGENTMESH_SECRET_<ORG>__<NAME>, each part upper-cased with '-' → '_'.
+// Org names are lower-case letters, digits and single hyphens, so the
+// first "__" ends the org and no two (org, name) pairs share a variable.
+func secretEnv(org, name string) string {
+	up := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+	return "AGENTMESH_SECRET_" + up(org) + "__" + up(name)
 }
 
-// resolveSecret returns the API key an agent's api_key_secret names. The
-// key is looked up in the executor's environment (ModelConfig.LookupEnv)
-// and never leaves the executor except to the model's base URL.
-func (m *modelClient) resolveSecret(name string) (string, error) {
-	env := secretEnv(name)
+// resolveSecret returns the API key an agent's api_key_secret names, among
+// the secrets of org — the org of the task, whichever agent it runs, so
+// one org's secret never goes to a URL another org chose. The key is
+// looked up in the executor's environment (ModelConfig.LookupEnv) and
+// never leaves the executor except to the model's base URL.
+func (m *modelClient) resolveSecret(org, name string) (string, error) {
+	if org == "" {
+		return "", fmt.Errorf("model api_key_secret %q: the task has no org to resolve it in", name)
+	}
+	env := secretEnv(org, name)
 	look := m.cfg.LookupEnv
 	if look == nil {
 		look = os.LookupEnv
 	}
 	v, ok := look(env)
 	if !ok || v == "" {
-		return "", fmt.Errorf("model api_key_secret %q is unknown: %s is not set in the executor's environment", name, env)
+		return "", fmt.Errorf("model api_key_secret %q is unknown to org %s: %s is not set in the executor's environment", name, org, env)
 	}
 	return v, nil
 }

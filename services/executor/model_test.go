@@ -79,7 +79,9 @@ func (m *recordingModel) requests() []recorded {
 // assigns it and publishes its work.
 func (e *env) submitTask(task *agentmeshv1.Task) *agentmeshv1.Task {
 	e.t.Helper()
-	task.Org = "acme"
+	if task.Org == "" {
+		task.Org = "acme"
+	}
 	if task.AgentSpec == nil {
 		task.AgentSpec = agent
 	}
@@ -432,7 +434,7 @@ func TestModelAPIKeySecret(t *testing.T) {
 	// The agents' model is on loopback: the operator allowlists it.
 	e.cfg.Model.Allow = []string{strings.TrimSuffix(strings.TrimPrefix(m.url, "http://"), "/v1")}
 	e.cfg.Model.LookupEnv = func(k string) (string, bool) {
-		if k == "AGENTMESH_SECRET_TEAM_A_KEY" {
+		if k == "AGENTMESH_SECRET_ACME__TEAM_A_KEY" {
 			return "sk-team-a", true
 		}
 		return "", false
@@ -459,7 +461,13 @@ func TestModelAPIKeySecret(t *testing.T) {
 
 	unknown := e.submitTask(&agentmeshv1.Task{Input: "hi", AgentSpec: withModel(&agentmeshv1.ModelSettings{BaseUrl: m.url, ApiKeySecret: "nope"})})
 	got := e.waitStatus(unknown.Id, taskstate.Failed, 20*time.Second)
-	wantFailure(t, got, agentmeshv1.FailureKind_FAILURE_KIND_AGENT, `api_key_secret "nope"`, "AGENTMESH_SECRET_NOPE is not set")
+	wantFailure(t, got, agentmeshv1.FailureKind_FAILURE_KIND_AGENT, `api_key_secret "nope"`, "AGENTMESH_SECRET_ACME__NOPE is not set")
+
+	// Another org naming acme's secret (at a URL of its choosing) does not
+	// get it: secrets resolve among the task's org's only.
+	other := e.submitTask(&agentmeshv1.Task{Org: "globex", Input: "hi", AgentSpec: withModel(&agentmeshv1.ModelSettings{BaseUrl: m.url, ApiKeySecret: "team-a-key"})})
+	got = e.waitStatus(other.Id, taskstate.Failed, 20*time.Second)
+	wantFailure(t, got, agentmeshv1.FailureKind_FAILURE_KIND_AGENT, `api_key_secret "team-a-key" is unknown to org globex`, "AGENTMESH_SECRET_GLOBEX__TEAM_A_KEY is not set")
 	if len(m.requests()) != 2 {
 		t.Error("the model was called for a task whose key is unknown")
 	}

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -165,6 +166,10 @@ func (g *gate) judge(step *agentmeshv1.Step) verdict {
 		return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_ALLOWED, inExecutor: inExec}
 	}
 	if a := g.approvals[step.ToolCallId]; a != nil {
+		if !decidedCall(a, step) {
+			return deny("call %q is not the call a person decided (approval %s was for tool %q with arguments SHA-256 %s; this call is tool %q with %s); it did not run",
+				step.ToolCallId, a.Id, a.Tool, approvalSum(a), step.ToolName, step.ArgumentsSha256)
+		}
 		switch a.Status {
 		case agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED:
 			return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED, inExecutor: inExec, approval: a}
@@ -183,8 +188,27 @@ func (g *gate) judge(step *agentmeshv1.Step) verdict {
 	}
 	return verdict{decision: agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL, approval: &agentmeshv1.Approval{
 		Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING, ToolCallId: step.ToolCallId, Tool: t.Name,
-		Arguments: step.Arguments, Risk: step.Risk, Reason: reason, Deadline: timestamppb.New(g.now().Add(timeout)),
+		Arguments: step.Arguments, ArgumentsSha256: step.ArgumentsSha256, Risk: step.Risk, Reason: reason,
+		Deadline: timestamppb.New(g.now().Add(timeout)),
 	}}
+}
+
+// approvalSum is the SHA-256 (hex) of the arguments an approval decided:
+// the one the record fixed, else computed from the arguments it holds.
+func approvalSum(a *agentmeshv1.Approval) string {
+	if a.GetArgumentsSha256() != "" {
+		return a.GetArgumentsSha256()
+	}
+	sum := sha256.Sum256([]byte(a.GetArguments()))
+	return hex.EncodeToString(sum[:])
+}
+
+// decidedCall reports whether step is exactly the call approval a was
+// decided for: the same tool and the same SHA-256 of the exact arguments.
+// Anything else (a child that resumes with other arguments under the same
+// call id) is not covered by the decision.
+func decidedCall(a *agentmeshv1.Approval, step *agentmeshv1.Step) bool {
+	return a.GetTool() == step.ToolName && subtle.ConstantTimeCompare([]byte(approvalSum(a)), []byte(step.ArgumentsSha256)) == 1
 }
 
 // result checks a TOOL_RESULT step against the gate's record and stamps

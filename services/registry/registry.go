@@ -4,11 +4,18 @@
 // It serves (micro service "agentmesh-registry", queue group "registry"):
 //
 //	<p>.registry.match           busv1.MatchRequest → busv1.MatchResponse
-//	<p>.registry.agents.create   agentmeshv1.CreateAgentRequest → CreateAgentResponse
-//	<p>.registry.agents.get      agentmeshv1.GetAgentRequest → GetAgentResponse
-//	<p>.registry.agents.list     agentmeshv1.ListAgentsRequest → ListAgentsResponse
-//	<p>.registry.agents.update   agentmeshv1.UpdateAgentRequest → UpdateAgentResponse
-//	<p>.registry.agents.delete   agentmeshv1.DeleteAgentRequest → DeleteAgentResponse
+//	<p>.registry.agents.create   busv1.AgentOp{create} → agentmeshv1.CreateAgentResponse
+//	<p>.registry.agents.get      busv1.AgentOp{get} → agentmeshv1.GetAgentResponse
+//	<p>.registry.agents.list     busv1.AgentOp{list} → agentmeshv1.ListAgentsResponse
+//	<p>.registry.agents.update   busv1.AgentOp{update} → agentmeshv1.UpdateAgentResponse
+//	<p>.registry.agents.delete   busv1.AgentOp{delete} → agentmeshv1.DeleteAgentResponse
+//
+// Agents belong to orgs: every agent operation names the org it acts for
+// (AgentOp.org, from the caller's API key) and touches only that org's
+// agents; the shared agents (org "") are read by every org and changed only
+// by an AgentOp with shared set (a platform key). Matching considers the
+// submitting org's agents and the shared ones; an org's own agent wins over
+// a shared one of the same name.
 //
 // It validates agent definitions and stores them through the state service
 // (<p>.state.agent.*), which owns the record. Matching by skills scores each
@@ -29,6 +36,7 @@ import (
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
@@ -115,11 +123,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		h  micro.Handler
 	}{
 		{subjects.RegistryMatch, bus.Handler(s.log, func() *busv1.MatchRequest { return &busv1.MatchRequest{} }, s.match)},
-		{subjects.RegistryCreateAgent, bus.Handler(s.log, func() *agentmeshv1.CreateAgentRequest { return &agentmeshv1.CreateAgentRequest{} }, s.createAgent)},
-		{subjects.RegistryGetAgent, bus.Handler(s.log, func() *agentmeshv1.GetAgentRequest { return &agentmeshv1.GetAgentRequest{} }, s.getAgent)},
-		{subjects.RegistryListAgents, bus.Handler(s.log, func() *agentmeshv1.ListAgentsRequest { return &agentmeshv1.ListAgentsRequest{} }, s.listAgents)},
-		{subjects.RegistryUpdateAgent, bus.Handler(s.log, func() *agentmeshv1.UpdateAgentRequest { return &agentmeshv1.UpdateAgentRequest{} }, s.updateAgent)},
-		{subjects.RegistryDeleteAgent, bus.Handler(s.log, func() *agentmeshv1.DeleteAgentRequest { return &agentmeshv1.DeleteAgentRequest{} }, s.deleteAgent)},
+		{subjects.RegistryCreateAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.createAgent)},
+		{subjects.RegistryGetAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.getAgent)},
+		{subjects.RegistryListAgents, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.listAgents)},
+		{subjects.RegistryUpdateAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.updateAgent)},
+		{subjects.RegistryDeleteAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.deleteAgent)},
 	}
 	for _, e := range endpoints {
 		if err := add(e.op, e.h); err != nil {
@@ -145,60 +153,122 @@ func (s *Service) stateReq(ctx context.Context, op string, req, resp proto.Messa
 
 // ---- catalogue ----
 
-func (s *Service) createAgent(ctx context.Context, req *agentmeshv1.CreateAgentRequest) (*agentmeshv1.CreateAgentResponse, error) {
-	if err := ValidateAgent(req.GetAgent()); err != nil {
+// scope returns the org an AgentOp acts for ("" = the shared agents).
+func scope(op *busv1.AgentOp) (string, error) {
+	switch {
+	case op.GetShared() && op.GetOrg() != "":
+		return "", bus.FieldError("org", "a shared agent operation names no org")
+	case op.GetShared():
+		return "", nil
+	case op.GetOrg() == "":
+		return "", bus.FieldError("org", "an agent operation must name the org it acts for")
+	case !subjects.ValidToken(op.GetOrg()):
+		return "", bus.FieldError("org", "%q is not a valid org", op.GetOrg())
+	}
+	return op.GetOrg(), nil
+}
+
+func wrongOp(want string) error {
+	return bus.FieldError("op", "this subject takes an AgentOp with %s set", want)
+}
+
+func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.CreateAgentResponse, error) {
+	org, err := scope(op)
+	if err != nil {
 		return nil, err
 	}
+	if op.GetCreate() == nil {
+		return nil, wrongOp("create")
+	}
+	if err := ValidateAgent(op.GetCreate().GetAgent()); err != nil {
+		return nil, err
+	}
+	a := proto.Clone(op.GetCreate().GetAgent()).(*agentmeshv1.Agent)
+	a.Org = org
 	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: req.Agent, Create: true}, &resp); err != nil {
+	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: true}, &resp); err != nil {
 		return nil, err
 	}
-	s.log.Info("agent created", "agent", resp.Agent.GetName())
+	s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
 	return &agentmeshv1.CreateAgentResponse{Agent: resp.Agent}, nil
 }
 
-func (s *Service) updateAgent(ctx context.Context, req *agentmeshv1.UpdateAgentRequest) (*agentmeshv1.UpdateAgentResponse, error) {
+func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.UpdateAgentResponse, error) {
+	org, err := scope(op)
+	if err != nil {
+		return nil, err
+	}
+	req := op.GetUpdate()
+	if req == nil {
+		return nil, wrongOp("update")
+	}
 	if err := ValidateAgent(req.GetAgent()); err != nil {
 		return nil, err
 	}
+	a := proto.Clone(req.GetAgent()).(*agentmeshv1.Agent)
+	a.Org = org
 	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: req.Agent, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
+	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
 		return nil, err
 	}
-	s.log.Info("agent updated", "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
+	s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
 	return &agentmeshv1.UpdateAgentResponse{Agent: resp.Agent}, nil
 }
 
-func (s *Service) getAgent(ctx context.Context, req *agentmeshv1.GetAgentRequest) (*agentmeshv1.GetAgentResponse, error) {
+func (s *Service) getAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.GetAgentResponse, error) {
+	org, err := scope(op)
+	if err != nil {
+		return nil, err
+	}
+	req := op.GetGet()
+	if req == nil {
+		return nil, wrongOp("get")
+	}
 	if err := validateName("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	var resp busv1.GetAgentResponse
-	if err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Name}, &resp); err != nil {
+	if err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Name, Org: org}, &resp); err != nil {
 		return nil, err
 	}
 	return &agentmeshv1.GetAgentResponse{Agent: resp.Agent}, nil
 }
 
-func (s *Service) listAgents(ctx context.Context, req *agentmeshv1.ListAgentsRequest) (*agentmeshv1.ListAgentsResponse, error) {
+func (s *Service) listAgents(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.ListAgentsResponse, error) {
+	org, err := scope(op)
+	if err != nil {
+		return nil, err
+	}
+	req := op.GetList()
+	if req == nil {
+		return nil, wrongOp("list")
+	}
 	if req.PageSize < 0 || req.PageSize > 1000 {
 		return nil, bus.FieldError("page_size", "must be between 0 and 1000")
 	}
 	var resp busv1.ListAgentsResponse
-	if err := s.stateReq(ctx, subjects.StateListAgents, &busv1.ListAgentsRequest{Skill: req.Skill, PageSize: req.PageSize, PageToken: req.PageToken}, &resp); err != nil {
+	if err := s.stateReq(ctx, subjects.StateListAgents, &busv1.ListAgentsRequest{Org: org, Skill: req.Skill, PageSize: req.PageSize, PageToken: req.PageToken}, &resp); err != nil {
 		return nil, err
 	}
 	return &agentmeshv1.ListAgentsResponse{Agents: resp.Agents, NextPageToken: resp.NextPageToken}, nil
 }
 
-func (s *Service) deleteAgent(ctx context.Context, req *agentmeshv1.DeleteAgentRequest) (*agentmeshv1.DeleteAgentResponse, error) {
+func (s *Service) deleteAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.DeleteAgentResponse, error) {
+	org, err := scope(op)
+	if err != nil {
+		return nil, err
+	}
+	req := op.GetDelete()
+	if req == nil {
+		return nil, wrongOp("delete")
+	}
 	if err := validateName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if err := s.stateReq(ctx, subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: req.Name}, &busv1.DeleteAgentResponse{}); err != nil {
+	if err := s.stateReq(ctx, subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: req.Name, Org: org}, &busv1.DeleteAgentResponse{}); err != nil {
 		return nil, err
 	}
-	s.log.Info("agent deleted", "agent", req.Name)
+	s.log.Info("agent deleted", "org", org, "agent", req.Name)
 	return &agentmeshv1.DeleteAgentResponse{}, nil
 }
 
@@ -210,7 +280,7 @@ const DefaultAgent = "assistant"
 
 func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.MatchResponse, error) {
 	if req.Agent == "" && len(req.RequiredSkills) == 0 {
-		resp, err := s.match(ctx, &busv1.MatchRequest{Agent: s.defaultAgent})
+		resp, err := s.match(ctx, &busv1.MatchRequest{Agent: s.defaultAgent, Org: req.Org})
 		if errors.Is(err, bus.ErrFailedPrecondition) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent",
 				Message: fmt.Sprintf("no agent or skills given and no default agent %q; name one, or create it (amctl agents create %s)", s.defaultAgent, s.defaultAgent)}
@@ -222,7 +292,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 			return nil, bus.FieldError("agent", "give an agent or required skills, not both")
 		}
 		var resp busv1.GetAgentResponse
-		err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Agent}, &resp)
+		err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Agent, Org: req.Org}, &resp)
 		if errors.Is(err, bus.ErrNotFound) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent", Message: fmt.Sprintf("no agent named %q", req.Agent)}
 		}
@@ -231,7 +301,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 		}
 		return &busv1.MatchResponse{Agent: resp.Agent, Candidates: []*busv1.MatchCandidate{{Agent: resp.Agent.Name, Score: 1}}}, nil
 	}
-	agents, err := s.allAgents(ctx)
+	agents, err := s.allAgents(ctx, req.Org)
 	if err != nil {
 		return nil, err
 	}
@@ -244,17 +314,31 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 	return &busv1.MatchResponse{Agent: best, Candidates: cands}, nil
 }
 
-func (s *Service) allAgents(ctx context.Context) ([]*agentmeshv1.Agent, error) {
+// allAgents lists org's agents and the shared ones; an org's own agent
+// hides a shared one of the same name.
+func (s *Service) allAgents(ctx context.Context, org string) ([]*agentmeshv1.Agent, error) {
 	var all []*agentmeshv1.Agent
 	token := ""
 	for {
 		var resp busv1.ListAgentsResponse
-		if err := s.stateReq(ctx, subjects.StateListAgents, &busv1.ListAgentsRequest{PageSize: 1000, PageToken: token}, &resp); err != nil {
+		if err := s.stateReq(ctx, subjects.StateListAgents, &busv1.ListAgentsRequest{Org: org, PageSize: 1000, PageToken: token}, &resp); err != nil {
 			return nil, err
 		}
 		all = append(all, resp.Agents...)
 		if resp.NextPageToken == "" {
-			return all, nil
+			own := map[string]bool{}
+			for _, a := range all {
+				if a.Org != "" {
+					own[a.Name] = true
+				}
+			}
+			out := all[:0]
+			for _, a := range all {
+				if a.Org != "" || !own[a.Name] {
+					out = append(out, a)
+				}
+			}
+			return out, nil
 		}
 		token = resp.NextPageToken
 	}
@@ -386,6 +470,9 @@ func ValidateAgent(a *agentmeshv1.Agent) error {
 	}
 	if a.MaxSteps < 0 || a.MaxSteps > MaxSteps {
 		return bus.FieldError("agent.max_steps", "must be between 0 and %d", MaxSteps)
+	}
+	if err := budget.Validate("agent.budget", a.Budget); err != nil {
+		return err
 	}
 	if m := a.Model; m != nil {
 		if m.BaseUrl != "" {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
@@ -10,14 +11,38 @@ import (
 )
 
 // agentServer implements agentmeshv1.AgentService by forwarding the API's
-// own messages to the registry, which validates and stores agents.
+// own messages to the registry, which validates and stores agents, wrapped
+// in a busv1.AgentOp naming the caller's org: an org key acts on its org's
+// agents (and reads the shared ones), a platform key on the shared agents.
 type agentServer struct {
 	agentmeshv1.UnimplementedAgentServiceServer
 	s *Service
 }
 
-// registry sends req to a registry operation after check passes.
-func registry[Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req proto.Message, resp Resp) (Resp, error) {
+// agentOp wraps a request for the registry with the caller's scope.
+func agentOp(ctx context.Context, op any) *busv1.AgentOp {
+	c, _ := CallerFrom(ctx)
+	out := &busv1.AgentOp{Org: c.Org}
+	if c.Role == RolePlatform {
+		out = &busv1.AgentOp{Shared: true}
+	}
+	switch o := op.(type) {
+	case *busv1.AgentOp_Create:
+		out.Op = o
+	case *busv1.AgentOp_Get:
+		out.Op = o
+	case *busv1.AgentOp_List:
+		out.Op = o
+	case *busv1.AgentOp_Update:
+		out.Op = o
+	case *busv1.AgentOp_Delete:
+		out.Op = o
+	}
+	return out
+}
+
+// registry sends op to a registry operation after check passes.
+func registry[Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req *busv1.AgentOp, resp Resp) (Resp, error) {
 	var zero Resp
 	if check != nil {
 		return zero, toStatus(s.log, method, check)
@@ -30,12 +55,12 @@ func registry[Resp proto.Message](ctx context.Context, s *Service, method, op st
 
 func (a *agentServer) CreateAgent(ctx context.Context, req *agentmeshv1.CreateAgentRequest) (*agentmeshv1.CreateAgentResponse, error) {
 	return registry(ctx, a.s, "CreateAgent", subjects.RegistryCreateAgent,
-		validateAgent(req.GetAgent()), req, &agentmeshv1.CreateAgentResponse{})
+		validateAgent(req.GetAgent()), agentOp(ctx, &busv1.AgentOp_Create{Create: req}), &agentmeshv1.CreateAgentResponse{})
 }
 
 func (a *agentServer) GetAgent(ctx context.Context, req *agentmeshv1.GetAgentRequest) (*agentmeshv1.GetAgentResponse, error) {
 	return registry(ctx, a.s, "GetAgent", subjects.RegistryGetAgent,
-		checkName("name", req.GetName()), req, &agentmeshv1.GetAgentResponse{})
+		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Get{Get: req}), &agentmeshv1.GetAgentResponse{})
 }
 
 func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgentsRequest) (*agentmeshv1.ListAgentsResponse, error) {
@@ -46,7 +71,7 @@ func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgent
 	if check == nil && req.GetSkill() != "" && checkSkills("skill", []string{req.GetSkill()}) != nil {
 		check = bus.FieldError("skill", "must be 1-%d bytes without spaces or control characters", maxSkillBytes)
 	}
-	return registry(ctx, a.s, "ListAgents", subjects.RegistryListAgents, check, req, &agentmeshv1.ListAgentsResponse{})
+	return registry(ctx, a.s, "ListAgents", subjects.RegistryListAgents, check, agentOp(ctx, &busv1.AgentOp_List{List: req}), &agentmeshv1.ListAgentsResponse{})
 }
 
 func (a *agentServer) UpdateAgent(ctx context.Context, req *agentmeshv1.UpdateAgentRequest) (*agentmeshv1.UpdateAgentResponse, error) {
@@ -54,10 +79,10 @@ func (a *agentServer) UpdateAgent(ctx context.Context, req *agentmeshv1.UpdateAg
 	if check == nil && req.GetExpectedVersion() < 0 {
 		check = bus.FieldError("expected_version", "must not be negative")
 	}
-	return registry(ctx, a.s, "UpdateAgent", subjects.RegistryUpdateAgent, check, req, &agentmeshv1.UpdateAgentResponse{})
+	return registry(ctx, a.s, "UpdateAgent", subjects.RegistryUpdateAgent, check, agentOp(ctx, &busv1.AgentOp_Update{Update: req}), &agentmeshv1.UpdateAgentResponse{})
 }
 
 func (a *agentServer) DeleteAgent(ctx context.Context, req *agentmeshv1.DeleteAgentRequest) (*agentmeshv1.DeleteAgentResponse, error) {
 	return registry(ctx, a.s, "DeleteAgent", subjects.RegistryDeleteAgent,
-		checkName("name", req.GetName()), req, &agentmeshv1.DeleteAgentResponse{})
+		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Delete{Delete: req}), &agentmeshv1.DeleteAgentResponse{})
 }

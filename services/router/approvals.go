@@ -93,7 +93,7 @@ func (s *Service) decide(ctx context.Context, id, comment string, status agentme
 	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
 		TaskId: taskID, Org: orgFrom(ctx), From: taskstate.Blocked, To: taskstate.Queued,
 		Reason:   "approval " + id + " " + approvalVerb(status),
-		Approval: &agentmeshv1.Approval{Id: id, Status: status, DecidedBy: orgFrom(ctx), Comment: comment},
+		Approval: &agentmeshv1.Approval{Id: id, Status: status, DecidedBy: keyNameFrom(ctx), Comment: comment},
 	}, &resp)
 	if errors.Is(err, bus.ErrNotFound) {
 		return nil, nil, bus.Errorf(bus.CodeNotFound, "approval %q not found", id)
@@ -104,7 +104,7 @@ func (s *Service) decide(ctx context.Context, id, comment string, status agentme
 	if err != nil {
 		return nil, nil, err
 	}
-	s.log.Info("approval decided", "approval", id, "decision", approvalVerb(status), "by", orgFrom(ctx))
+	s.log.Info("approval decided", "approval", id, "decision", approvalVerb(status), "org", orgFrom(ctx), "by", keyNameFrom(ctx))
 	return resp.GetEvent().GetApproval(), resp.GetTask(), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -15,31 +16,43 @@ import (
 // health and reflection do not.
 const protectedPrefix = "/agentmesh."
 
-type orgKey struct{}
+// anonymous is the caller of every RPC when authentication is off.
+var anonymous = Caller{KeyName: "anonymous", Org: DefaultOrg, Role: RoleAdmin}
 
-// orgFrom returns the caller's org that authentication put in ctx.
-func orgFrom(ctx context.Context) string {
-	org, _ := ctx.Value(orgKey{}).(string)
-	return org
-}
-
-// authenticate returns ctx carrying the caller's org, or Unauthenticated.
+// authenticate returns ctx carrying the caller, or Unauthenticated; then
+// the method table (MethodRoles) decides, or PermissionDenied names the
+// role needed; then the org's request rate, or ResourceExhausted.
 func (s *Service) authenticate(ctx context.Context, method string) (context.Context, error) {
 	if !strings.HasPrefix(method, protectedPrefix) {
 		return ctx, nil
 	}
-	if len(s.keys) == 0 {
-		return context.WithValue(ctx, orgKey{}, DefaultOrg), nil
+	c := anonymous
+	if !s.authOff {
+		key := apiKey(ctx)
+		if key == "" {
+			return nil, status.Error(codes.Unauthenticated, "missing API key: send metadata \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
+		}
+		k, ok := s.keys.ring().lookup(sha256.Sum256([]byte(key)))
+		if !ok {
+			return nil, status.Error(codes.Unauthenticated, "unknown API key")
+		}
+		c = Caller{KeyName: k.Name, Org: k.Org, Role: k.Role}
 	}
-	key := apiKey(ctx)
-	if key == "" {
-		return nil, status.Error(codes.Unauthenticated, "missing API key: send metadata \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		s.conns.authenticated(p.Addr.String())
 	}
-	org, ok := s.keys[sha256.Sum256([]byte(key))]
-	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "unknown API key")
+	if err := authorize(c, method); err != nil {
+		return nil, err
 	}
-	return context.WithValue(ctx, orgKey{}, org), nil
+	if c.Org == "" && !platformMethods[method] {
+		// Defence in depth: an empty org reads as "every org" to the state
+		// service; only the platform methods (which never send one) go on.
+		return nil, status.Errorf(codes.PermissionDenied, "%s needs a key of an org; key %q has none", shortMethod(method), c.KeyName)
+	}
+	if err := s.limiter.allow(c); err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, callerKey{}, c), nil
 }
 
 // apiKey returns the key the caller presented, if any.

@@ -20,6 +20,7 @@ var busCodes = map[string]codes.Code{
 	bus.CodeConflict:           codes.Aborted,
 	bus.CodeResourceExhausted:  codes.ResourceExhausted,
 	bus.CodeUnavailable:        codes.Unavailable,
+	bus.CodePermissionDenied:   codes.PermissionDenied,
 }
 
 // toStatus is the one place where errors become gRPC statuses. A *bus.Error

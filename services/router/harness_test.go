@@ -190,27 +190,33 @@ func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
 			}
 			return resp, nil
 		})
-	respond(t, nc, names.Registry(subjects.RegistryGetAgent), func() *agentmeshv1.GetAgentRequest { return new(agentmeshv1.GetAgentRequest) },
-		func(req *agentmeshv1.GetAgentRequest) (*agentmeshv1.GetAgentResponse, error) {
+	respond(t, nc, names.Registry(subjects.RegistryGetAgent), func() *busv1.AgentOp { return new(busv1.AgentOp) },
+		func(op *busv1.AgentOp) (*agentmeshv1.GetAgentResponse, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			f.agentReq = append(f.agentReq, req)
-			a, ok := f.agents[req.Name]
-			if !ok {
-				return nil, bus.Errorf(bus.CodeNotFound, "agent %q not found", req.Name)
+			req := op.GetGet()
+			f.agentReq = append(f.agentReq, op)
+			a, ok := f.agents[req.GetName()]
+			if !ok || op.GetOrg() == "" {
+				return nil, bus.Errorf(bus.CodeNotFound, "agent %q not found", req.GetName())
 			}
 			return &agentmeshv1.GetAgentResponse{Agent: a}, nil
 		})
-	respond(t, nc, names.Registry(subjects.RegistryCreateAgent), func() *agentmeshv1.CreateAgentRequest { return new(agentmeshv1.CreateAgentRequest) },
-		func(req *agentmeshv1.CreateAgentRequest) (*agentmeshv1.CreateAgentResponse, error) {
+	respond(t, nc, names.Registry(subjects.RegistryCreateAgent), func() *busv1.AgentOp { return new(busv1.AgentOp) },
+		func(op *busv1.AgentOp) (*agentmeshv1.CreateAgentResponse, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			f.agentReq = append(f.agentReq, req)
+			req := op.GetCreate()
+			f.agentReq = append(f.agentReq, op)
+			if op.GetOrg() == "" || req == nil {
+				return nil, bus.FieldError("org", "required")
+			}
 			if _, ok := f.agents[req.Agent.Name]; ok {
 				return nil, bus.Errorf(bus.CodeAlreadyExists, "agent %q already exists", req.Agent.Name)
 			}
 			a := proto.Clone(req.Agent).(*agentmeshv1.Agent)
 			a.Version = 1
+			a.Org = op.GetOrg()
 			f.agents[a.Name] = a
 			return &agentmeshv1.CreateAgentResponse{Agent: a}, nil
 		})

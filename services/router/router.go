@@ -15,9 +15,15 @@
 // registry then picks its default agent).
 //
 // Every agentmesh RPC needs an API key (metadata `authorization: Bearer
-// <key>` or `x-api-key: <key>`), which names the caller's org; with no keys
-// configured authentication is off and every caller is org "default".
-// Health and reflection need no key.
+// <key>` or `x-api-key: <key>`), which names the caller's org and role
+// (keys.go: hashed, from AGENTMESH_API_KEYS or a reloaded keys file); the
+// role must satisfy the method's entry in MethodRoles (roles.go), else
+// PermissionDenied names the role needed. With no keys configured
+// authentication is off and every caller is an admin of org "default".
+// Health and reflection need no key. The edge (edge.go, tls.go): TLS and
+// mutual TLS, a connection cap that evicts never-authenticated
+// connections first, a deadline to authenticate, per-org request rates and
+// WatchTask streams.
 //
 // Bus subjects it requests (see package subjects), all protobuf:
 //
@@ -40,7 +46,6 @@ package router
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +74,14 @@ const (
 	DefaultMaxRequestBytes    = 4 << 20
 	DefaultWatchRefetch       = 2 * time.Second
 	DefaultStopTimeout        = 10 * time.Second
+	DefaultKeysReload         = 2 * time.Second
+	DefaultMaxConnections     = 4096
+	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultAuthTimeout        = 10 * time.Second
+	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultMaxStreamsPerConn  = 100
+	DefaultMaxWatchesPerOrg   = 256
+	DefaultOrgRate            = 100
 )
 
 // DefaultOrg is the org of every caller when authentication is off.
@@ -81,9 +94,40 @@ type Config struct {
 	// Listen is the gRPC listen address; default DefaultListen. New opens
 	// the listener, so ":0" works and Addr reports the port.
 	Listen string
-	// APIKeys maps an API key to its org. Empty means authentication is
-	// off and every caller is org "default" (development only).
+	// APIKeys maps an API key to "org" (role admin) or "org:role"
+	// ("*:platform" for a platform key): the AGENTMESH_API_KEYS form. With
+	// neither APIKeys nor KeysFile authentication is off and every caller
+	// is an admin of org "default" (development only).
 	APIKeys map[string]string
+	// KeysFile is a JSON file of hashed keys with names, orgs and roles
+	// (see ParseKeysFile). It is re-read when it changes (checked every
+	// KeysReload, default 2 s) and on SIGHUP; a file that does not parse
+	// leaves the keys as they were (and is logged).
+	KeysFile   string
+	KeysReload time.Duration
+	// TLSCert and TLSKey (PEM files) serve the API over TLS; TLSClientCA
+	// (PEM) also requires clients to present a certificate it signed.
+	TLSCert, TLSKey, TLSClientCA string
+	// MaxConnections caps the connections held (default 4096, and never
+	// more than the open-file limit allows); HandshakeTimeout bounds the
+	// TLS and HTTP/2 handshake (default 10 s); AuthTimeout closes a
+	// connection that made no authenticated RPC that long after it was
+	// accepted (default 10 s); IdleTimeout closes a connection without
+	// RPCs for that long (default 5 min).
+	MaxConnections   int
+	HandshakeTimeout time.Duration
+	AuthTimeout      time.Duration
+	IdleTimeout      time.Duration
+	// MaxStreamsPerConn caps concurrent RPCs on one connection (default 100).
+	MaxStreamsPerConn uint32
+	// MaxWatchesPerOrg caps the WatchTask streams an org holds open at
+	// once (default 256).
+	MaxWatchesPerOrg int
+	// OrgRate is each org's sustained request rate per second (default
+	// 100; negative: unlimited) and OrgBurst its burst (default 2×OrgRate).
+	// With authentication off there is one org and no rate limit.
+	OrgRate  float64
+	OrgBurst int
 	// MaxInputBytes bounds SubmitTask's input; default 256 KiB.
 	MaxInputBytes int
 	// MaxMetadataEntries and MaxMetadataBytes (keys plus values) bound a
@@ -107,14 +151,18 @@ type Deps struct {
 
 // Service is a running router.
 type Service struct {
-	cfg    Config
-	nc     *nats.Conn
-	log    *slog.Logger
-	names  subjects.Names
-	keys   map[[sha256.Size]byte]string // sha256(key) → org
-	lis    net.Listener
-	srv    *grpc.Server
-	health *health.Server
+	cfg     Config
+	nc      *nats.Conn
+	log     *slog.Logger
+	names   subjects.Names
+	keys    *keySource
+	authOff bool
+	conns   *connLimiter
+	limiter *orgLimiter
+	watches *watchSlots
+	lis     net.Listener
+	srv     *grpc.Server
+	health  *health.Server
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when Run begins to stop
@@ -162,40 +210,89 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
-	keys := make(map[[sha256.Size]byte]string, len(cfg.APIKeys))
-	for k, org := range cfg.APIKeys {
-		if k == "" || org == "" {
-			return nil, errors.New("router: APIKeys must not hold an empty key or org")
-		}
-		keys[sha256.Sum256([]byte(k))] = org
+	if cfg.KeysReload <= 0 {
+		cfg.KeysReload = DefaultKeysReload
 	}
-	if len(keys) == 0 {
-		deps.Log.Warn("router: no API keys configured; authentication is OFF and every caller is org " + DefaultOrg + " (development only)")
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{{&cfg.HandshakeTimeout, DefaultHandshakeTimeout}, {&cfg.AuthTimeout, DefaultAuthTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.p <= 0 {
+			*d.p = d.def
+		}
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxStreamsPerConn == 0 {
+		cfg.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if cfg.MaxWatchesPerOrg <= 0 {
+		cfg.MaxWatchesPerOrg = DefaultMaxWatchesPerOrg
+	}
+	if cfg.OrgRate == 0 {
+		cfg.OrgRate = DefaultOrgRate
+	}
+	if cfg.OrgBurst <= 0 {
+		cfg.OrgBurst = max(1, int(2*cfg.OrgRate))
+	}
+	envKeys, err := EnvKeys(cfg.APIKeys)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	keys, err := newKeySource(envKeys, cfg.KeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	authOff := len(cfg.APIKeys) == 0 && cfg.KeysFile == ""
+	if authOff {
+		deps.Log.Warn("router: no API keys configured; authentication is OFF and every caller is an admin of org " + DefaultOrg + " (development only)")
+	}
+	creds, err := serverTLS(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
 	}
 
-	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
+	inner, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("router: listen on %s: %w", cfg.Listen, err)
 	}
+	maxConns := connLimit(cfg.MaxConnections)
+	if maxConns < cfg.MaxConnections {
+		deps.Log.Warn("router: connection cap lowered to fit the open-file limit", "configured", cfg.MaxConnections, "cap", maxConns)
+	}
+	lis := newConnLimiter(inner, maxConns, cfg.AuthTimeout, deps.Log)
 	s := &Service{
 		cfg:      cfg,
 		nc:       deps.NC,
 		log:      deps.Log,
 		names:    names,
 		keys:     keys,
+		authOff:  authOff,
+		conns:    lis,
+		limiter:  orgLimiterFor(authOff, cfg),
+		watches:  &watchSlots{max: cfg.MaxWatchesPerOrg, n: map[string]int{}},
 		lis:      lis,
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
 	}
-	s.srv = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),
-		// Watch streams can idle for long: ping so dead peers are noticed.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
+		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
+		// Watch streams can idle for long: ping so dead peers are noticed;
+		// connections without RPCs are closed after IdleTimeout.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: cfg.IdleTimeout}),
+		// Clients pinging more often than every 10 s are sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	s.srv = grpc.NewServer(opts...)
 	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
@@ -204,6 +301,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
+}
+
+func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {
+	if authOff {
+		return nil
+	}
+	return newOrgLimiter(cfg.OrgRate, cfg.OrgBurst)
 }
 
 // Addr returns the address the router listens on.
@@ -222,7 +326,12 @@ func (s *Service) Run(ctx context.Context) error {
 	s.setServing(healthpb.HealthCheckResponse_SERVING)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.lis) }()
-	s.log.Info("router serving", "addr", s.Addr(), "prefix", s.names.Prefix())
+	s.log.Info("router serving", "addr", s.Addr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
+	if s.cfg.KeysFile != "" {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.watchKeys(rctx)
+	}
 
 	select {
 	case <-ctx.Done():

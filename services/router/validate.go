@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -98,6 +99,9 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 		return 0, tooLarge("idempotency_key", "%d bytes is over the limit of %d bytes", n, maxIdempotencyKeyBytes)
 	}
 	if err := printable("idempotency_key", req.GetIdempotencyKey()); err != nil {
+		return 0, err
+	}
+	if err := budget.Validate("budget", req.GetBudget()); err != nil {
 		return 0, err
 	}
 	return prio, nil
@@ -257,6 +261,9 @@ func validateAgent(a *agentmeshv1.Agent) error {
 	}
 	if a.GetMaxSteps() < 0 {
 		return bus.FieldError("agent.max_steps", "must not be negative")
+	}
+	if err := budget.Validate("agent.budget", a.GetBudget()); err != nil {
+		return err
 	}
 	return checkSkills("agent.skills", a.GetSkills())
 }

@@ -53,6 +53,11 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 	if err != nil {
 		return err
 	}
+	release, err := s.watches.acquire(orgFrom(ctx))
+	if err != nil {
+		return err
+	}
+	defer release()
 
 	// Subscribe first, so nothing committed after the history read below
 	// can slip between the two.

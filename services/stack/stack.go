@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"sync"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/embednats"
@@ -215,10 +216,11 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.router = rt
 	s.runners = append(s.runners, runner{"router", rt.Run})
 
-	// Seed agents through the registry, over the bus like any client.
+	// Seed agents through the registry, over the bus like any client, as
+	// shared agents (every org may use them, none may change them).
 	for _, a := range cfg.SeedAgents {
 		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateAgent),
-			&agentmeshv1.CreateAgentRequest{Agent: a}, &agentmeshv1.CreateAgentResponse{})
+			&busv1.AgentOp{Shared: true, Op: &busv1.AgentOp_Create{Create: &agentmeshv1.CreateAgentRequest{Agent: a}}}, &agentmeshv1.CreateAgentResponse{})
 		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
 			return nil, fmt.Errorf("stack: seed agent %s: %w", a.Name, err)
 		}

@@ -475,10 +475,15 @@ func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*bu
 		return nil, bus.FieldError("agent.name", "a name is required")
 	case !subjects.ValidToken(a.Name):
 		return nil, bus.FieldError("agent.name", "%q is not a valid name (no spaces, '.', '*' or '>')", a.Name)
+	case a.Org != "" && !subjects.ValidToken(a.Org):
+		return nil, bus.FieldError("agent.org", "%q is not a valid org", a.Org)
 	case req.ExpectedVersion < 0:
 		return nil, bus.FieldError("expected_version", "must not be negative")
 	}
 	got, err := s.store.PutAgent(ctx, a, req.Create, req.ExpectedVersion)
+	if errors.Is(err, bus.ErrNotFound) && !req.Create {
+		err = s.sharedOnly(ctx, a.Org, a.Name, "change", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("put agent %q: %w", a.Name, err)
 	}
@@ -486,11 +491,28 @@ func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*bu
 	return &busv1.PutAgentResponse{Agent: got}, nil
 }
 
+// sharedOnly turns notFound, the answer for org's agent named name, into
+// permission_denied when that name is a shared agent's: an org reads the
+// shared agents but never changes them.
+func (s *Service) sharedOnly(ctx context.Context, org, name, verb string, notFound error) error {
+	if org == "" {
+		return notFound
+	}
+	if _, err := s.store.GetAgent(ctx, "", name); err != nil {
+		return notFound
+	}
+	return bus.Errorf(bus.CodePermissionDenied, "agent %q is shared: orgs may use it but not %s it (a platform key manages shared agents)", name, verb)
+}
+
+// getAgent answers the org's own agent of that name, else the shared one.
 func (s *Service) getAgent(ctx context.Context, req *busv1.GetAgentRequest) (*busv1.GetAgentResponse, error) {
 	if req.Name == "" {
 		return nil, bus.FieldError("name", "a name is required")
 	}
-	a, err := s.store.GetAgent(ctx, req.Name)
+	a, err := s.store.GetAgent(ctx, req.Org, req.Name)
+	if errors.Is(err, bus.ErrNotFound) && req.Org != "" {
+		a, err = s.store.GetAgent(ctx, "", req.Name)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +523,7 @@ func (s *Service) listAgents(ctx context.Context, req *busv1.ListAgentsRequest) 
 	if req.PageSize < 0 {
 		return nil, bus.FieldError("page_size", "must not be negative")
 	}
-	agents, next, err := s.store.ListAgents(ctx, store.AgentQuery{Skill: req.Skill, PageSize: int(req.PageSize), PageToken: req.PageToken})
+	agents, next, err := s.store.ListAgents(ctx, store.AgentQuery{Org: req.Org, Skill: req.Skill, PageSize: int(req.PageSize), PageToken: req.PageToken})
 	if err != nil {
 		return nil, err
 	}
@@ -512,11 +534,14 @@ func (s *Service) deleteAgent(ctx context.Context, req *busv1.DeleteAgentRequest
 	if req.Name == "" {
 		return nil, bus.FieldError("name", "a name is required")
 	}
-	a, err := s.store.GetAgent(ctx, req.Name)
+	a, err := s.store.GetAgent(ctx, req.Org, req.Name)
+	if errors.Is(err, bus.ErrNotFound) {
+		err = s.sharedOnly(ctx, req.Org, req.Name, "delete", err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.store.DeleteAgent(ctx, req.Name); err != nil {
+	if err := s.store.DeleteAgent(ctx, req.Org, req.Name); err != nil {
 		return nil, fmt.Errorf("delete agent %q: %w", req.Name, err)
 	}
 	s.publishAgent(ctx, &busv1.AgentEvent{Agent: a, Deleted: true})

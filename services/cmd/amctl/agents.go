@@ -316,9 +316,9 @@ func (c *cli) agentList(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODEL\tSKILLS\tTOOLS\tMAX CONCURRENCY\tVERSION")
+	fmt.Fprintln(tw, "NAME\tOWNER\tMODEL\tSKILLS\tTOOLS\tMAX CONCURRENCY\tVERSION")
 	for _, a := range resp.GetAgents() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", a.GetName(), modelOf(a), dash(strings.Join(a.GetSkills(), ",")),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.GetName(), ownerOf(a), modelOf(a), dash(strings.Join(a.GetSkills(), ",")),
 			dash(strings.Join(a.GetTools(), ",")), limitOf(a.GetMaxConcurrency()), a.GetVersion())
 	}
 	if err := tw.Flush(); err != nil {
@@ -367,4 +367,13 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// ownerOf prints who owns an agent: its org, or "shared" (read-only for
+// orgs, managed with a platform key).
+func ownerOf(a *agentmeshv1.Agent) string {
+	if a.GetOrg() == "" {
+		return "shared"
+	}
+	return a.GetOrg()
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,8 +17,10 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -45,10 +49,15 @@ const (
 type cli struct {
 	stdout, stderr io.Writer
 
-	server  string
-	apiKey  string
-	output  string
-	timeout time.Duration
+	server string
+	apiKey string
+	// TLS: useTLS (--tls), a CA bundle to trust (--ca) and a client
+	// certificate for mutual TLS (--cert, --key). --ca or --cert imply --tls.
+	useTLS            bool
+	caFile            string
+	certFile, keyFile string
+	output            string
+	timeout           time.Duration
 	// timeoutSet: --timeout was given, so it bounds watches too.
 	timeoutSet bool
 	// tokens: print streamed model output (TOKEN events) as it arrives;
@@ -165,6 +174,10 @@ Commands:
 Global flags (also accepted after the command):
   --server ADDR     agentmesh gRPC address (env %s; default %s)
   --api-key KEY     API key (env %s)
+  --tls             speak TLS to the server (system roots unless --ca)
+  --ca FILE         PEM CA bundle to verify the server with (implies --tls)
+  --cert FILE       client certificate (PEM) for mutual TLS, with --key (implies --tls)
+  --key FILE        private key (PEM) of --cert
   -o table|json     output format of reads (default table)
   --timeout D       bound each call (default %s; watches wait unbounded unless set)
 
@@ -195,6 +208,10 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.server, "server", server, "agentmesh gRPC address (env "+envServer+")")
 	fs.StringVar(&c.apiKey, "api-key", apiKey, "API key (env "+envAPIKey+")")
+	fs.BoolVar(&c.useTLS, "tls", c.useTLS, "speak TLS to the server")
+	fs.StringVar(&c.caFile, "ca", c.caFile, "PEM CA bundle to verify the server with (implies --tls)")
+	fs.StringVar(&c.certFile, "cert", c.certFile, "client certificate (PEM) for mutual TLS (implies --tls)")
+	fs.StringVar(&c.keyFile, "key", c.keyFile, "private key (PEM) of --cert")
 	fs.StringVar(&c.output, "o", output, "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "bound each call")
 }
@@ -277,8 +294,12 @@ func (c *cli) connect() error {
 	if c.server == "" {
 		return usagef("--server: an address is required")
 	}
+	creds, err := c.transport()
+	if err != nil {
+		return err
+	}
 	conn, err := grpc.NewClient(c.server,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(apiKeyCreds(c.apiKey)),
 		grpc.WithUserAgent("amctl"),
 	)
@@ -291,6 +312,35 @@ func (c *cli) connect() error {
 	return nil
 }
 
+// transport returns plaintext, or TLS when --tls, --ca or --cert ask.
+func (c *cli) transport() (credentials.TransportCredentials, error) {
+	if (c.certFile == "") != (c.keyFile == "") {
+		return nil, usagef("--cert and --key go together")
+	}
+	if !c.useTLS && c.caFile == "" && c.certFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.caFile != "" {
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %v", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: %s holds no PEM certificate", c.caFile)
+		}
+	}
+	if c.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %v", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(tc), nil
+}
+
 // apiKeyCreds sends the API key as a bearer token.
 type apiKeyCreds string
 
@@ -301,8 +351,8 @@ func (k apiKeyCreds) GetRequestMetadata(context.Context, ...string) (map[string]
 	return map[string]string{"authorization": "Bearer " + string(k)}, nil
 }
 
-// RequireTransportSecurity is false: the router speaks plaintext gRPC
-// (put TLS in front of it for remote use).
+// RequireTransportSecurity is false: a router without TLS (development,
+// loopback) still takes keys; use --tls for anything remote.
 func (apiKeyCreds) RequireTransportSecurity() bool { return false }
 
 // call returns a context bounded by --timeout for one unary call.
@@ -350,6 +400,14 @@ func (c *cli) describe(err error) string {
 		return "interrupted"
 	case codes.Unauthenticated:
 		return fmt.Sprintf("not authenticated: %s (set --api-key or %s)", oneLine(msg), envAPIKey)
+	case codes.PermissionDenied:
+		return "permission denied: " + oneLine(msg)
+	case codes.ResourceExhausted:
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+				return fmt.Sprintf("%s (retry after %s)", oneLine(msg), ri.GetRetryDelay().AsDuration().Round(time.Millisecond))
+			}
+		}
 	case codes.Unimplemented:
 		return fmt.Sprintf("the server at %s does not serve this agentmesh API: %s", c.server, oneLine(msg))
 	}

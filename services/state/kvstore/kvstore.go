@@ -3,7 +3,8 @@
 // (names from subjects.Names):
 //
 //	<P>_STORE_TASKS        KV: task id → agentmesh.v1.Task
-//	<P>_STORE_AGENTS       KV: agent name → agentmesh.v1.Agent
+//	<P>_STORE_AGENTS       KV: agent (org, name) → agentmesh.v1.Agent; a shared
+//	                       agent's key is its name, an org's "<org>.<name>"
 //	<P>_STORE_IDEMPOTENCY  KV: hash(org, idempotency key) → task id
 //	<P>_STORE_HISTORY      stream: each task's events, in order, on
 //	                       StoreHistory(id), one message per event
@@ -232,8 +233,8 @@ func (s *Store) onTask(e jetstream.KeyValueEntry) {
 
 func (s *Store) onAgent(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
-		if name, ok := decodeAgentKey(e.Key()); ok {
-			s.agentIndex.del(name, e.Revision())
+		if org, name, ok := decodeAgentKey(e.Key()); ok {
+			s.agentIndex.del(store.AgentPos(org, name), e.Revision())
 		}
 		return
 	}
@@ -241,7 +242,10 @@ func (s *Store) onAgent(e jetstream.KeyValueEntry) {
 	if err := proto.Unmarshal(e.Value(), a); err != nil || a.Name == "" {
 		return
 	}
-	s.agentIndex.put(a.Name, a, e.Revision())
+	if org, _, ok := decodeAgentKey(e.Key()); ok {
+		a.Org = org // the key is the truth
+	}
+	s.agentIndex.put(store.AgentPos(a.Org, a.Name), a, e.Revision())
 }
 
 // Close stops the watchers. The JetStream connection is the caller's.
@@ -707,24 +711,46 @@ func (s *Store) Usage(_ context.Context, org, agent string, from, to time.Time) 
 
 var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// agentKey is the KV key of an agent: its name when that is a plain key,
-// else "=" and the name in base64url (plain names never hold '=').
-func agentKey(name string) string {
-	if plainKey.MatchString(name) {
-		return name
+// agentKey is the KV key of an agent: for a shared agent (org "") its
+// name, for an org's agent "<org>.<name>"; each part is itself when that is
+// a plain key, else "=" and it in base64url (plain parts never hold '=' or
+// '.', so the forms cannot collide).
+func agentKey(org, name string) string {
+	if org == "" {
+		return keyPart(name)
 	}
-	return "=" + base64.RawURLEncoding.EncodeToString([]byte(name))
+	return keyPart(org) + "." + keyPart(name)
 }
 
-func decodeAgentKey(key string) (string, bool) {
-	if !strings.HasPrefix(key, "=") {
-		return key, key != ""
+func keyPart(s string) string {
+	if plainKey.MatchString(s) {
+		return s
 	}
-	b, err := base64.RawURLEncoding.DecodeString(key[1:])
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func decodeKeyPart(p string) (string, bool) {
+	if !strings.HasPrefix(p, "=") {
+		return p, p != ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(p[1:])
 	if err != nil || len(b) == 0 {
 		return "", false
 	}
 	return string(b), true
+}
+
+func decodeAgentKey(key string) (org, name string, ok bool) {
+	o, n, scoped := strings.Cut(key, ".")
+	if !scoped {
+		name, ok = decodeKeyPart(key)
+		return "", name, ok
+	}
+	if org, ok = decodeKeyPart(o); !ok {
+		return "", "", false
+	}
+	name, ok = decodeKeyPart(n)
+	return org, name, ok
 }
 
 // DecodeAgent decodes a stored agent record.
@@ -736,8 +762,8 @@ func DecodeAgent(b []byte) (*agentmeshv1.Agent, error) {
 	return a, nil
 }
 
-func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, uint64, error) {
-	e, err := s.agents.Get(ctx, agentKey(name))
+func (s *Store) getAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, uint64, error) {
+	e, err := s.agents.Get(ctx, agentKey(org, name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	}
@@ -748,6 +774,7 @@ func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, 
 	if err != nil {
 		return nil, 0, err
 	}
+	a.Org = org
 	return a, e.Revision(), nil
 }
 
@@ -756,9 +783,9 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 	if a == nil || a.Name == "" {
 		return nil, bus.FieldError("agent.name", "a name is required")
 	}
-	key := agentKey(a.Name)
+	key := agentKey(a.Org, a.Name)
 	for range maxRetries {
-		cur, rev, err := s.getAgent(ctx, a.Name)
+		cur, rev, err := s.getAgent(ctx, a.Org, a.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -782,15 +809,15 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 		if err != nil {
 			return nil, store.Internal("put agent", err)
 		}
-		s.agentIndex.put(next.Name, next, nrev)
+		s.agentIndex.put(store.AgentPos(next.Org, next.Name), next, nrev)
 		return next, nil
 	}
 	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
 }
 
-// GetAgent returns an agent or not_found.
-func (s *Store) GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error) {
-	a, _, err := s.getAgent(ctx, name)
+// GetAgent returns org's agent or not_found.
+func (s *Store) GetAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, error) {
+	a, _, err := s.getAgent(ctx, org, name)
 	if err != nil {
 		return nil, err
 	}
@@ -806,10 +833,16 @@ func (s *Store) ListAgents(_ context.Context, q store.AgentQuery) ([]*agentmeshv
 	if err != nil {
 		return nil, "", err
 	}
+	if after != "" {
+		after = store.AgentPos(store.SplitAgentPos(after)) // a bare name is a shared agent's
+	}
 	n := store.PageSize(q.PageSize)
 	var out []*agentmeshv1.Agent
 	more := false
 	s.agentIndex.ascend(after, func(_ string, a *agentmeshv1.Agent) bool {
+		if a.Org != "" && a.Org != q.Org {
+			return true
+		}
 		if q.Skill != "" && !store.HasSkill(a, q.Skill) {
 			return true
 		}
@@ -822,22 +855,22 @@ func (s *Store) ListAgents(_ context.Context, q store.AgentQuery) ([]*agentmeshv
 	})
 	next := ""
 	if more {
-		next = store.EncodeToken(out[len(out)-1].Name)
+		next = store.EncodeToken(store.AgentPos(out[len(out)-1].Org, out[len(out)-1].Name))
 	}
 	return out, next, nil
 }
 
-// DeleteAgent removes an agent or answers not_found.
-func (s *Store) DeleteAgent(ctx context.Context, name string) error {
+// DeleteAgent removes org's agent or answers not_found.
+func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
 	for range maxRetries {
-		cur, rev, err := s.getAgent(ctx, name)
+		cur, rev, err := s.getAgent(ctx, org, name)
 		if err != nil {
 			return err
 		}
 		if cur == nil {
 			return store.AgentNotFound(name)
 		}
-		err = s.agents.Delete(ctx, agentKey(name), jetstream.LastRevision(rev))
+		err = s.agents.Delete(ctx, agentKey(org, name), jetstream.LastRevision(rev))
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
@@ -846,7 +879,7 @@ func (s *Store) DeleteAgent(ctx context.Context, name string) error {
 		}
 		// The delete marker's revision is not returned; rev+1 orders it
 		// after the put we read, and the watcher confirms it.
-		s.agentIndex.del(name, rev+1)
+		s.agentIndex.del(store.AgentPos(org, name), rev+1)
 		return nil
 	}
 	return bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", name)

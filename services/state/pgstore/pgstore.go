@@ -6,7 +6,8 @@
 //	             attempt, last_event_seq, idempotency_key, times) and data,
 //	             the agentmesh.v1.Task protobuf
 //	task_events  the task's history: (task_id, seq) → agentmesh.v1.TaskEvent
-//	agents       the agent catalogue: name, version, skills, agentmesh.v1.Agent
+//	agents       the agent catalogue: (org, name) → version, skills,
+//	             agentmesh.v1.Agent; org '' holds the shared agents
 //
 // The tasks row also keeps the task's usage totals in columns
 // (prompt_tokens, completion_tokens, total_tokens, cost_usd), written with
@@ -424,9 +425,9 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 	return events, nil
 }
 
-func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error) {
+func (s *Store) getAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, error) {
 	var data []byte
-	err := s.pool.QueryRow(ctx, `SELECT data FROM agents WHERE name = $1`, name).Scan(&data)
+	err := s.pool.QueryRow(ctx, `SELECT data FROM agents WHERE org = $1 AND name = $2`, org, name).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -437,6 +438,7 @@ func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, 
 	if err := proto.Unmarshal(data, a); err != nil {
 		return nil, store.Internal("decode agent", err)
 	}
+	a.Org = org
 	return a, nil
 }
 
@@ -446,7 +448,7 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 		return nil, bus.FieldError("agent.name", "a name is required")
 	}
 	for range maxRetries {
-		cur, err := s.getAgent(ctx, a.Name)
+		cur, err := s.getAgent(ctx, a.Org, a.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -464,11 +466,11 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 		}
 		var tag pgconn.CommandTag
 		if create {
-			tag, err = s.pool.Exec(ctx, `INSERT INTO agents (name, version, skills, updated_at, data) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING`,
-				next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data)
+			tag, err = s.pool.Exec(ctx, `INSERT INTO agents (org, name, version, skills, updated_at, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org, name) DO NOTHING`,
+				next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data)
 		} else {
-			tag, err = s.pool.Exec(ctx, `UPDATE agents SET version = $2, skills = $3, updated_at = $4, data = $5 WHERE name = $1 AND version = $6`,
-				next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
+			tag, err = s.pool.Exec(ctx, `UPDATE agents SET version = $3, skills = $4, updated_at = $5, data = $6 WHERE org = $1 AND name = $2 AND version = $7`,
+				next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
 		}
 		if err != nil {
 			return nil, store.Internal("put agent", err)
@@ -481,9 +483,9 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
 }
 
-// GetAgent returns an agent or not_found.
-func (s *Store) GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error) {
-	a, err := s.getAgent(ctx, name)
+// GetAgent returns org's agent or not_found.
+func (s *Store) GetAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, error) {
+	a, err := s.getAgent(ctx, org, name)
 	if err != nil {
 		return nil, err
 	}
@@ -493,40 +495,49 @@ func (s *Store) GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, 
 	return a, nil
 }
 
-// ListAgents returns agents by name, one page.
+// ListAgents returns q.Org's agents and the shared ones by name, one page.
 func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmeshv1.Agent, string, error) {
-	after, err := store.DecodeToken(q.PageToken)
+	tok, err := store.DecodeToken(q.PageToken)
 	if err != nil {
 		return nil, "", err
 	}
+	afterOrg, afterName := store.SplitAgentPos(tok)
 	n := store.PageSize(q.PageSize)
-	rows, err := s.pool.Query(ctx, `SELECT data FROM agents WHERE ($1 = '' OR $1 = ANY(skills)) AND name > $2 ORDER BY name LIMIT $3`,
-		q.Skill, after, n+1)
+	rows, err := s.pool.Query(ctx, `SELECT org, data FROM agents
+		WHERE org IN ('', $1) AND ($2 = '' OR $2 = ANY(skills)) AND (name COLLATE "C", org COLLATE "C") > ($3 COLLATE "C", $4 COLLATE "C")
+		ORDER BY name COLLATE "C", org COLLATE "C" LIMIT $5`,
+		q.Org, q.Skill, afterName, afterOrg, n+1)
 	if err != nil {
 		return nil, "", store.Internal("list agents", err)
 	}
-	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	type row struct {
+		Org  string
+		Data []byte
+	}
+	datas, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
 		return nil, "", store.Internal("list agents", err)
 	}
 	agents := make([]*agentmeshv1.Agent, 0, min(len(datas), n))
 	for _, d := range datas[:min(len(datas), n)] {
 		a := &agentmeshv1.Agent{}
-		if err := proto.Unmarshal(d, a); err != nil {
+		if err := proto.Unmarshal(d.Data, a); err != nil {
 			return nil, "", store.Internal("decode agent", err)
 		}
+		a.Org = d.Org
 		agents = append(agents, a)
 	}
 	next := ""
 	if len(datas) > n {
-		next = store.EncodeToken(agents[len(agents)-1].Name)
+		last := agents[len(agents)-1]
+		next = store.EncodeToken(store.AgentPos(last.Org, last.Name))
 	}
 	return agents, next, nil
 }
 
-// DeleteAgent removes an agent or answers not_found.
-func (s *Store) DeleteAgent(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM agents WHERE name = $1`, name)
+// DeleteAgent removes org's agent or answers not_found.
+func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM agents WHERE org = $1 AND name = $2`, org, name)
 	if err != nil {
 		return store.Internal("delete agent", err)
 	}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -111,6 +113,10 @@ func planApproval(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agentme
 		out := proto.Clone(a).(*agentmeshv1.Approval)
 		out.Id = taskstate.ApprovalID(cur.Id, cur.LastEventSeq+1)
 		out.TaskId, out.Org, out.Agent = cur.Id, cur.Org, cur.Agent
+		// The record fixes what is approved: the tool and the SHA-256 of
+		// these exact arguments (a resumed call must match both).
+		sum := sha256.Sum256([]byte(out.Arguments))
+		out.ArgumentsSha256 = hex.EncodeToString(sum[:])
 		out.CreatedAt = timestamppb.New(now)
 		if out.Deadline == nil {
 			out.Deadline = timestamppb.New(now.Add(DefaultApprovalTimeout))

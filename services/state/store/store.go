@@ -10,6 +10,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -50,15 +51,22 @@ type Store interface {
 	// sums every org's.
 	Usage(ctx context.Context, org, agent string, from, to time.Time) (*agentmeshv1.Usage, int64, error)
 
+	// Agents are keyed by (org, name): a name is unique within its org, and
+	// org "" holds the shared agents.
+
 	// PutAgent creates (create=true; already_exists if present) or replaces
 	// (not_found if absent; failed_precondition if expectedVersion > 0 and
-	// differs) an agent. It sets times and version.
+	// differs) the agent a.Org owns named a.Name. It sets times and version.
 	PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool, expectedVersion int64) (*agentmeshv1.Agent, error)
-	GetAgent(ctx context.Context, name string) (*agentmeshv1.Agent, error)
-	// ListAgents returns agents by name, one page, optionally only those
-	// offering q.Skill.
+	// GetAgent returns org's agent named name (org "" is a shared one) or
+	// not_found; it never falls back from one org to another.
+	GetAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, error)
+	// ListAgents returns, one page, q.Org's agents and the shared ones,
+	// ordered by name then org (a shared agent before an org's own of the
+	// same name), optionally only those offering q.Skill.
 	ListAgents(ctx context.Context, q AgentQuery) (agents []*agentmeshv1.Agent, nextPageToken string, err error)
-	DeleteAgent(ctx context.Context, name string) error
+	// DeleteAgent removes org's agent named name or answers not_found.
+	DeleteAgent(ctx context.Context, org, name string) error
 
 	Close() error
 }
@@ -77,6 +85,8 @@ type TaskQuery struct {
 
 // AgentQuery filters ListAgents.
 type AgentQuery struct {
+	// Org whose agents are listed with the shared ones ("" = shared only).
+	Org       string
 	Skill     string
 	PageSize  int
 	PageToken string
@@ -124,4 +134,14 @@ func AddUsage(sum, u *agentmeshv1.Usage) {
 	sum.CompletionTokens += u.CompletionTokens
 	sum.TotalTokens += u.TotalTokens
 	sum.CostUsd += u.CostUsd
+}
+
+// AgentPos is an agent's position in ListAgents' order, as a page token
+// holds it: the name, a NUL, the org.
+func AgentPos(org, name string) string { return name + "\x00" + org }
+
+// SplitAgentPos splits an AgentPos (a bare name is a shared agent's).
+func SplitAgentPos(pos string) (org, name string) {
+	name, org, _ = strings.Cut(pos, "\x00")
+	return org, name
 }

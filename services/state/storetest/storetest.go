@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListTasksPagination", testListPagination},
 		{"Agents", testAgents},
 		{"ListAgents", testListAgents},
+		{"AgentsPerOrg", testAgentsPerOrg},
 		{"Approvals", testApprovals},
 		{"Usage", testUsage},
 	}
@@ -276,8 +277,8 @@ func testNotFound(t *testing.T, s store.Store) {
 		}},
 		{"AppendStep", func() error { _, _, err := s.AppendStep(ctx, id, 1, &agentmeshv1.Step{}); return err }},
 		{"History", func() error { _, err := s.History(ctx, id, 0, 0); return err }},
-		{"GetAgent", func() error { _, err := s.GetAgent(ctx, "nobody"); return err }},
-		{"DeleteAgent", func() error { return s.DeleteAgent(ctx, "nobody") }},
+		{"GetAgent", func() error { _, err := s.GetAgent(ctx, "", "nobody"); return err }},
+		{"DeleteAgent", func() error { return s.DeleteAgent(ctx, "", "nobody") }},
 		{"UpdateAgent", func() error {
 			_, err := s.PutAgent(ctx, &agentmeshv1.Agent{Name: "nobody"}, false, 0)
 			return err
@@ -790,7 +791,7 @@ func testAgents(t *testing.T, s store.Store) {
 	if a3.Version != 3 {
 		t.Errorf("version: got %d, want 3", a3.Version)
 	}
-	got, err := s.GetAgent(ctx, "writer")
+	got, err := s.GetAgent(ctx, "", "writer")
 	if err != nil {
 		t.Fatalf("get: %v", err)
 	}
@@ -801,15 +802,15 @@ func testAgents(t *testing.T, s store.Store) {
 	if _, err := s.PutAgent(ctx, odd, true, 0); err != nil {
 		t.Fatalf("create %q: %v", odd.Name, err)
 	}
-	if got, err := s.GetAgent(ctx, odd.Name); err != nil || got.Name != odd.Name {
+	if got, err := s.GetAgent(ctx, "", odd.Name); err != nil || got.Name != odd.Name {
 		t.Errorf("get %q: got %v, %v", odd.Name, got, err)
 	}
-	if err := s.DeleteAgent(ctx, "writer"); err != nil {
+	if err := s.DeleteAgent(ctx, "", "writer"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	_, err = s.GetAgent(ctx, "writer")
+	_, err = s.GetAgent(ctx, "", "writer")
 	wantCode(t, "get after delete", err, bus.ErrNotFound)
-	wantCode(t, "delete twice", s.DeleteAgent(ctx, "writer"), bus.ErrNotFound)
+	wantCode(t, "delete twice", s.DeleteAgent(ctx, "", "writer"), bus.ErrNotFound)
 	list, _, err := s.ListAgents(ctx, store.AgentQuery{})
 	if err != nil {
 		t.Fatalf("list: %v", err)

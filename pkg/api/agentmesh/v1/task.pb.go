@@ -676,12 +676,15 @@ type Approval struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	Deadline  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
-	// Who decided (the org of the API key; "system" for an expiry).
-	DecidedBy     string `protobuf:"bytes,14,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
-	Comment       string `protobuf:"bytes,15,opt,name=comment,proto3" json:"comment,omitempty"`
-	Attempt       int32  `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Who decided: the name of the API key ("system" for an expiry).
+	DecidedBy string `protobuf:"bytes,14,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Comment   string `protobuf:"bytes,15,opt,name=comment,proto3" json:"comment,omitempty"`
+	Attempt   int32  `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// SHA-256 (hex) of the exact arguments. A resumed call runs as approved
+	// only if its tool and the SHA-256 of its arguments equal these.
+	ArgumentsSha256 string `protobuf:"bytes,35,opt,name=arguments_sha256,json=argumentsSha256,proto3" json:"arguments_sha256,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -824,6 +827,13 @@ func (x *Approval) GetAttempt() int32 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *Approval) GetArgumentsSha256() string {
+	if x != nil {
+		return x.ArgumentsSha256
+	}
+	return ""
 }
 
 // Task is one unit of work for one agent.
@@ -2504,8 +2514,12 @@ type Agent struct {
 	ToolPolicies map[string]ToolPolicy `protobuf:"bytes,14,rep,name=tool_policies,json=toolPolicies,proto3" json:"tool_policies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=agentmesh.v1.ToolPolicy"`
 	// How long a pending approval waits before the task fails; 0 = 1 hour.
 	ApprovalTimeout *durationpb.Duration `protobuf:"bytes,15,opt,name=approval_timeout,json=approvalTimeout,proto3" json:"approval_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The org that owns the agent, set by the server from the caller's API
+	// key (a client's value is ignored). Empty: a shared agent, readable by
+	// every org and managed only with a platform key.
+	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Agent) Reset() {
@@ -2643,6 +2657,13 @@ func (x *Agent) GetApprovalTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Agent) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
 var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
@@ -2659,7 +2680,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"max_tokens\x18\x02 \x01(\x03R\tmaxTokens\x12 \n" +
 	"\fmax_cost_usd\x18\x03 \x01(\x01R\n" +
 	"maxCostUsd\x12=\n" +
-	"\rmax_wall_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vmaxWallTime\"\x92\x04\n" +
+	"\rmax_wall_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vmaxWallTime\"\xbd\x04\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x10\n" +
@@ -2681,7 +2702,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
-	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xba\b\n" +
+	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xba\b\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -2836,7 +2858,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x06\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -2856,7 +2878,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\vmcp_servers\x18\r \x03(\v2\x17.agentmesh.v1.McpServerR\n" +
 	"mcpServers\x12J\n" +
 	"\rtool_policies\x18\x0e \x03(\v2%.agentmesh.v1.Agent.ToolPoliciesEntryR\ftoolPolicies\x12D\n" +
-	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x1aY\n" +
+	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x12\x10\n" +
+	"\x03org\x18# \x01(\tR\x03org\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01*\xf4\x01\n" +

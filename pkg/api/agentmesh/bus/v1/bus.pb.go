@@ -1083,8 +1083,11 @@ func (x *PutAgentResponse) GetAgent() *v1.Agent {
 }
 
 type GetAgentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The caller's org: its own agent of that name, else the shared one.
+	// Empty: the shared agents only.
+	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,6 +1125,13 @@ func (*GetAgentRequest) Descriptor() ([]byte, []int) {
 func (x *GetAgentRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *GetAgentRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
 	}
 	return ""
 }
@@ -1171,10 +1181,13 @@ func (x *GetAgentResponse) GetAgent() *v1.Agent {
 }
 
 type ListAgentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Skill         string                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Skill     string                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	PageSize  int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// The caller's org: its own agents and the shared ones. Empty: the
+	// shared agents only.
+	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1226,6 +1239,13 @@ func (x *ListAgentsRequest) GetPageSize() int32 {
 func (x *ListAgentsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListAgentsRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
 	}
 	return ""
 }
@@ -1283,8 +1303,11 @@ func (x *ListAgentsResponse) GetNextPageToken() string {
 }
 
 type DeleteAgentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The org whose agent is deleted (empty: a shared agent). A shared agent
+	// is never deleted on an org's behalf.
+	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1322,6 +1345,13 @@ func (*DeleteAgentRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteAgentRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteAgentRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
 	}
 	return ""
 }
@@ -1422,8 +1452,10 @@ type MatchRequest struct {
 	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	// Otherwise, the skills the task needs.
 	RequiredSkills []string `protobuf:"bytes,2,rep,name=required_skills,json=requiredSkills,proto3" json:"required_skills,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The submitting org: only its own agents and the shared ones match.
+	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MatchRequest) Reset() {
@@ -1468,6 +1500,13 @@ func (x *MatchRequest) GetRequiredSkills() []string {
 		return x.RequiredSkills
 	}
 	return nil
+}
+
+func (x *MatchRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
 }
 
 type MatchCandidate struct {
@@ -1791,29 +1830,33 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x06create\x18\x02 \x01(\bR\x06create\x12)\n" +
 	"\x10expected_version\x18\x03 \x01(\x03R\x0fexpectedVersion\"=\n" +
 	"\x10PutAgentResponse\x12)\n" +
-	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"%\n" +
+	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"7\n" +
 	"\x0fGetAgentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03org\x18# \x01(\tR\x03org\"=\n" +
 	"\x10GetAgentResponse\x12)\n" +
-	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"e\n" +
+	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"w\n" +
 	"\x11ListAgentsRequest\x12\x14\n" +
 	"\x05skill\x18\x01 \x01(\tR\x05skill\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"i\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x10\n" +
+	"\x03org\x18# \x01(\tR\x03org\"i\n" +
 	"\x12ListAgentsResponse\x12+\n" +
 	"\x06agents\x18\x01 \x03(\v2\x13.agentmesh.v1.AgentR\x06agents\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\":\n" +
 	"\x12DeleteAgentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03org\x18# \x01(\tR\x03org\"\x15\n" +
 	"\x13DeleteAgentResponse\"Q\n" +
 	"\n" +
 	"AgentEvent\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"M\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"_\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
-	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\"c\n" +
+	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x12\x10\n" +
+	"\x03org\x18# \x01(\tR\x03org\"c\n" +
 	"\x0eMatchCandidate\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12%\n" +
