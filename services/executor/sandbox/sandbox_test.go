@@ -180,10 +180,20 @@ func TestConfinedChild(t *testing.T) {
 	if _, err := os.Stat(outside); err == nil {
 		t.Errorf("the child wrote %s outside its workspace", outside)
 	}
-	if st, err := os.Stat(filepath.Join(task.Workspace(), "f")); err != nil {
-		t.Errorf("workspace file: %v", err)
-	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid != sandbox.DefaultUID {
-		t.Errorf("workspace file owned by host uid %d, want %d", uid, sandbox.DefaultUID)
+	// The workspace is a tmpfs of the task's own mount namespace: the
+	// host's staging directory stays empty.
+	if ents, err := os.ReadDir(task.Stage()); err != nil || len(ents) != 0 {
+		t.Errorf("staging directory %s on the host: %v entries, %v", task.Stage(), len(ents), err)
+	}
+	if st, err := os.Stat(task.Stage()); err != nil {
+		t.Error(err)
+	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && int(uid) != task.UID() {
+		t.Errorf("staging directory owned by host uid %d, want the task's %d", uid, task.UID())
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("staging directory mode %v, want 0700", st.Mode().Perm())
+	}
+	if os.Geteuid() == 0 && (task.UID() < sandbox.DefaultUIDs.First || task.UID() >= sandbox.DefaultUIDs.First+sandbox.DefaultUIDs.Count) {
+		t.Errorf("task uid %d outside the default range %s", task.UID(), sandbox.DefaultUIDs)
 	}
 }
 
