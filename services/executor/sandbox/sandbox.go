@@ -311,6 +311,15 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := os.Chmod(s.wsRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
+	if s.root {
+		// The tasks' uids must be able to reach their staging directories.
+		for d := filepath.Dir(s.wsRoot); d != "/" && d != "."; d = filepath.Dir(d) {
+			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+				fatal = append(fatal, fmt.Sprintf("workspace root %s: the tasks' uids cannot reach it (%s is mode %v: it needs o+x)", cfg.WorkspaceRoot, d, st.Mode().Perm()))
+				break
+			}
+		}
+	}
 	if len(fatal) == 0 {
 		if err := s.selfTest(); err != nil {
 			fatal = append(fatal, err.Error())
@@ -817,6 +826,9 @@ func (t *Task) Procs() []int {
 	})
 	return out
 }
+
+// Cgroups lists the task's cgroup directories (for tests and diagnostics).
+func (t *Task) Cgroups() []string { return uniq(t.memDir, t.pidsDir, t.cpuDir) }
 
 // Cleanup kills whatever is left in the task's cgroups, removes them and
 // the workspace. It keeps the OOM and pids counters for later questions.
