@@ -104,15 +104,15 @@ func TestRootlessDev(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -127,8 +127,11 @@ func TestRootlessDev(t *testing.T) {
 	defer conn.Close()
 	health := healthpb.NewHealthClient(conn)
 	poll.Until(t, 90*time.Second, func() error {
-		if cmd.ProcessState != nil {
-			return fmt.Errorf("agentmesh dev exited: %v", cmd.ProcessState)
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("agentmesh dev exited as an ordinary user: %v\n%s", cmd.ProcessState, lastLines(string(b), 10))
+		default:
 		}
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if err != nil {
