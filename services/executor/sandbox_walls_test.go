@@ -417,7 +417,7 @@ print("cpu", t.user + t.system, "wall 1.5")
 }
 
 // No controlling terminal, a session of its own, a minimal /dev, a
-// read-only root.
+// read-only root, a cgroup namespace.
 func TestSandboxSessionAndDev(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})
 	a := spawnAgent(t, context.Background(), s, "escape", 20)
@@ -436,8 +436,18 @@ try:
 except OSError as e:
     print("root read-only", e.errno)
 print("env", sorted(os.environ))
+print("cgroup", open("/proc/self/cgroup").read())
+print("mounts", open("/proc/self/mountinfo").read())
 `, 20))
 	a.finish()
+	// A cgroup namespace: the host's cgroup paths above the executor's own
+	// do not show in /proc/self/cgroup or the mount table.
+	own, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && len(parts[2]) > 1 && strings.Contains(r.out, parts[2]) {
+			t.Errorf("the executor's cgroup path %s shows in the sandbox:\n%s", parts[2], r.out)
+		}
+	}
 	if strings.Contains(r.out, "TTY OPENED") || strings.Contains(r.out, "ROOT WRITABLE") || !strings.Contains(r.out, "sid 1\n") {
 		t.Errorf("unexpected:\n%s", r.out)
 	}

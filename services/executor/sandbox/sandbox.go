@@ -3,7 +3,7 @@
 // Three isolation levels can be asked for:
 //
 //   - Strict (the default): the child starts in new user, PID, mount,
-//     network, IPC and UTS namespaces and its own session (no controlling
+//     network, IPC, UTS and cgroup namespaces and its own session (no controlling
 //     terminal), with a clean environment; its root is mapped to a host
 //     uid of its own (one of Config.UIDs per running task when the
 //     executor runs as root). Before it reads anything from the executor
@@ -707,7 +707,7 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 	cmd.Args = append(cmd.Args, ArgParams+string(b))
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.uid, Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.gid, Size: 1}},
 		// As root, drop the executor's supplementary groups (setgroups);
