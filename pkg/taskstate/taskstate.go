@@ -124,6 +124,9 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 		if ev.Node != "" || ev.Status == Queued {
 			t.Node = ev.Node
 		}
+		if ev.Isolation != "" || ev.Status == Queued {
+			t.Isolation = ev.Isolation
+		}
 		if ev.Status == Running && t.StartedAt == nil {
 			t.StartedAt = ev.Time
 		}

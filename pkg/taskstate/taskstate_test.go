@@ -72,7 +72,10 @@ func TestParseName(t *testing.T) {
 func TestApply(t *testing.T) {
 	ts := timestamppb.Now()
 	task := &agentmeshv1.Task{Id: "t", Status: Assigned, Attempt: 1, LastEventSeq: 3}
-	task = Apply(task, &agentmeshv1.TaskEvent{Seq: 4, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Status: Running, Attempt: 1, Node: "n1", Time: ts})
+	task = Apply(task, &agentmeshv1.TaskEvent{Seq: 4, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Status: Running, Attempt: 1, Node: "n1", Isolation: "reduced", Time: ts})
+	if task.Isolation != "reduced" {
+		t.Errorf("isolation %q after the move to running, want reduced", task.Isolation)
+	}
 	if task.Status != Running || task.StartedAt == nil || task.Node != "n1" || task.LastEventSeq != 4 {
 		t.Fatalf("after running: %v", task)
 	}

@@ -116,12 +116,13 @@ type usageError struct{ error }
 
 // settings are the values of flags and environment variables.
 type settings struct {
+	cmd  string
 	fs   *flag.FlagSet
 	vals map[string]*string
 }
 
 func newSettings(cmd string) *settings {
-	s := &settings{fs: flag.NewFlagSet("agentmesh "+cmd, flag.ContinueOnError), vals: map[string]*string{}}
+	s := &settings{cmd: cmd, fs: flag.NewFlagSet("agentmesh "+cmd, flag.ContinueOnError), vals: map[string]*string{}}
 	for _, e := range EnvVars() {
 		if !e.readBy(cmd) {
 			continue

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -53,11 +54,14 @@ func EnvVars() []Env {
 		{"AGENTMESH_SQL_READ_WRITE", "false", []string{"dev", "executor"}, "let approved sql_query writes commit (otherwise every statement runs read-only)"},
 		{"AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE", "false", []string{"dev", "executor"}, "let sql_query use a superuser, a member of pg_read_server_files/pg_write_server_files/pg_execute_server_program, a role that can create roles, or (when AGENTMESH_SQL_READ_WRITE is false) a role that can write; refused at start otherwise"},
 		{"AGENTMESH_SQL_MAX_ROW_BYTES", "1MiB", []string{"dev", "executor"}, "largest row sql_query reads from the server (a bigger row ends the result with a note instead of being read), e.g. 1MiB"},
-		{"AGENTMESH_ISOLATION", "strict", []string{"dev", "executor"}, "isolation of agent processes: strict (user/pid/mount/net/ipc/uts namespaces, Landlock, cgroup limits; the executor refuses to start without them) or none (UNSANDBOXED, for development only)"},
+		{"AGENTMESH_ISOLATION", "", []string{"dev", "executor"}, "isolation of agent processes: strict (every wall: namespaces, fresh root, Landlock, seccomp, cgroup limits, a uid per task; refuses to start without one), best-effort (every wall the host and user allow, the missing ones named in the log and the level on every task) or none (UNSANDBOXED, for development only); empty = strict for executor, best-effort for dev"},
 		{"AGENTMESH_TASK_MEMORY", "512MiB", []string{"dev", "executor"}, "memory limit of a task's whole process tree (strict isolation), e.g. 512MiB, 1G"},
 		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
-		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, /etc, /proc (e.g. where MCP servers are installed), comma-separated"},
+		{"AGENTMESH_TASK_DISK", "1GiB", []string{"dev", "executor"}, "size of a task's disk: its workspace, /tmp and /dev/shm share one tmpfs of this size (pages count against the writer's memory limit)"},
+		{"AGENTMESH_TASK_CPU", "0.5", []string{"dev", "executor"}, "CPU share of a task (the agent process and its tools' programs together) in cores, enforced by the cgroup CPU controller"},
+		{"AGENTMESH_SANDBOX_UIDS", "1000000000-1000065535", []string{"dev", "executor"}, "host uids (first-last) task sandboxes run as when the executor is root, one per running task; give each executor of a host its own range"},
+		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, parts of /etc, /proc (e.g. where MCP servers are installed), bound into its fresh root at the same path, comma-separated"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 		{"AGENTMESH_API_KEYS_FILE", "", []string{"dev", "router"}, "JSON file of hashed API keys with name, org and role (see Authentication); re-read when it changes and on SIGHUP"},
 		{"AGENTMESH_TLS_CERT", "", []string{"dev", "router"}, "PEM certificate of the gRPC API; with AGENTMESH_TLS_KEY the API speaks TLS only"},
@@ -78,11 +82,29 @@ func Commands() []string {
 
 // sandboxConfig reads the sandbox settings of the executor.
 func (s *settings) sandboxConfig() (sandbox.Config, error) {
-	level, err := sandbox.ParseLevel(s.str("AGENTMESH_ISOLATION"))
+	iso := s.str("AGENTMESH_ISOLATION")
+	if iso == "" && s.cmd == "dev" {
+		iso = string(sandbox.BestEffort) // dev runs as an ordinary user too
+	}
+	level, err := sandbox.ParseLevel(iso)
 	if err != nil {
 		return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_ISOLATION: %w", err)}
 	}
 	cfg := sandbox.Config{Level: level}
+	if cfg.Disk, err = sandbox.ParseSize(s.str("AGENTMESH_TASK_DISK")); err != nil {
+		return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_TASK_DISK: %w", err)}
+	}
+	if v := s.str("AGENTMESH_TASK_CPU"); v != "" {
+		if cfg.CPU, err = strconv.ParseFloat(v, 64); err != nil || cfg.CPU < 0.01 || cfg.CPU > 1024 {
+			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_TASK_CPU: want a number of cores from 0.01 to 1024, e.g. 0.5, got %q", v)}
+		}
+	}
+	if v := s.str("AGENTMESH_SANDBOX_UIDS"); v != "" {
+		if cfg.UIDs, err = sandbox.ParseIDRange(v); err != nil {
+			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_SANDBOX_UIDS: %w", err)}
+		}
+	}
+	cfg.Node = s.str("AGENTMESH_NODE")
 	for _, v := range []struct {
 		name string
 		dst  *int64

@@ -281,10 +281,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	if sb.Level() == sandbox.None {
-		deps.Log.Warn("executor: agent processes are UNSANDBOXED", "node", cfg.Node, "sandbox", sb.String())
-	} else {
-		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "sandbox", sb.String())
+	switch sb.Isolation() {
+	case sandbox.IsolationNone:
+		deps.Log.Warn("executor: agent processes are UNSANDBOXED", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
+	case sandbox.IsolationReduced:
+		deps.Log.Warn("executor: agent sandbox with walls MISSING (isolation reduced, recorded on every task)", "node", cfg.Node, "isolation", sb.Isolation(), "missing", strings.Join(sb.Missing(), "; "), "sandbox", sb.String())
+	default:
+		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
 	}
 
 	js, err := jetstream.New(deps.NC)

@@ -267,6 +267,9 @@ func TestTaskCompletesWithToolCall(t *testing.T) {
 	if !strings.HasPrefix(got.Result, "It is 20") || got.Node != "node-1" || got.Attempt != 1 {
 		t.Errorf("completed task = result %q node %q attempt %d", got.Result, got.Node, got.Attempt)
 	}
+	if got.Isolation != sandbox.IsolationStrict {
+		t.Errorf("isolation %q on the task, want %q", got.Isolation, sandbox.IsolationStrict)
+	}
 	if got.Usage.GetTotalTokens() == 0 || got.StepCount != 4 {
 		t.Errorf("usage %v, step count %d; want tokens counted and 4 steps", got.Usage, got.StepCount)
 	}

@@ -191,9 +191,7 @@ func TestSandboxEscapeWrite(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})
 	out, _ := outsideDir(t)
 	a := spawnAgent(t, context.Background(), s, "escape", 20)
-	if err := os.Symlink(out, filepath.Join(a.p.dir, "link")); err != nil {
-		t.Fatal(err)
-	}
+	a.do(shell("ln -s "+out+" link", 10))
 	rel, err := filepath.Rel(a.p.dir, filepath.Join(out, "dotdot.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +231,7 @@ for p in [%q, %q, "link/py-link.txt"]:
 			t.Errorf("the sandbox wrote %s outside its workspace", filepath.Join(out, e.Name()))
 		}
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(a.p.dir), "dotdot.txt")); err == nil {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(a.p.sb.Stage()), "dotdot.txt")); err == nil {
 		t.Error("the sandbox wrote beside its workspace")
 	}
 }
@@ -244,9 +242,7 @@ func TestSandboxEscapeReadSecret(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})
 	out, secret := outsideDir(t)
 	a := spawnAgent(t, context.Background(), s, "escape", 20)
-	if err := os.Symlink(filepath.Join(out, "secret.txt"), filepath.Join(a.p.dir, "planted")); err != nil {
-		t.Fatal(err)
-	}
+	a.do(shell("ln -s "+filepath.Join(out, "secret.txt")+" planted", 10))
 	file := filepath.Join(out, "secret.txt")
 	var results []result
 	results = append(results,

@@ -66,6 +66,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 
 	resp, err := s.transition(ctx, &busv1.TransitionRequest{
 		TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
+		Isolation: s.sb.Isolation(),
 	})
 	if err != nil {
 		if gone(err) {

@@ -386,7 +386,7 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 	t, ev, err := s.store.Transition(ctx, store.Transition{
 		TaskID: req.TaskId, From: req.From, To: req.To, Attempt: req.Attempt, NextAttempt: req.NextAttempt,
 		Reason: req.Reason, Result: req.Result, Node: req.Node,
-		Approval: req.Approval, FailureKind: req.FailureKind,
+		Approval: req.Approval, FailureKind: req.FailureKind, Isolation: req.Isolation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)

@@ -117,6 +117,7 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 		row("attempt", fmt.Sprint(t.GetAttempt()))
 	}
 	row("node", t.GetNode())
+	row("isolation", t.GetIsolation())
 	if t.GetStepCount() > 0 {
 		row("steps", fmt.Sprint(t.GetStepCount()))
 	}

@@ -46,3 +46,11 @@ func TestDescribeEvent(t *testing.T) {
 		})
 	}
 }
+
+func TestPrintTaskShowsIsolation(t *testing.T) {
+	var b strings.Builder
+	printTask(&b, &agentmeshv1.Task{Id: "t1", Status: taskstate.Completed, Node: "n1", Isolation: "reduced", Attempt: 1})
+	if !strings.Contains(b.String(), "isolation: reduced") {
+		t.Errorf("amctl get output lacks the isolation:\n%s", b.String())
+	}
+}

@@ -164,18 +164,19 @@ func hasWord(s, w string) bool {
 	return false
 }
 
-// prepareBase creates the controller's base directory and, for v2, enables
-// the controller for its children: in the executor's own cgroup (moving the
+// prepareBase creates the controller's base directory
+// (<own cgroup>/agentmesh/<node>.<pid>) and, for v2, enables the
+// controller for its children: in the executor's own cgroup (moving the
 // executor into a leaf "executor" cgroup first if the kernel insists on
-// no processes in inner cgroups) and in the base.
+// no processes in inner cgroups), in agentmesh and in the base.
 func (c controller) prepareBase() error {
 	if err := os.MkdirAll(c.base, 0o755); err != nil {
-		return fmt.Errorf("cgroups: create %s: %w (the executor needs write access to its cgroup: run it as root or give it a delegated cgroup)", c.base, err)
+		return fmt.Errorf("cgroups: create %s: %w (the executor needs write access to its cgroup)", c.base, err)
 	}
 	if !c.v2 {
 		return nil
 	}
-	parent := filepath.Dir(c.base)
+	parent := filepath.Dir(filepath.Dir(c.base))
 	if err := enableController(parent, c.name); err != nil {
 		// The executor's cgroup holds processes: move them into a leaf.
 		leaf := filepath.Join(parent, "executor")
@@ -189,8 +190,10 @@ func (c controller) prepareBase() error {
 			return fmt.Errorf("cgroups: enable %s in %s: %w", c.name, parent, err)
 		}
 	}
-	if err := enableController(c.base, c.name); err != nil {
-		return fmt.Errorf("cgroups: enable %s in %s: %w", c.name, c.base, err)
+	for _, dir := range []string{filepath.Dir(c.base), c.base} {
+		if err := enableController(dir, c.name); err != nil {
+			return fmt.Errorf("cgroups: enable %s in %s: %w", c.name, dir, err)
+		}
 	}
 	return nil
 }
@@ -243,6 +246,34 @@ func setMemory(dir string, v2 bool, limit int64) error {
 		return writeFile(dir, "memory.memsw.limit_in_bytes", v)
 	}
 	return nil
+}
+
+// cpuPeriod is the CFS period the CPU share is enforced over (100 ms).
+const cpuPeriod = 100_000
+
+// setCPU limits dir to cores CPUs' worth of time per period (v1
+// cpu.cfs_quota_us, v2 cpu.max).
+func setCPU(dir string, v2 bool, cores float64) error {
+	quota := strconv.FormatInt(max(int64(cores*cpuPeriod), 1000), 10)
+	if v2 {
+		return writeFile(dir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
+	}
+	if err := writeFile(dir, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+		return err
+	}
+	return writeFile(dir, "cpu.cfs_quota_us", quota)
+}
+
+// CPUThrottled is how many CFS periods the task's CPU limit throttled it
+// in (cpu.stat nr_throttled); -1 when unknown.
+func (t *Task) CPUThrottled() int64 {
+	if t.cpuDir == "" {
+		return -1
+	}
+	if n, ok := readKey(filepath.Join(t.cpuDir, "cpu.stat"), "nr_throttled"); ok {
+		return n
+	}
+	return -1
 }
 
 // oomKills reads how many processes the kernel OOM-killed in dir (v1

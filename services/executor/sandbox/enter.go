@@ -33,7 +33,14 @@ const probeOK = "agentmesh sandbox probe: ok"
 
 // params is what Enter needs; the executor passes it in ArgParams.
 type params struct {
-	Workspace  string   `json:"workspace"`
+	// Stage is the empty host directory the sandbox's root is built on.
+	Stage string `json:"stage"`
+	// Disk is the size of the task disk tmpfs (workspace, /tmp, /dev/shm).
+	Disk     int64 `json:"disk"`
+	Landlock bool  `json:"landlock,omitempty"`
+	// Scope is Landlock's IPC scoping (ll.Scope* bits).
+	Scope      uint64   `json:"scope,omitempty"`
+	Seccomp    bool     `json:"seccomp,omitempty"`
 	ReadOnly   []string `json:"read_only,omitempty"`
 	NoFile     uint64   `json:"nofile"`
 	FileSize   uint64   `json:"fsize"`
@@ -101,15 +108,25 @@ func EnterOrExit() {
 // without them (isolation none) it does nothing. Call it first thing in
 // the child, before reading anything from the executor. It expects to be
 // the init of new user, PID, mount, network, IPC and UTS namespaces (see
-// Task.Command) and, in order: closes the executable's fd, makes mounts
-// private and mounts a fresh /proc (only this task's processes, its own
-// environment), names the host "sandbox", forbids further namespaces, sets
-// rlimits (core 0, NOFILE, FSIZE), applies Landlock (system paths
-// read-only, the workspace read-write, the tools cgroup's procs file; no
-// TCP bind or connect), clears the ambient capabilities and locks root
-// out of regaining capabilities at exec (so nothing it executes has a
-// capability), marks itself not dumpable (its memory and /proc files are
-// out of its tools' reach) and starts reaping orphans (it is PID 1).
+// Task.Command) and runs the steps below in order; each is a function of
+// its own that a spawner (a fork server) can call the same way.
+//
+//  1. closes the executable's fd and every descriptor inherited from the
+//     executor but stdin, stdout and stderr (closeInherited);
+//  2. joins a new, empty session keyring on every thread (newSessionKeyring);
+//  3. makes mounts private and builds its root from nothing (buildRoot:
+//     system paths read-only, a fresh /proc, a minimal /dev, the task disk
+//     for the workspace and /tmp), pivots into it and enters the workspace;
+//  4. names the host "sandbox", forbids further namespaces, sets rlimits
+//     (core 0, NOFILE, FSIZE);
+//  5. applies Landlock (system paths read-only, the workspace, /tmp and
+//     /dev/shm read-write, the tools cgroup's procs files; no TCP bind or
+//     connect; abstract unix sockets and, from ABI 8, signals scoped);
+//  6. installs the seccomp filter (socket families, io_uring; seccomp.go);
+//  7. clears the ambient capabilities and locks root out of regaining
+//     capabilities at exec (so nothing it executes has a capability),
+//     marks itself not dumpable (its memory and /proc files are out of its
+//     tools' reach) and starts reaping orphans (it is PID 1).
 func Enter() error {
 	raw, ok := takeParams()
 	if !ok {
@@ -119,11 +136,14 @@ func Enter() error {
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return fmt.Errorf("parameters: %w", err)
 	}
-	if !filepath.IsAbs(p.Workspace) {
-		return fmt.Errorf("parameters: workspace %q is not absolute", p.Workspace)
+	if !filepath.IsAbs(p.Stage) {
+		return fmt.Errorf("parameters: stage %q is not absolute", p.Stage)
 	}
 	if p.ExeFD > 2 {
 		_ = unix.Close(p.ExeFD)
+	}
+	if _, err := closeInherited(); err != nil {
+		return err
 	}
 	if os.Getpid() != 1 {
 		return errors.New("not the init of a PID namespace (start the child with Task.Command)")
@@ -131,8 +151,8 @@ func Enter() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount a fresh /proc in the PID namespace: %w (a /proc partly hidden by other mounts, as in some containers, forbids it)", err)
+	if err := buildRoot(&p); err != nil {
+		return fmt.Errorf("fresh root: %w", err)
 	}
 	_ = unix.Sethostname([]byte("sandbox"))
 	// No namespace may be created inside: unshare -U needs no capability,
@@ -146,8 +166,21 @@ func Enter() error {
 	if err := setRlimits(p); err != nil {
 		return err
 	}
-	if err := restrictFS(p); err != nil {
-		return fmt.Errorf("landlock: %w", err)
+	if err := newSessionKeyring(); err != nil {
+		return err
+	}
+	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if p.Landlock {
+		if err := restrictFS(p); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	}
+	if p.Seccomp {
+		if err := installSeccomp(); err != nil {
+			return err
+		}
 	}
 	if err := dropCapabilities(); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
@@ -156,7 +189,7 @@ func Enter() error {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	currentMu.Lock()
-	current = &Confinement{Workspace: p.Workspace, ToolProcs: p.ToolProcs, ToolOOMFile: p.ToolOOM, ToolMemory: p.ToolMemory, Pids: p.Pids}
+	current = &Confinement{Workspace: SandboxWorkspace, ToolProcs: p.ToolProcs, ToolOOMFile: p.ToolOOM, ToolMemory: p.ToolMemory, Pids: p.Pids}
 	currentMu.Unlock()
 	go reapOrphans()
 	return nil
@@ -225,9 +258,10 @@ func restrictFS(p params) error {
 	ro := append(append([]string(nil), SystemPaths...), p.ReadOnly...)
 	rules := []landlock.Rule{
 		landlock.RODirs(ro...).IgnoreIfMissing(),
-		landlock.RWDirs(p.Workspace).WithRefer(),
-		landlock.RWFiles("/dev/null").IgnoreIfMissing(),
-		landlock.ROFiles("/dev/zero", "/dev/full", "/dev/random", "/dev/urandom").IgnoreIfMissing(),
+		landlock.RWDirs(SandboxWorkspace).WithRefer(),
+		landlock.RWDirs("/tmp", "/dev/shm"),
+		landlock.RWFiles("/dev/null", "/dev/full").IgnoreIfMissing(),
+		landlock.ROFiles("/dev/zero", "/dev/random", "/dev/urandom").IgnoreIfMissing(),
 	}
 	if len(p.ToolProcs) > 0 {
 		rules = append(rules, landlock.RWFiles(p.ToolProcs...))
@@ -236,14 +270,31 @@ func restrictFS(p params) error {
 		rules = append(rules, landlock.ROFiles(p.ToolOOM).IgnoreIfMissing())
 	}
 	// ABI 5 (filesystem, ioctl on devices, TCP), degraded to what the
-	// kernel has (New refuses a kernel without Landlock). No network rules:
-	// TCP bind and connect are refused (the network namespace has no route
-	// anyway; Landlock does not cover UDP, the namespace does). Not ABI 6's
-	// scoping of signals and abstract sockets: before ABI 8 every thread
-	// of a Go process gets its own domain, and a thread could not signal
-	// the programs another thread started (a timed-out program would
-	// survive its kill); the PID and network namespaces scope both anyway.
-	return landlock.V5.BestEffort().Restrict(rules...)
+	// kernel has. No network rules: TCP bind and connect are refused (the
+	// network namespace has no route anyway; Landlock does not cover UDP,
+	// the namespace does). ABI 6's scoping as landlockScope chose.
+	cfg := landlock.V5
+	cfg.Scoped = landlock.ScopedSet(p.Scope)
+	return cfg.BestEffort().Restrict(rules...)
+}
+
+// landlockScope is the IPC scoping to ask of a kernel with Landlock ABI
+// abi. Abstract unix sockets from ABI 6: a sandboxed program connects only
+// to abstract sockets of its own domain (the network namespace already
+// hides the host's; this is the second wall). Signals only from ABI 8:
+// before it every thread of a Go process gets its own domain (no TSYNC),
+// and a thread could not signal the programs another thread started (a
+// timed-out program would survive its kill); the PID namespace scopes
+// signals anyway.
+func landlockScope(abi int) uint64 {
+	var s uint64
+	if abi >= 6 {
+		s |= ll.ScopeAbstractUnixSocket
+	}
+	if abi >= 8 {
+		s |= ll.ScopeSignal
+	}
+	return s
 }
 
 // Securebits (linux/securebits.h).
@@ -394,10 +445,15 @@ func probeChild() int {
 	if err := os.WriteFile(filepath.Join(c.Workspace, "probe"), []byte("x"), 0o600); err != nil {
 		return fail("the workspace is not writable: %v", err)
 	}
-	outside := filepath.Join(filepath.Dir(c.Workspace), fmt.Sprintf("agentmesh-probe-%d", time.Now().UnixNano()))
+	outside := fmt.Sprintf("/agentmesh-probe-%d", time.Now().UnixNano())
 	if err := os.WriteFile(outside, []byte("x"), 0o600); err == nil {
 		_ = os.Remove(outside)
-		return fail("landlock: a write outside the workspace succeeded")
+		return fail("fresh root: a write outside the workspace succeeded")
+	}
+	for _, host := range []string{"/run", "/var", "/home", "/sys"} {
+		if _, err := os.Lstat(host); err == nil {
+			return fail("fresh root: the host's %s is visible", host)
+		}
 	}
 	if conn, err := net.DialTimeout("tcp", "127.0.0.1:1", time.Second); err == nil {
 		conn.Close()

@@ -1,21 +1,36 @@
 // Package sandbox isolates agent child processes.
 //
-// Two isolation levels exist:
+// Three isolation levels can be asked for:
 //
 //   - Strict (the default): the child starts in new user, PID, mount,
-//     network, IPC and UTS namespaces; its root is mapped to an unprivileged
-//     host uid (65534 when the executor runs as root, the executor's own uid
-//     otherwise). Before it reads anything from the executor it confines
-//     itself (Enter): a fresh /proc for its PID namespace, no further
-//     namespaces, safe rlimits (no core files, NOFILE, FSIZE), Landlock (the
-//     system paths read-only, its workspace read-write, nothing else; no TCP
-//     bind or connect), no capabilities for anything it executes, not
-//     dumpable. The executor puts it in a cgroup with memory and pids
+//     network, IPC, UTS and cgroup namespaces and its own session (no controlling
+//     terminal), with a clean environment; its root is mapped to a host
+//     uid of its own (one of Config.UIDs per running task when the
+//     executor runs as root). Before it reads anything from the executor
+//     it confines itself (Enter): it closes every descriptor it inherited
+//     but stdin, stdout and stderr, joins a new session keyring, builds
+//     its filesystem from nothing and pivots into it (see root.go: system
+//     paths read-only, a fresh /proc, a minimal /dev, its workspace and
+//     /tmp on a tmpfs of Config.Disk bytes; no host /tmp, /run, /var or
+//     other workspace exists in it), forbids further namespaces, sets safe
+//     rlimits (no core files, NOFILE, FSIZE), applies Landlock (the system
+//     paths read-only, its workspace read-write, nothing else; no TCP bind
+//     or connect; abstract unix sockets scoped to the sandbox where the
+//     kernel has ABI 6), a seccomp filter (socket families other than
+//     unix, inet, inet6 and netlink — vsock above all — and io_uring are
+//     refused; seccomp.go), no capabilities for anything it executes, not
+//     dumpable. The executor puts it in cgroups with memory, pids and CPU
 //     limits (v1 or v2, whichever the host offers); the programs its tools
 //     run go in a nested cgroup with a smaller memory limit. The child is
 //     the init of its PID namespace: killing it kills every process of the
 //     task, daemons included, and it dies with the executor (Pdeathsig).
-//   - None: a plain child process in its own process group (development on
+//   - BestEffort: every wall of Strict that this host (and this user)
+//     allows, the rest named with why and how to get it; the level the
+//     tasks get is "strict" when nothing is missing, else "reduced"
+//     (Sandbox.Isolation). Namespaces and the fresh root are not optional:
+//     without user namespaces New fails. This is what `agentmesh dev` asks
+//     for, so that it runs as an ordinary user.
+//   - None: a plain child process in its own session (development on
 //     platforms without the above). It is loudly labelled as unsandboxed.
 //
 // The executor side is New (probes the host once and fails closed when the
@@ -35,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,21 +62,32 @@ import (
 type Level string
 
 const (
-	// Strict: namespaces, Landlock, cgroups (see the package comment).
+	// Strict: every wall (see the package comment); New fails without one.
 	Strict Level = "strict"
+	// BestEffort: every wall the host allows; the missing ones are named.
+	BestEffort Level = "best-effort"
 	// None: a plain child process. Unsandboxed.
 	None Level = "none"
 )
 
-// ParseLevel parses "strict" or "none" ("" is strict).
+// What a task got (Sandbox.Isolation), as recorded on the task.
+const (
+	IsolationStrict  = "strict"
+	IsolationReduced = "reduced"
+	IsolationNone    = "none"
+)
+
+// ParseLevel parses "strict", "best-effort" or "none" ("" is strict).
 func ParseLevel(s string) (Level, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", string(Strict):
 		return Strict, nil
+	case string(BestEffort), "besteffort", "best_effort":
+		return BestEffort, nil
 	case string(None):
 		return None, nil
 	}
-	return "", fmt.Errorf("isolation level %q: want strict or none", s)
+	return "", fmt.Errorf("isolation level %q: want strict, best-effort or none", s)
 }
 
 // Config configures the sandbox. Zero values take the defaults named.
@@ -81,12 +108,26 @@ type Config struct {
 	// FileSize is RLIMIT_FSIZE in the sandbox: the largest file a task may
 	// write (1 GiB).
 	FileSize uint64
-	// UID and GID are the host ids the sandbox's root is mapped to when the
-	// executor runs as root (65534, nobody/nogroup). An executor that is
-	// not root maps its own ids.
-	UID, GID int
+	// UIDs is the range of host uids (and gids) task sandboxes are mapped
+	// to when the executor runs as root, one per running task
+	// (DefaultUIDs). An executor that is not root maps its own ids, the
+	// same for every task (subordinate ids are not used).
+	UIDs IDRange
+	// Disk bounds what a task stores: its workspace, /tmp and /dev/shm
+	// live on one tmpfs of this size (1 GiB). Its pages are charged to the
+	// memory cgroup of whoever writes them.
+	Disk int64
+	// CPU is the task's CPU share in cores (0.5: half of one core), for
+	// the agent process and its tools' programs together.
+	CPU float64
+	// Node names this executor's node: the cgroups and workspaces of the
+	// executor's tasks are under "<Node>.<pid>", and New sweeps those its
+	// node's dead executors left behind (the host name).
+	Node string
 	// ReadOnlyPaths are readable (and executable) in the sandbox besides
-	// /usr, /bin, /sbin, /lib*, /etc and /proc (e.g. /opt/node).
+	// /usr, /bin, /sbin, /lib*, the parts of /etc programs read and /proc
+	// (e.g. /opt/node); they are bound into the sandbox's fresh root at
+	// the same path.
 	ReadOnlyPaths []string
 	// Path is PATH in the sandbox ("/usr/local/bin:/usr/bin:/bin").
 	Path string
@@ -104,20 +145,22 @@ const (
 	DefaultPids       = 256
 	DefaultNoFile     = 1024
 	DefaultFileSize   = 1 << 30
-	DefaultUID        = 65534
+	DefaultDisk       = 1 << 30
+	DefaultCPU        = 0.5
 	DefaultPath       = "/usr/local/bin:/usr/bin:/bin"
 	DefaultCgroupName = "agentmesh"
 )
 
-// SystemPaths are readable and executable in a strict sandbox.
+// SystemPaths are readable and executable in a strict sandbox (Landlock's
+// rules; the fresh root holds only these anyway).
 var SystemPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc"}
 
 func (c *Config) defaults() error {
 	if c.Level == "" {
 		c.Level = Strict
 	}
-	if c.Level != Strict && c.Level != None {
-		return fmt.Errorf("sandbox: isolation level %q: want strict or none", c.Level)
+	if c.Level != Strict && c.Level != BestEffort && c.Level != None {
+		return fmt.Errorf("sandbox: isolation level %q: want strict, best-effort or none", c.Level)
 	}
 	if c.Memory <= 0 {
 		c.Memory = DefaultMemory
@@ -143,11 +186,30 @@ func (c *Config) defaults() error {
 	if c.FileSize == 0 {
 		c.FileSize = DefaultFileSize
 	}
-	if c.UID == 0 {
-		c.UID = DefaultUID
+	if c.UIDs.Count == 0 {
+		c.UIDs = DefaultUIDs
 	}
-	if c.GID == 0 {
-		c.GID = DefaultUID
+	if c.UIDs.First <= 0 || c.UIDs.Count < 0 || c.UIDs.First+c.UIDs.Count > 1<<32-1 {
+		return fmt.Errorf("sandbox: uid range %s is invalid", c.UIDs)
+	}
+	if c.Disk == 0 {
+		c.Disk = DefaultDisk
+	}
+	if c.Disk < 1<<20 {
+		return fmt.Errorf("sandbox: task disk %d bytes is too small (at least 1 MiB)", c.Disk)
+	}
+	if c.CPU == 0 {
+		c.CPU = DefaultCPU
+	}
+	if c.CPU < 0.01 || c.CPU > 1024 {
+		return fmt.Errorf("sandbox: CPU share %g cores: want 0.01 to 1024", c.CPU)
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+	c.Node = cleanName(c.Node, 40)
+	if c.Node == "" {
+		c.Node = "node"
 	}
 	if c.Path == "" {
 		c.Path = DefaultPath
@@ -175,74 +237,175 @@ var ErrResourceExhausted = errors.New("resource exhausted")
 
 // Sandbox makes task sandboxes on this host.
 type Sandbox struct {
-	cfg      Config
-	root     bool // the executor runs as root
-	uid, gid int  // host ids of the sandbox's root
-	mem      controller
-	pids     controller
-	abi      int
-	report   string
+	cfg       Config
+	root      bool     // the executor runs as root
+	uids      *uidPool // root: one host uid per task
+	uid, gid  int      // not root: the executor's own ids, for every task
+	mem       controller
+	pids      controller
+	cpu       controller
+	cgroups   bool // memory, pids and CPU limits are had
+	abi       int  // Landlock ABI, 0 without
+	seccomp   bool
+	instance  string // "<node>.<pid>": names this executor's cgroups and workspaces
+	wsRoot    string // where its task workspaces are staged
+	missing   []string
+	isolation string
+	report    string
 }
 
 // New checks cfg and probes the host. With Strict it fails closed, with an
 // error wrapping ErrUnavailable that names what is missing, unless the
-// host offers every part of it: Landlock, user namespaces (and the rest),
-// a fresh /proc in a PID namespace, and the memory and pids cgroup
-// controllers. The probe starts one real sandboxed process (the running
-// binary, which must link this package; see Enter).
+// host offers every wall: user namespaces (and the rest), the fresh root,
+// Landlock, the seccomp filter, the memory, pids and CPU cgroup
+// controllers and, as root, a uid per task. With BestEffort only user
+// namespaces and the fresh root are required; what else is missing is
+// named (Missing, String) and the tasks' isolation is "reduced". The
+// probe starts one real sandboxed process (the running binary, which must
+// link this package; see Enter). New also sweeps what dead executors of
+// the same node left behind (see Sweep).
 func New(cfg Config) (*Sandbox, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, root: os.Geteuid() == 0}
+	s := &Sandbox{cfg: cfg, root: os.Geteuid() == 0, instance: fmt.Sprintf("%s.%d", cfg.Node, os.Getpid())}
+	s.wsRoot = filepath.Join(cfg.WorkspaceRoot, "agentmesh-"+s.instance)
 	if cfg.Level == None {
-		s.report = "isolation none: UNSANDBOXED — agent processes run as plain child processes with the executor's privileges (no namespaces, no Landlock, no cgroup limits); for development only"
+		s.isolation = IsolationNone
+		s.report = "isolation none: UNSANDBOXED — agent processes run as plain child processes with the executor's privileges (no namespaces, no fresh root, no Landlock, no cgroup limits); for development only"
+		if err := os.MkdirAll(s.wsRoot, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox: create the workspace root: %w", err)
+		}
 		return s, nil
 	}
+	MarkInheritedCloseOnExec()
+	var fatal, missing []string
 	if s.root {
-		s.uid, s.gid = cfg.UID, cfg.GID
+		s.uids = newUIDPool(cfg.UIDs)
 	} else {
 		s.uid, s.gid = os.Geteuid(), os.Getegid()
+		missing = append(missing, fmt.Sprintf("a host uid per task: the executor is not root, so every task's sandbox is mapped to its uid %d (subordinate uids are not used); the fresh root still keeps the tasks' workspaces apart — run the executor as root for one uid per task", s.uid))
 	}
-	var missing []string
-	abi, err := landlockABI()
-	if err != nil {
-		missing = append(missing, err.Error())
-	}
-	s.abi = abi
 	if err := userNamespacesEnabled(); err != nil {
+		fatal = append(fatal, err.Error())
+	}
+	if abi, err := landlockABI(); err != nil {
 		missing = append(missing, err.Error())
+	} else {
+		s.abi = abi
 	}
-	s.mem, err = findController("memory", cfg.CgroupName)
-	if err == nil {
-		err = s.mem.prepareBase()
-	}
-	if err != nil {
+	if _, err := seccompProgram(); err != nil {
 		missing = append(missing, err.Error())
+	} else {
+		s.seccomp = true
 	}
-	s.pids, err = findController("pids", cfg.CgroupName)
-	if err == nil {
-		err = s.pids.prepareBase()
-	}
-	if err != nil {
+	if err := s.findCgroups(); err != nil {
 		missing = append(missing, err.Error())
+	} else {
+		s.cgroups = true
 	}
-	if len(missing) == 0 {
-		if err := s.selfTest(); err != nil {
-			missing = append(missing, err.Error())
+	Sweep(cfg)
+	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: create the workspace root: %w", err)
+	}
+	if err := os.Chmod(s.wsRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
+	}
+	if s.root {
+		// The tasks' uids must be able to reach their staging directories.
+		for d := filepath.Dir(s.wsRoot); d != "/" && d != "."; d = filepath.Dir(d) {
+			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+				fatal = append(fatal, fmt.Sprintf("workspace root %s: the tasks' uids cannot reach it (%s is mode %v: it needs o+x)", cfg.WorkspaceRoot, d, st.Mode().Perm()))
+				break
+			}
 		}
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("sandbox: %w: strict isolation needs: %s (set the isolation level to none to run unsandboxed, for development only)",
-			ErrUnavailable, strings.Join(missing, "; "))
+	if len(fatal) == 0 {
+		if err := s.selfTest(); err != nil {
+			fatal = append(fatal, err.Error())
+		}
 	}
-	s.report = fmt.Sprintf("isolation strict: user/pid/mount/net/ipc/uts namespaces (root mapped to host uid %d), landlock ABI %d, cgroup memory %s (task %s, tools %s), cgroup pids %s (max %d), rlimits core=0 nofile=%d fsize=%s",
-		s.uid, abi, s.mem, mib(cfg.Memory), mib(cfg.ToolMemory), s.pids, cfg.Pids, cfg.NoFile, mib(int64(cfg.FileSize)))
+	if len(fatal) > 0 || (cfg.Level == Strict && len(missing) > 0) {
+		all := append(fatal, missing...)
+		hint := "set the isolation level to best-effort to run with what this host allows (named on every task), or to none to run unsandboxed, for development only"
+		if len(fatal) > 0 {
+			hint = "set the isolation level to none to run unsandboxed, for development only"
+		}
+		return nil, fmt.Errorf("sandbox: %w: %s isolation needs: %s (%s)", ErrUnavailable, cfg.Level, strings.Join(all, "; "), hint)
+	}
+	s.missing = missing
+	s.isolation = IsolationStrict
+	if len(missing) > 0 {
+		s.isolation = IsolationReduced
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "isolation %s: user/pid/mount/net/ipc/uts namespaces, fresh root (system paths read-only; workspace, /tmp and /dev/shm on a %s tmpfs), no inherited descriptors, new session keyring, no controlling terminal", s.isolation, mib(cfg.Disk))
+	if s.root {
+		fmt.Fprintf(&b, ", a host uid per task from %s", cfg.UIDs)
+	} else {
+		fmt.Fprintf(&b, ", every task as host uid %d", s.uid)
+	}
+	if s.abi > 0 {
+		fmt.Fprintf(&b, ", landlock ABI %d", s.abi)
+		if s.abi >= 6 {
+			b.WriteString(" (abstract unix sockets scoped")
+			if s.abi >= 8 {
+				b.WriteString(", signals scoped")
+			}
+			b.WriteString(")")
+		}
+	}
+	if s.seccomp {
+		b.WriteString(", seccomp (socket families unix/inet/inet6/netlink only, no io_uring)")
+	}
+	if s.cgroups {
+		fmt.Fprintf(&b, ", cgroup memory %s (task %s, tools %s), cgroup pids %s (max %d), cgroup cpu %s (%g cores)",
+			s.mem, mib(cfg.Memory), mib(cfg.ToolMemory), s.pids, cfg.Pids, s.cpu, cfg.CPU)
+	}
+	fmt.Fprintf(&b, ", rlimits core=0 nofile=%d fsize=%s", cfg.NoFile, mib(int64(cfg.FileSize)))
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "; MISSING: %s", strings.Join(missing, "; "))
+	}
+	s.report = b.String()
 	return s, nil
 }
 
-// Level returns the isolation level.
+// findCgroups locates the memory, pids and CPU controllers and prepares
+// this executor's cgroup under each.
+func (s *Sandbox) findCgroups() error {
+	parent := filepath.Join(s.cfg.CgroupName, s.instance)
+	var errs []string
+	for _, c := range []struct {
+		dst  *controller
+		name string
+	}{{&s.mem, "memory"}, {&s.pids, "pids"}, {&s.cpu, "cpu"}} {
+		ctl, err := findController(c.name, parent)
+		if err == nil {
+			err = ctl.prepareBase()
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		*c.dst = ctl
+	}
+	if len(errs) > 0 {
+		how := "run the executor as root, or give it a delegated cgroup v2 subtree (as an ordinary user under systemd: systemd-run --user --scope -p Delegate=yes agentmesh dev)"
+		return fmt.Errorf("cgroup limits (memory, pids, CPU): %s — %s", strings.Join(errs, "; "), how)
+	}
+	return nil
+}
+
+// Level returns the isolation level asked for.
 func (s *Sandbox) Level() Level { return s.cfg.Level }
+
+// Isolation is what every task of this sandbox gets: "strict" (every
+// wall), "reduced" (some missing, see Missing) or "none".
+func (s *Sandbox) Isolation() string { return s.isolation }
+
+// Missing names the walls this host could not give (BestEffort), each
+// with why and how to get it.
+func (s *Sandbox) Missing() []string { return append([]string(nil), s.missing...) }
 
 // Config returns the configuration with its defaults applied.
 func (s *Sandbox) Config() Config { return s.cfg }
@@ -259,9 +422,10 @@ func mib(n int64) string {
 
 // Task is the sandbox of one task attempt: its workspace and cgroups.
 type Task struct {
-	sb   *Sandbox
-	name string
-	dir  string // workspace
+	sb       *Sandbox
+	name     string
+	dir      string // the host directory the sandbox's root is built on
+	uid, gid int    // host ids of the sandbox's root
 
 	memDir   string // the task's memory cgroup
 	agentMem string // where the agent process goes in the memory hierarchy
@@ -269,6 +433,8 @@ type Task struct {
 	pidsDir  string // the task's pids cgroup
 	agentPid string // where the agent process goes in the pids hierarchy
 	toolsPid string // the tools' pids cgroup
+	cpuDir   string // the task's cpu cgroup (v1, or v2 apart from memory/pids)
+	agentCPU string // where the agent process goes in the cpu hierarchy
 	exe      *os.File
 
 	mu         sync.Mutex
@@ -278,16 +444,26 @@ type Task struct {
 	pidsMaxHit int64
 }
 
-// Prepare creates a task's workspace and, for Strict, its cgroups. Call
-// Cleanup when done.
+// Prepare creates a task's staging directory and, for Strict, its uid and
+// cgroups. Call Cleanup when done.
 func (s *Sandbox) Prepare(taskID string) (*Task, error) {
-	dir, err := os.MkdirTemp(s.cfg.WorkspaceRoot, "agentmesh-task-")
+	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("create task workspace: %w", err)
+	}
+	dir, err := os.MkdirTemp(s.wsRoot, "task-")
 	if err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
-	t := &Task{sb: s, dir: dir, name: cgroupName(taskID)}
+	t := &Task{sb: s, dir: dir, name: cgroupName(taskID), uid: s.uid, gid: s.gid}
 	if s.cfg.Level == None {
 		return t, nil
+	}
+	if s.uids != nil {
+		if t.uid, err = s.uids.get(); err != nil {
+			removeWorkspace(dir)
+			return nil, err
+		}
+		t.gid = t.uid
 	}
 	if err := t.setup(); err != nil {
 		t.Cleanup()
@@ -299,12 +475,15 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 func (t *Task) setup() error {
 	s := t.sb
 	if s.root {
-		if err := os.Chown(t.dir, s.uid, s.gid); err != nil {
+		if err := os.Chown(t.dir, t.uid, t.gid); err != nil {
 			return fmt.Errorf("sandbox: chown workspace: %w", err)
 		}
 	}
 	if err := os.Chmod(t.dir, 0o700); err != nil {
 		return fmt.Errorf("sandbox: chmod workspace: %w", err)
+	}
+	if !s.cgroups {
+		return nil
 	}
 	sameV2 := s.mem.v2 && s.pids.v2 && s.mem.base == s.pids.base
 	// Memory: <base>/<task> (the whole task), the agent in it (v1) or in
@@ -346,7 +525,7 @@ func (t *Task) setup() error {
 		chown = append(chown, filepath.Join(t.memDir, "cgroup.procs"))
 	}
 	for _, f := range chown {
-		if err := os.Chown(f, s.uid, s.gid); err != nil && s.root {
+		if err := os.Chown(f, t.uid, t.gid); err != nil && s.root {
 			return fmt.Errorf("sandbox: chown %s: %w", f, err)
 		}
 	}
@@ -374,14 +553,33 @@ func (t *Task) setup() error {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
 		f := filepath.Join(t.toolsPid, "cgroup.procs")
-		if err := os.Chown(f, s.uid, s.gid); err != nil && s.root {
+		if err := os.Chown(f, t.uid, t.gid); err != nil && s.root {
 			return fmt.Errorf("sandbox: chown %s: %w", f, err)
 		}
 	}
 	if err := writeFile(t.toolsPid, "pids.max", strconv.Itoa(s.cfg.toolPids())); err != nil {
 		return err
 	}
-	return writeFile(t.pidsDir, "pids.max", strconv.Itoa(s.cfg.Pids))
+	if err := writeFile(t.pidsDir, "pids.max", strconv.Itoa(s.cfg.Pids)); err != nil {
+		return err
+	}
+	// CPU: one share for the whole task. In the unified hierarchy a
+	// process is in one cgroup only: the limit goes on the task's v2
+	// cgroup (whose subtree holds the agent and the tools) when there is
+	// one; otherwise the task gets a cpu cgroup of its own.
+	switch {
+	case s.cpu.v2 && s.mem.v2 && s.cpu.base == s.mem.base:
+		t.cpuDir, t.agentCPU = t.memDir, t.agentMem
+	case s.cpu.v2 && s.pids.v2 && s.cpu.base == s.pids.base:
+		t.cpuDir, t.agentCPU = t.pidsDir, t.agentPid
+	default:
+		t.cpuDir = filepath.Join(s.cpu.base, t.name)
+		if err := os.Mkdir(t.cpuDir, 0o755); err != nil {
+			return fmt.Errorf("sandbox: create cgroup: %w", err)
+		}
+		t.agentCPU = t.cpuDir
+	}
+	return setCPU(t.cpuDir, s.cpu.v2, s.cfg.CPU)
 }
 
 // toolPids is the tools' share of the pids limit: all but a reserve for
@@ -389,25 +587,52 @@ func (t *Task) setup() error {
 func (c Config) toolPids() int { return c.Pids - max(16, c.Pids/8) }
 
 func cgroupName(taskID string) string {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return "task-" + cleanName(taskID, 40) + "-" + hex.EncodeToString(rnd[:])
+}
+
+// cleanName keeps the first n letters, digits, '-' and '_' of s.
+func cleanName(s string, n int) string {
 	var b strings.Builder
-	for _, r := range taskID {
-		if b.Len() >= 40 {
+	for _, r := range s {
+		if b.Len() >= n {
 			break
 		}
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
 			b.WriteRune(r)
 		}
 	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	return "task-" + b.String() + "-" + hex.EncodeToString(rnd[:])
+	return b.String()
 }
 
-// Workspace is the task's working directory.
-func (t *Task) Workspace() string { return t.dir }
+// Workspace is the task's working directory as the agent process sees it:
+// SandboxWorkspace in a sandbox (a tmpfs that exists only in the task's
+// mount namespace), the host directory with None.
+func (t *Task) Workspace() string {
+	if t.Unsandboxed() {
+		return t.dir
+	}
+	return SandboxWorkspace
+}
+
+// Stage is the host directory the task's sandbox is built on (with None,
+// its workspace). It stays empty on the host.
+func (t *Task) Stage() string { return t.dir }
+
+// UID is the host uid the task's sandbox runs as (-1 with None).
+func (t *Task) UID() int {
+	if t.Unsandboxed() {
+		return -1
+	}
+	return t.uid
+}
 
 // Level is the task's isolation level.
 func (t *Task) Level() Level { return t.sb.cfg.Level }
+
+// Isolation is what the task got: "strict", "reduced" or "none".
+func (t *Task) Isolation() string { return t.sb.isolation }
 
 // Unsandboxed reports whether the task runs without isolation (None).
 func (t *Task) Unsandboxed() bool { return t.sb.cfg.Level == None }
@@ -422,8 +647,9 @@ func (t *Task) MemoryLimit() int64 {
 
 // Command returns the command that runs argv as the task's child: in the
 // workspace, with a clean environment (env, plus PATH and HOME), its own
-// process group, killed when the executor dies and, for Strict, in new
-// namespaces with the sandbox parameters Enter reads as its last argument.
+// session (and so process group; no controlling terminal), killed when
+// the executor dies and, unless None, in new namespaces with the sandbox
+// parameters Enter reads as its last argument.
 // Start it with Task.Start. The caller may set Stdin/Stdout/Stderr, Cancel
 // and WaitDelay; ctx ending kills it.
 func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.Cmd, error) {
@@ -433,25 +659,30 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 	cfg := t.sb.cfg
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = t.dir
-	cmd.Env = append(append([]string(nil), env...), "HOME="+t.dir)
+	cmd.Env = append(append([]string(nil), env...), "HOME="+t.Workspace())
 	if cfg.Level == None {
 		cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 		return cmd, nil
 	}
 	p := params{
-		Workspace:  t.dir,
+		Stage:      t.dir,
+		Disk:       cfg.Disk,
+		Landlock:   t.sb.abi > 0,
+		Scope:      landlockScope(t.sb.abi),
+		Seccomp:    t.sb.seccomp,
 		ReadOnly:   cfg.ReadOnlyPaths,
 		NoFile:     cfg.NoFile,
 		FileSize:   cfg.FileSize,
 		ToolMemory: cfg.ToolMemory,
 		V2:         t.sb.mem.v2,
-		ToolProcs:  t.toolProcs(),
-		ToolOOM:    oomKillFile(t.toolsMem, t.sb.mem.v2),
 		Pids:       cfg.Pids,
 	}
-	if t.sb.root && t.sb.uid != 0 {
-		// The sandbox's root (a host nobody) may not be able to reach the
+	if t.toolsMem != "" {
+		p.ToolProcs, p.ToolOOM = t.toolProcs(), oomKillFile(t.toolsMem, t.sb.mem.v2)
+	}
+	if t.sb.root && t.uid != 0 {
+		// The sandbox's root (a host uid of its own) may not reach the
 		// binary (a 0700 build directory): exec it through an fd the
 		// executor opened; Enter closes it.
 		path, err := exec.LookPath(argv[0])
@@ -476,17 +707,19 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 	cmd.Args = append(cmd.Args, ArgParams+string(b))
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.sb.uid, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.sb.gid, Size: 1}},
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.gid, Size: 1}},
 		// As root, drop the executor's supplementary groups (setgroups);
 		// an unprivileged executor may not.
 		GidMappingsEnableSetgroups: t.sb.root,
 		// Root in the namespace, with its capabilities there, until Enter
 		// drops them.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
+		// A session of its own: a new process group, no controlling
+		// terminal (nothing can be pushed into the executor's terminal).
+		Setsid:    true,
+		Pdeathsig: syscall.SIGKILL,
 	}
 	return cmd, nil
 }
@@ -508,11 +741,11 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 		_ = t.exe.Close()
 		t.exe = nil
 	}
-	if err != nil || t.Unsandboxed() {
+	if err != nil || t.Unsandboxed() || t.memDir == "" {
 		return err
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
-	for _, dir := range []string{t.agentMem, t.agentPid} {
+	for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
 		if err := writeFile(dir, "cgroup.procs", pid); err != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Process.Kill()
@@ -594,6 +827,9 @@ func (t *Task) Procs() []int {
 	return out
 }
 
+// Cgroups lists the task's cgroup directories (for tests and diagnostics).
+func (t *Task) Cgroups() []string { return uniq(t.memDir, t.pidsDir, t.cpuDir) }
+
 // Cleanup kills whatever is left in the task's cgroups, removes them and
 // the workspace. It keeps the OOM and pids counters for later questions.
 // Call it after the process was waited for.
@@ -614,15 +850,29 @@ func (t *Task) Cleanup() {
 		t.toolsOOM = max(oomKills(t.toolsMem, t.sb.mem.v2), 0)
 	}
 	t.pidsMaxHit = t.pidsHits()
-	for _, d := range []string{t.pidsDir, t.memDir} {
+	for _, d := range []string{t.pidsDir, t.memDir, t.cpuDir} {
 		if d != "" {
 			killTree(d)
 		}
 	}
-	for _, d := range []string{t.pidsDir, t.memDir} {
+	for _, d := range uniq(t.pidsDir, t.memDir, t.cpuDir) {
 		_ = removeCgroup(d)
 	}
 	removeWorkspace(t.dir)
+	if t.sb.uids != nil && t.uid != 0 && (t.pidsDir == "" || len(procs(t.pidsDir)) == 0) {
+		t.sb.uids.put(t.uid)
+	}
+}
+
+// uniq returns the non-empty strings of ss, each once.
+func uniq(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // removeWorkspace removes a workspace unless something is mounted inside it

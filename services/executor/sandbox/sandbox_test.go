@@ -13,14 +13,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 )
 
-const envMode = "SANDBOX_TEST_MODE"
+const (
+	envMode     = "SANDBOX_TEST_MODE"
+	envExecutor = "SANDBOX_TEST_EXECUTOR"
+	sweepNode   = "sweeptest"
+)
+
+// executorHelper plays an executor that dies with a task running: it
+// starts one sandboxed child (mode sleep), prints where the task lives and
+// waits to be killed.
+func executorHelper(root string) int {
+	sb, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, Node: sweepNode, WorkspaceRoot: root})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	task, err := sb.Prepare("sweep")
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	exe, _ := os.Executable()
+	cmd, err := task.Command(context.Background(), []string{exe}, []string{envMode + "=sleep"})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	out, _ := cmd.StdoutPipe()
+	if err := task.Start(cmd); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		fmt.Println("error: child said", line)
+		return 1
+	}
+	fmt.Printf("task %d %s %s\n", cmd.Process.Pid, task.Stage(), strings.Join(task.Cgroups(), ","))
+	time.Sleep(time.Hour)
+	return 0
+}
 
 // TestMain lets the test binary be a sandboxed child: with the sandbox
 // parameters set it confines itself (as child.Main does) and runs a mode.
 func TestMain(m *testing.M) {
+	if root, ok := os.LookupEnv(envExecutor); ok {
+		os.Exit(executorHelper(root))
+	}
 	if mode, ok := os.LookupEnv(envMode); ok {
 		sandbox.EnterOrExit()
 		os.Exit(childMode(mode))
@@ -180,10 +223,20 @@ func TestConfinedChild(t *testing.T) {
 	if _, err := os.Stat(outside); err == nil {
 		t.Errorf("the child wrote %s outside its workspace", outside)
 	}
-	if st, err := os.Stat(filepath.Join(task.Workspace(), "f")); err != nil {
-		t.Errorf("workspace file: %v", err)
-	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid != sandbox.DefaultUID {
-		t.Errorf("workspace file owned by host uid %d, want %d", uid, sandbox.DefaultUID)
+	// The workspace is a tmpfs of the task's own mount namespace: the
+	// host's staging directory stays empty.
+	if ents, err := os.ReadDir(task.Stage()); err != nil || len(ents) != 0 {
+		t.Errorf("staging directory %s on the host: %v entries, %v", task.Stage(), len(ents), err)
+	}
+	if st, err := os.Stat(task.Stage()); err != nil {
+		t.Error(err)
+	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && int(uid) != task.UID() {
+		t.Errorf("staging directory owned by host uid %d, want the task's %d", uid, task.UID())
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("staging directory mode %v, want 0700", st.Mode().Perm())
+	}
+	if os.Geteuid() == 0 && (task.UID() < sandbox.DefaultUIDs.First || task.UID() >= sandbox.DefaultUIDs.First+sandbox.DefaultUIDs.Count) {
+		t.Errorf("task uid %d outside the default range %s", task.UID(), sandbox.DefaultUIDs)
 	}
 }
 
@@ -341,5 +394,72 @@ func TestParseSize(t *testing.T) {
 		if _, err := sandbox.ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) did not fail", in)
 		}
+	}
+}
+
+// An executor killed with a task running leaves no process behind (the
+// agent dies with it: Pdeathsig, and its PID namespace with it), and the
+// next executor of the node sweeps the cgroups and the staging directory
+// it left; a live executor's are left alone.
+func TestSweepAfterExecutorDied(t *testing.T) {
+	strict(t, sandbox.Config{}) // skips (or fails in CI) without strict isolation
+	root := t.TempDir()
+	for _, d := range []string{root, filepath.Dir(root)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := exec.Command(exe)
+	helper.Env = append(os.Environ(), envExecutor+"="+root)
+	out, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer helper.Process.Kill()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	var agent int
+	var stage, cgroups string
+	if _, err := fmt.Sscanf(line, "task %d %s %s", &agent, &stage, &cgroups); err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	if err := syscall.Kill(agent, 0); err != nil {
+		t.Fatalf("the agent process %d is not running: %v", agent, err)
+	}
+	// The executor dies without any clean-up.
+	_ = helper.Process.Kill()
+	_ = helper.Wait()
+	poll.Until(t, 10*time.Second, func() error { // the documented bound is "at once"; this is a hang detector
+		if err := syscall.Kill(agent, 0); err == nil {
+			return fmt.Errorf("agent process %d still running", agent)
+		}
+		return nil
+	})
+	for _, p := range append([]string{stage}, strings.Split(cgroups, ",")...) {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("expected a leftover %s before the sweep: %v", p, err)
+		}
+	}
+	// A live executor's directory is not swept.
+	live := filepath.Join(root, fmt.Sprintf("agentmesh-%s.%d", sweepNode, os.Getppid()))
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, Node: sweepNode, WorkspaceRoot: root}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]string{stage, filepath.Dir(stage)}, strings.Split(cgroups, ",")...) {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s survived the sweep", p)
+		}
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live executor's directory was swept: %v", err)
 	}
 }

@@ -43,7 +43,7 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 	task.LastEventSeq = 0
 	task.StepCount = 0
 	task.Usage = nil
-	task.Result, task.Error, task.Node = "", "", ""
+	task.Result, task.Error, task.Node, task.Isolation = "", "", "", ""
 	task.StartedAt, task.FinishedAt = nil, nil
 	ts := timestamppb.New(now)
 	created := &agentmeshv1.TaskEvent{
@@ -88,7 +88,7 @@ func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agent
 		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
 		Time: timestamppb.New(now), FromStatus: cur.Status, Status: tr.To,
 		Reason: tr.Reason, Attempt: attempt, Result: tr.Result, Org: cur.Org, Node: tr.Node,
-		Approval: approval,
+		Approval: approval, Isolation: tr.Isolation,
 	}
 	if tr.To == taskstate.Failed {
 		ev.FailureKind = tr.FailureKind

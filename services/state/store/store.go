@@ -107,6 +107,8 @@ type Transition struct {
 	Result string
 	// Node that runs the attempt.
 	Node string
+	// Isolation of the attempt's sandbox (Task.isolation).
+	Isolation string
 	// Approval requested (To blocked, status pending) or decided (From a
 	// blocked task waiting for it: its id must match the pending one).
 	Approval *agentmeshv1.Approval

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AgentsPerOrg", testAgentsPerOrg},
 		{"Approvals", testApprovals},
 		{"Usage", testUsage},
+		{"Isolation", testIsolation},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -878,4 +879,49 @@ func testListAgents(t *testing.T, s store.Store) {
 	}
 	_, _, err := s.ListAgents(ctx, store.AgentQuery{PageToken: "%%%"})
 	wantCode(t, "malformed token", err, bus.ErrInvalidArgument)
+}
+
+// testIsolation: the isolation an executor reports with the move to
+// running is on the task (and its event), survives to the end, and a
+// re-queue clears it for the next attempt.
+func testIsolation(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	task := create(t, s, newTask("org", "a", ""))
+	steps := []store.Transition{
+		{From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true},
+		{From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "n1", Isolation: "reduced"},
+	}
+	var ev *agentmeshv1.TaskEvent
+	for _, tr := range steps {
+		tr.TaskID = task.Id
+		var err error
+		if _, ev, err = s.Transition(ctx, tr); err != nil {
+			t.Fatalf("Transition to %s: %v", taskstate.Name(tr.To), err)
+		}
+	}
+	if ev.Isolation != "reduced" {
+		t.Errorf("running event: isolation %q, want reduced", ev.Isolation)
+	}
+	if got, err := s.GetTask(ctx, task.Id); err != nil || got.Isolation != "reduced" {
+		t.Fatalf("GetTask: isolation %q, %v; want reduced", got.GetIsolation(), err)
+	}
+	if _, _, err := s.Transition(ctx, store.Transition{TaskID: task.Id, To: taskstate.Queued, Attempt: 1, Reason: "executor lost"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetTask(ctx, task.Id); err != nil || got.Isolation != "" {
+		t.Errorf("after a re-queue: isolation %q, %v; want none recorded", got.GetIsolation(), err)
+	}
+	for _, tr := range []store.Transition{
+		{To: taskstate.Assigned, NextAttempt: true},
+		{To: taskstate.Running, Attempt: 2, Node: "n2", Isolation: "strict"},
+		{To: taskstate.Completed, Attempt: 2, Result: "done"},
+	} {
+		tr.TaskID = task.Id
+		if _, _, err := s.Transition(ctx, tr); err != nil {
+			t.Fatalf("Transition to %s: %v", taskstate.Name(tr.To), err)
+		}
+	}
+	if got, err := s.GetTask(ctx, task.Id); err != nil || got.Isolation != "strict" {
+		t.Errorf("completed: isolation %q, %v; want strict (the last attempt's)", got.GetIsolation(), err)
+	}
 }

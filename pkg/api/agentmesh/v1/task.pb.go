@@ -872,8 +872,13 @@ type Task struct {
 	// The approval the task waits for (status blocked).
 	PendingApproval *Approval   `protobuf:"bytes,24,opt,name=pending_approval,json=pendingApproval,proto3" json:"pending_approval,omitempty"`
 	FailureKind     FailureKind `protobuf:"varint,25,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The isolation the current (or last) attempt's agent process runs in,
+	// as its executor had it: "strict" (every wall of the sandbox), "reduced"
+	// (some missing: the executor's start-up log names which and why) or
+	// "none" (unsandboxed). Set when an executor starts the attempt.
+	Isolation     string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1079,6 +1084,13 @@ func (x *Task) GetFailureKind() FailureKind {
 		return x.FailureKind
 	}
 	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *Task) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
 }
 
 // ToolCall is a model's request to run a tool.
@@ -1368,6 +1380,9 @@ type TaskEvent struct {
 	// The approval requested (to blocked) or decided (from blocked).
 	Approval    *Approval   `protobuf:"bytes,13,opt,name=approval,proto3" json:"approval,omitempty"`
 	FailureKind FailureKind `protobuf:"varint,14,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	// Isolation of the attempt's sandbox (Task.isolation), on the move to
+	// running.
+	Isolation string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
 	// EVENT_TYPE_TOKEN: a piece of model output.
 	Token         string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1500,6 +1515,13 @@ func (x *TaskEvent) GetFailureKind() FailureKind {
 		return x.FailureKind
 	}
 	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *TaskEvent) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
 }
 
 func (x *TaskEvent) GetToken() string {
@@ -2703,7 +2725,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xba\b\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xd8\b\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -2736,7 +2758,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x04node\x18\x16 \x01(\tR\x04node\x12,\n" +
 	"\x06budget\x18\x17 \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12A\n" +
 	"\x10pending_approval\x18\x18 \x01(\v2\x16.agentmesh.v1.ApprovalR\x0fpendingApproval\x12<\n" +
-	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x1a;\n" +
+	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -2768,7 +2791,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xa0\x04\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xbe\x04\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -2785,7 +2808,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x03org\x18\v \x01(\tR\x03org\x12\x12\n" +
 	"\x04node\x18\f \x01(\tR\x04node\x122\n" +
 	"\bapproval\x18\r \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
-	"\ffailure_kind\x18\x0e \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x14\n" +
+	"\ffailure_kind\x18\x0e \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\x12\x14\n" +
 	"\x05token\x18\x0f \x01(\tR\x05token\"\x91\x03\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +

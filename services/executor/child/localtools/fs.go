@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/agentmesh/agentmesh/pkg/tools"
 )
@@ -96,7 +97,9 @@ func fsRead(_ context.Context, env tools.Env, raw json.RawMessage) (string, erro
 		return "", err
 	}
 	defer root.Close()
-	f, err := root.Open(p)
+	// O_NONBLOCK: opening a FIFO (or a device) must not wait for a
+	// writer; anything but a regular file is refused below.
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fsError("fs_read", a.Path, err)
 	}
@@ -161,9 +164,14 @@ func fsWrite(_ context.Context, env tools.Env, raw json.RawMessage) (string, err
 	if fi, err := root.Lstat(p); err == nil && fi.IsDir() {
 		return "", fmt.Errorf("fs_write: %q is a directory", a.Path)
 	}
-	f, err := root.OpenFile(p, flags, 0o644)
+	// O_NONBLOCK: opening a FIFO must not wait for a reader.
+	f, err := root.OpenFile(p, flags|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
 		return "", fsError("fs_write", a.Path, err)
+	}
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		f.Close()
+		return "", fmt.Errorf("fs_write: %q is not a regular file", a.Path)
 	}
 	_, err = f.WriteString(a.Content)
 	if cerr := f.Close(); err == nil {

@@ -456,8 +456,11 @@ type TransitionRequest struct {
 	Org string `protobuf:"bytes,9,opt,name=org,proto3" json:"org,omitempty"`
 	// To blocked: the approval requested. From blocked: the decision (its id
 	// must match the pending one).
-	Approval      *v1.Approval   `protobuf:"bytes,10,opt,name=approval,proto3" json:"approval,omitempty"`
-	FailureKind   v1.FailureKind `protobuf:"varint,11,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	Approval    *v1.Approval   `protobuf:"bytes,10,opt,name=approval,proto3" json:"approval,omitempty"`
+	FailureKind v1.FailureKind `protobuf:"varint,11,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	// Isolation of the attempt's sandbox, set by the executor with the move
+	// to running (agentmesh.v1.Task.isolation).
+	Isolation     string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +570,13 @@ func (x *TransitionRequest) GetFailureKind() v1.FailureKind {
 		return x.FailureKind
 	}
 	return v1.FailureKind(0)
+}
+
+func (x *TransitionRequest) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
 }
 
 type TransitionResponse struct {
@@ -1785,7 +1795,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"page_token\x18\b \x01(\tR\tpageToken\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x03\n" +
 	"\x11TransitionRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12,\n" +
 	"\x04from\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x04from\x12(\n" +
@@ -1798,7 +1808,8 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x03org\x18\t \x01(\tR\x03org\x122\n" +
 	"\bapproval\x18\n" +
 	" \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
-	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\"k\n" +
+	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\"k\n" +
 	"\x12TransitionResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12-\n" +
 	"\x05event\x18\x02 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\"n\n" +
