@@ -22,7 +22,9 @@ type Env struct {
 func EnvVars() []Env {
 	return []Env{
 		{"AGENTMESH_NATS_URL", "nats://127.0.0.1:4222", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS server URL(s) of the bus, comma-separated"},
-		{"AGENTMESH_NATS_CREDS", "", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS credentials file (optional)"},
+		{"AGENTMESH_NATS_CREDS", "", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS credentials file of this service's own bus identity (required: the bus refuses anonymous clients; `agentmesh bus init` writes them)"},
+		{"AGENTMESH_NATS_CA", "", []string{"state", "registry", "scheduler", "executor", "router"}, "CA certificate (PEM) to verify the NATS server's TLS certificate; set it to require TLS to the bus"},
+		{"AGENTMESH_NATS_TAP_SIGNER", "", []string{"state"}, "file with the account's scoped tap signing key (tap-signer.nk from `agentmesh bus init`); empty = amctl taps create is refused"},
 		{"AGENTMESH_PREFIX", "am", []string{"*"}, "subject prefix of every bus subject and stream"},
 		{"AGENTMESH_STREAM_REPLICAS", "1", []string{"*"}, "JetStream replicas of the bus streams (3 in production)"},
 		{"AGENTMESH_POSTGRES_URL", "", []string{"dev", "state"}, "Postgres URL of the system of record; empty = the embedded JetStream store"},

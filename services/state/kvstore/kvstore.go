@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +122,10 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		heads:      map[string]head{},
 	}
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
+		if !slices.Contains(subjects.StoreBuckets, name) {
+			// Only declared buckets are in the state identity's permissions.
+			return nil, fmt.Errorf("kvstore: bucket %q is not declared in subjects.StoreBuckets", name)
+		}
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: names.StoreBucket(name), Description: desc, History: 1,
 			Storage: storage, Replicas: opts.Replicas,
