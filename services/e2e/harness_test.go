@@ -49,6 +49,10 @@ type env struct {
 type opts struct {
 	dataDir  string
 	postgres string
+	// apiKeys turns authentication on (key → org).
+	apiKeys map[string]string
+	// log, when set, receives the stack's log.
+	log io.Writer
 }
 
 func logger() *slog.Logger {
@@ -81,6 +85,10 @@ func start(t *testing.T, o opts) *env {
 		Script:      script,
 		Log:         logger(),
 	}
+	if o.log != nil {
+		cfg.Log = slog.New(slog.NewTextHandler(o.log, nil))
+	}
+	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
