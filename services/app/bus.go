@@ -11,12 +11,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -140,11 +142,12 @@ func runBus(args []string) error {
 	if len(args) == 0 || args[0] != "init" {
 		return usageError{errors.New("usage: agentmesh bus init --dir DIR [--prefix am] [--tls-hosts nats,localhost]")}
 	}
-	fs := flag.NewFlagSet("agentmesh bus init", flag.ContinueOnError)
-	dir := fs.String("dir", "", "directory to write the bus identities to (created, 0700; existing keys are kept)")
-	prefix := fs.String("prefix", envOr("AGENTMESH_PREFIX", subjects.DefaultPrefix), "subject prefix the permissions are derived for ($AGENTMESH_PREFIX)")
-	hosts := fs.String("tls-hosts", "nats,localhost,127.0.0.1", "host names and IPs of the NATS server's TLS certificate, comma-separated; empty = no TLS files")
-	if err := fs.Parse(args[1:]); err != nil {
+	flags := flag.NewFlagSet("agentmesh bus init", flag.ContinueOnError)
+	dir := flags.String("dir", "", "directory to write the bus identities to (created, 0700; existing keys are kept)")
+	prefix := flags.String("prefix", envOr("AGENTMESH_PREFIX", subjects.DefaultPrefix), "subject prefix the permissions are derived for ($AGENTMESH_PREFIX)")
+	hosts := flags.String("tls-hosts", "nats,localhost,127.0.0.1", "host names and IPs of the NATS server's TLS certificate, comma-separated; empty = no TLS files")
+	owner := flags.String("owner", "", "UID:GID to give the written files (when run as root for services that run as another user)")
+	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
@@ -183,7 +186,28 @@ func runBus(args []string) error {
 			fmt.Printf("  tls/: kept the existing files\n")
 		}
 	}
+	if *owner != "" {
+		if err := chownAll(*dir, *owner); err != nil {
+			return usageError{fmt.Errorf("--owner: %w", err)}
+		}
+	}
 	return nil
+}
+
+// chownAll gives dir and everything in it to owner ("UID:GID").
+func chownAll(dir, owner string) error {
+	u, g, ok := strings.Cut(owner, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+		return fmt.Errorf("want UID:GID, got %q", owner)
+	}
+	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
 }
 
 func envOr(name, def string) string {
