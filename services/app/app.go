@@ -326,7 +326,10 @@ func loadScript(path string) (*scriptedmodel.Script, error) {
 	return scriptedmodel.LoadScript(path)
 }
 
-func runDev(ctx context.Context, args []string) error {
+func runDev(ctx context.Context, args []string) error { return runDevTo(ctx, args, os.Stderr) }
+
+// runDevTo is runDev writing its start-up banner to w.
+func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	s := newSettings("dev")
 	if err := s.parse(args); err != nil {
 		return err
@@ -405,8 +408,8 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	log.Info("agentmesh dev is up",
 		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
-	fmt.Fprintf(os.Stderr, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
-	printTaps(os.Stderr, st.NATSURL(), auth, taps)
+	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
+	printTaps(w, st.NATSURL(), auth, taps)
 	return st.Run(ctx)
 }
 
