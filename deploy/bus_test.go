@@ -107,6 +107,11 @@ func TestComposeBusLocked(t *testing.T) {
 			t.Errorf("%s: does not mount the bus credentials volume %s", where, volume)
 			continue
 		}
+		for _, seen := range []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/proc"} {
+			if mount == seen || strings.HasPrefix(mount, seen) {
+				t.Errorf("%s: bus credentials mounted at %s, which the agents' sandbox can read", where, mount)
+			}
+		}
 		if want := mount + "/" + busauth.CredsFile(cmd); s.env["AGENTMESH_NATS_CREDS"] != want {
 			t.Errorf("%s: AGENTMESH_NATS_CREDS %q, want its own identity %s", where, s.env["AGENTMESH_NATS_CREDS"], want)
 		}
@@ -295,6 +300,13 @@ func TestK8sBusLocked(t *testing.T) {
 		if mountPath == "" {
 			t.Errorf("%s: AGENTMESH_NATS_CREDS %q is not in a mounted Secret", where, env["AGENTMESH_NATS_CREDS"])
 			continue
+		}
+		// The agents' sandbox sees /etc, /usr, /bin, /sbin and /lib* of the
+		// executor: a credential there would be readable by the child.
+		for _, seen := range []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/proc"} {
+			if mountPath == seen || strings.HasPrefix(mountPath, seen+"/") || strings.HasPrefix(mountPath, "/lib") {
+				t.Errorf("%s: bus credentials mounted at %s, which the agents' sandbox can read", where, mountPath)
+			}
 		}
 		want := []string{busauth.CredsFile(cmd), "ca.pem"}
 		if cmd == "state" {
