@@ -140,3 +140,46 @@ func TestDevBusCredentials(t *testing.T) {
 		t.Error("the account key changed across a restart; want the credentials reused")
 	}
 }
+
+// agentmesh bus init writes every identity, auth.conf and the TLS files,
+// keeps existing keys on a rerun, and refuses bad arguments.
+func TestBusInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bus")
+	stdout := os.Stdout
+	devnull, _ := os.Open(os.DevNull)
+	os.Stdout = devnull
+	defer func() { os.Stdout = stdout; devnull.Close() }()
+
+	if code := Main([]string{"bus", "init", "--dir", dir}); code != 0 {
+		t.Fatalf("bus init: exit %d", code)
+	}
+	for _, f := range []string{"auth.conf", "state.creds", "registry.creds", "scheduler.creds", "executor.creds", "router.creds",
+		"tap-signer.nk", "operator.nk", "account.nk", "tls/ca.pem", "tls/server.pem", "tls/server-key.pem"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", f, fi.Mode().Perm())
+		}
+	}
+	account, _ := os.ReadFile(filepath.Join(dir, "account.nk"))
+	server, _ := os.ReadFile(filepath.Join(dir, "tls", "server.pem"))
+	if code := Main([]string{"bus", "init", "--dir", dir}); code != 0 {
+		t.Fatalf("bus init again: exit %d", code)
+	}
+	again, _ := os.ReadFile(filepath.Join(dir, "account.nk"))
+	serverAgain, _ := os.ReadFile(filepath.Join(dir, "tls", "server.pem"))
+	if string(again) != string(account) || string(serverAgain) != string(server) {
+		t.Error("a rerun replaced existing keys or certificates")
+	}
+	for _, args := range [][]string{
+		{"bus"}, {"bus", "rotate"}, {"bus", "init"}, {"bus", "init", "--dir", dir, "--prefix", "a b"},
+		{"bus", "init", "--dir", dir, "--owner", "me"},
+	} {
+		if code := Main(args); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
