@@ -58,7 +58,7 @@ func PermissionLogger(log *slog.Logger) nats.ErrHandler {
 			if sub != nil {
 				subj = sub.Subject
 			}
-			log.Error("bus refused this connection", "conn", nc.Opts.Name, "subscription", subj, "err", err)
+			log.Error("bus error on this connection (logged once per kind)", "conn", nc.Opts.Name, "subscription", subj, "err", err)
 		}
 	}
 }
