@@ -68,6 +68,10 @@ const (
 	// ServerConfigFile is the nats-server config fragment (operator,
 	// resolver, preload) to include from a server's config.
 	ServerConfigFile = "auth.conf"
+	// AdminCredsFile is the operator's own identity in the account: may
+	// say and hear anything (nats stream ls, reading the audit stream).
+	// No service gets it; keep it offline with the seeds.
+	AdminCredsFile = "admin.creds"
 )
 
 // CredsFile is the file name of a service's credentials in a bundle dir.
@@ -346,7 +350,11 @@ func (b *Bundle) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("busauth: %w", err)
 	}
-	files := map[string][]byte{ServerConfigFile: []byte(b.ServerConfig())}
+	admin, err := b.UserCreds("agentmesh-admin", subjects.Permission{Pub: []string{">"}, Sub: []string{">"}, Responses: true}, 0)
+	if err != nil {
+		return fmt.Errorf("busauth: admin creds: %w", err)
+	}
+	files := map[string][]byte{ServerConfigFile: []byte(b.ServerConfig()), AdminCredsFile: admin}
 	for file, kp := range map[string]nkeys.KeyPair{
 		operatorSeedFile: b.operator, sysSeedFile: b.sys, accountSeedFile: b.account, TapSignerFile: b.tap,
 	} {

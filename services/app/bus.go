@@ -174,6 +174,7 @@ func runBus(args []string) error {
 		fmt.Printf("  %-16s AGENTMESH_NATS_CREDS of the %s service\n", busauth.CredsFile(svc), svc)
 	}
 	fmt.Printf("  %s     AGENTMESH_NATS_TAP_SIGNER of the state service (mints org taps)\n", busauth.TapSignerFile)
+	fmt.Printf("  %s      the operator's own identity (anything in the account: nats stream ls, the audit stream); keep it offline\n", busauth.AdminCredsFile)
 	fmt.Printf("  *.nk             seeds: keep them secret; the operator and account seeds belong offline\n")
 	if *hosts != "" {
 		made, err := writeTLS(filepath.Join(*dir, "tls"), strings.Split(*hosts, ","))

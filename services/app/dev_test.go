@@ -154,7 +154,7 @@ func TestBusInit(t *testing.T) {
 		t.Fatalf("bus init: exit %d", code)
 	}
 	for _, f := range []string{"auth.conf", "state.creds", "registry.creds", "scheduler.creds", "executor.creds", "router.creds",
-		"tap-signer.nk", "operator.nk", "account.nk", "tls/ca.pem", "tls/server.pem", "tls/server-key.pem"} {
+		"tap-signer.nk", "operator.nk", "account.nk", "admin.creds", "tls/ca.pem", "tls/server.pem", "tls/server-key.pem"} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
