@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,8 +24,9 @@ type StreamOptions struct {
 const DuplicateWindow = 2 * time.Minute
 
 // EnsureStreams creates or updates the bus streams: events, work and audit
-// (see package subjects). It is idempotent; every service calls it in New,
-// so services can start in any order.
+// (see package subjects). It is idempotent. Only the state service, the
+// streams' owner, calls it (only its identity may); the others bind with
+// WaitStream.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names, o StreamOptions) error {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
@@ -73,4 +75,29 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names
 		}
 	}
 	return nil
+}
+
+// WaitStream waits, bounded by ctx, until the named stream exists. A
+// service that binds to a stream another one owns (the state service
+// creates the bus streams) calls it in New, so services still start in any
+// order.
+func WaitStream(ctx context.Context, js jetstream.JetStream, name string) error {
+	delay := 50 * time.Millisecond
+	for {
+		_, err := js.Stream(ctx, name)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("stream %s does not exist (is the state service running?): %w", name, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
 }

@@ -1,11 +1,18 @@
 // Package embednats runs a nats-server with JetStream inside the process:
-// the bus of `agentmesh dev` and of the tests.
+// the bus of `agentmesh dev` and of the tests. It always authenticates:
+// operator mode with the identities of a busauth.Bundle (a fresh one when
+// none is given), so no connection — in-process or on the loopback
+// listener — is anonymous.
 package embednats
 
 import (
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/busauth"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -22,13 +29,24 @@ type Config struct {
 	SyncAlways bool
 	// ServerName; defaults to "agentmesh-dev".
 	ServerName string
-	// Logs turns on the server's own log.
+	// Logs turns on the server's own log (notices and debug lines).
 	Logs bool
+	// Auth holds the bus identities; nil loads (or first creates) the
+	// bundle in StoreDir/bus for Prefix. JetStream keeps an account's data
+	// under the account's key, so a restart must bring the same bundle.
+	Auth   *busauth.Bundle
+	Prefix string
+	// Log receives the server's warnings and errors — refused
+	// authentications and permission violations, once per client and
+	// reason; nil uses slog.Default().
+	Log *slog.Logger
 }
 
 // Server is a running embedded nats-server.
 type Server struct {
 	*server.Server
+	auth *busauth.Bundle
+	log  *slog.Logger
 }
 
 // Start runs a server and waits until it accepts connections.
@@ -42,40 +60,72 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.ServerName == "" {
 		cfg.ServerName = "agentmesh-dev"
 	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Auth == nil {
+		names, err := subjects.New(cfg.Prefix)
+		if err != nil {
+			return nil, fmt.Errorf("embednats: %w", err)
+		}
+		if cfg.Auth, _, err = busauth.Ensure(filepath.Join(cfg.StoreDir, "bus"), names); err != nil {
+			return nil, fmt.Errorf("embednats: %w", err)
+		}
+	}
 	opts := &server.Options{
-		ServerName:         cfg.ServerName,
-		Host:               cfg.Host,
-		Port:               cfg.Port,
-		JetStream:          true,
-		StoreDir:           cfg.StoreDir,
-		NoSigs:             true,
-		MaxPayload:         8 << 20,
+		ServerName: cfg.ServerName,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		MaxPayload: 8 << 20,
+		// A service's CONNECT carries its user JWT with its permissions.
+		MaxControlLine:     busauth.MaxControlLine,
 		JetStreamMaxMemory: 1 << 30,
 		JetStreamMaxStore:  64 << 30,
 	}
 	if cfg.SyncAlways {
 		opts.SyncAlways = true
 	}
+	if err := cfg.Auth.ServerOptions(opts); err != nil {
+		return nil, fmt.Errorf("embednats: %w", err)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embednats: %w", err)
 	}
-	if cfg.Logs {
-		srv.ConfigureLogger()
-	}
+	srv.SetLoggerV2(newLogger(cfg.Log, cfg.Logs), cfg.Logs, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embednats: server not ready after 10s")
 	}
-	return &Server{Server: srv}, nil
+	return &Server{Server: srv, auth: cfg.Auth, log: cfg.Log}, nil
 }
 
-// Connect opens a client connection that does not go through the TCP
-// listener (nats.InProcessServer).
-func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, opts...)
-	return nats.Connect("", opts...)
+// Auth returns the server's identities.
+func (s *Server) Auth() *busauth.Bundle { return s.auth }
+
+// ConnectAs opens an in-process connection (nats.InProcessServer, no TCP)
+// as a service identity (subjects.ServiceState, ...).
+func (s *Server) ConnectAs(service string, opts ...nats.Option) (*nats.Conn, error) {
+	creds, err := s.auth.Creds(service)
+	if err != nil {
+		return nil, err
+	}
+	return s.ConnectCreds("agentmesh-"+service, creds, service, opts...)
+}
+
+// ConnectCreds opens an in-process connection with creds; service, when
+// set, picks the identity's inbox prefix.
+func (s *Server) ConnectCreds(name string, creds []byte, service string, opts ...nats.Option) (*nats.Conn, error) {
+	auth, err := busauth.ClientOptions(creds, service, s.log)
+	if err != nil {
+		return nil, err
+	}
+	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, auth...)
+	return nats.Connect("", append(all, opts...)...)
 }
 
 // URL is the client URL of the loopback listener.

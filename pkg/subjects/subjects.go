@@ -6,16 +6,21 @@
 //
 //	<p>.state.<op>                 requests to the state service (queue "state")
 //	<p>.registry.<op>              requests to the registry (queue "registry")
-//	<p>.evt.task.<id>.<type>       task events, published by state after commit
+//	<p>.evt.<org>.task.<id>.<type> task events, published by state after commit
 //	                               (type: created, queued, assigned, running,
-//	                               blocked, completed, failed, cancelled, step;
-//	                               token: live streamed model output, core
-//	                               NATS, seq 0, not in the history)
-//	<p>.evt.agent.<name>           agent catalogue changes, published by state
+//	                               blocked, completed, failed, cancelled, step);
+//	                               JSON (protojson), public: docs/events.md
+//	<p>.evt.<org>.agent.<name>     agent catalogue changes, published by state
+//	                               (JSON; shared agents under org "_shared")
 //	<p>.work.<agent>               dispatched work (scheduler → executors)
 //	<p>.exec.heartbeat.<node>      executor heartbeats
-//	<p>.live.task.<id>.token       streamed model output (live only, in no
-//	                               stream: the step that follows stores it)
+//	<p>.live.<org>.task.<id>.token streamed model output (JSON, live only, in
+//	                               no stream: the step that follows stores it)
+//
+// Everything under <p>.evt.<org>.> and <p>.live.<org>.> is the public,
+// per-org event surface: a tap credential of one org may subscribe to
+// exactly those two (Permissions, TapPermissions in permissions.go). Tasks
+// without an org publish under org NoOrg.
 //
 // Streams (created idempotently by their producer):
 //
@@ -59,7 +64,6 @@ const (
 	StateCreateTask  = "task.create"
 	StateGetTask     = "task.get"
 	StateListTasks   = "task.list"
-	StateTransition  = "task.transition"
 	StateAppendStep  = "task.step"
 	StateHistory     = "task.history"
 	StatePutAgent    = "agent.put"
@@ -68,7 +72,44 @@ const (
 	StateDeleteAgent = "agent.delete"
 	// StateUsage sums the usage of an org's tasks (bus.v1.UsageRequest).
 	StateUsage = "task.usage"
+	// StateCreateTap mints a subscribe-only tap credential for one org's
+	// events (bus.v1.CreateTapRequest); router only.
+	StateCreateTap = "taps.create"
 )
+
+// Narrow transition intents: each carries a bus.v1.TransitionRequest and is
+// allowed to exactly one service identity (Permissions); the state service
+// checks which status changes each intent may make (services/state
+// intents.go). There is no generic transition operation.
+const (
+	// scheduler
+	StateDispatch = "task.dispatch" // queued → assigned, a new attempt
+	StateExpire   = "task.expire"   // blocked → failed, approval expired
+	// executor, fenced by the attempt
+	StateStart    = "task.start"    // assigned → running
+	StateComplete = "task.complete" // running → completed
+	StateFail     = "task.fail"     // running → failed
+	StateBlock    = "task.block"    // running → blocked on a pending approval
+	StateRequeue  = "task.requeue"  // assigned/running → queued (hand back)
+	// router, scoped to the caller's org
+	StateCancel = "task.cancel" // any unfinished → cancelled
+	StateDecide = "task.decide" // blocked → queued with an approval decision
+)
+
+// NoOrg is the org token of the event subjects of a task without an org.
+const NoOrg = "_"
+
+// SharedOrg is the org token of the events of agents that belong to no org
+// (the shared catalogue).
+const SharedOrg = "_shared"
+
+// OrgToken returns the subject token of org (NoOrg when empty).
+func OrgToken(org string) string {
+	if org == "" {
+		return NoOrg
+	}
+	return org
+}
 
 // Registry request operations. The agent operations carry
 // agentmesh.bus.v1.AgentOp (the org acted for and the public API's request);
@@ -138,35 +179,51 @@ func (n Names) Registry(op string) string { return n.prefix + ".registry." + op 
 // RegistryAll matches every registry request.
 func (n Names) RegistryAll() string { return n.prefix + ".registry.>" }
 
-// TaskEvent returns the subject of one task event. typ is a status name
-// (StatusToken) or EventStep.
-func (n Names) TaskEvent(taskID, typ string) string {
-	return n.prefix + ".evt.task." + taskID + "." + typ
+// TaskEvent returns the subject of one task event of org's task. typ is a
+// status name (StatusToken), "created" or EventStep.
+func (n Names) TaskEvent(org, taskID, typ string) string {
+	return n.prefix + ".evt." + OrgToken(org) + ".task." + taskID + "." + typ
 }
 
-// TaskEvents matches every event of one task.
-func (n Names) TaskEvents(taskID string) string { return n.prefix + ".evt.task." + taskID + ".>" }
+// TaskEvents matches every event of one task of org.
+func (n Names) TaskEvents(org, taskID string) string {
+	return n.prefix + ".evt." + OrgToken(org) + ".task." + taskID + ".>"
+}
 
-// TaskEventsOfType matches one event type across all tasks.
-func (n Names) TaskEventsOfType(typ string) string { return n.prefix + ".evt.task.*." + typ }
+// TaskEventsOfType matches one event type across all tasks of all orgs.
+func (n Names) TaskEventsOfType(typ string) string { return n.prefix + ".evt.*.task.*." + typ }
+
+// TaskEventsAll matches every task event of every org.
+func (n Names) TaskEventsAll() string { return n.prefix + ".evt.*.task.>" }
 
 // TaskTokens returns the live subject of a task's streamed model output.
 // It lies outside <p>.evt.> so that no stream stores it.
-func (n Names) TaskTokens(taskID string) string {
-	return n.prefix + ".live.task." + taskID + "." + EventToken
+func (n Names) TaskTokens(org, taskID string) string {
+	return n.prefix + ".live." + OrgToken(org) + ".task." + taskID + "." + EventToken
 }
 
-// TokensAll matches the streamed model output of every task.
-func (n Names) TokensAll() string { return n.prefix + ".live.task.*." + EventToken }
+// TokensAll matches the streamed model output of every task of every org.
+func (n Names) TokensAll() string { return n.prefix + ".live.*.task.*." + EventToken }
 
-// AgentEvent returns the subject of an agent catalogue change.
-func (n Names) AgentEvent(name string) string { return n.prefix + ".evt.agent." + name }
+// AgentEvent returns the subject of a change to org's agent name.
+func (n Names) AgentEvent(org, name string) string {
+	return n.prefix + ".evt." + OrgToken(org) + ".agent." + name
+}
 
-// AgentEvents matches every agent catalogue change.
-func (n Names) AgentEvents() string { return n.prefix + ".evt.agent.*" }
+// AgentEvents matches every agent catalogue change of every org.
+func (n Names) AgentEvents() string { return n.prefix + ".evt.*.agent.*" }
 
 // Events matches every event.
 func (n Names) Events() string { return n.prefix + ".evt.>" }
+
+// OrgEvents matches every stored event of one org.
+func (n Names) OrgEvents(org string) string { return n.prefix + ".evt." + OrgToken(org) + ".>" }
+
+// OrgLive matches every live (unstored) event of one org.
+func (n Names) OrgLive(org string) string { return n.prefix + ".live." + OrgToken(org) + ".>" }
+
+// LiveAll matches every live event.
+func (n Names) LiveAll() string { return n.prefix + ".live.>" }
 
 // Work returns the work subject of one agent.
 func (n Names) Work(agent string) string { return n.prefix + ".work." + agent }

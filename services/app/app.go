@@ -61,6 +61,9 @@ Usage:
   agentmesh router            the gRPC API
   agentmesh scripted-model    the scripted OpenAI-compatible model server
                               (a testing and demo aid, not a language model)
+  agentmesh bus init          write the bus identities (operator, accounts,
+                              one creds file per service, the tap signer),
+                              the NATS server's auth.conf and TLS files
   agentmesh version
 
 Run 'agentmesh <command> -h' for the flags of a command. Every flag has an
@@ -93,6 +96,8 @@ func Main(args []string) int {
 		err = runService(ctx, cmd, rest)
 	case "scripted-model":
 		err = runScripted(ctx, rest)
+	case "bus":
+		err = runBus(rest)
 	default:
 		fmt.Fprintf(os.Stderr, "agentmesh: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -350,7 +355,10 @@ func loadScript(path string) (*scriptedmodel.Script, error) {
 	return scriptedmodel.LoadScript(path)
 }
 
-func runDev(ctx context.Context, args []string) error {
+func runDev(ctx context.Context, args []string) error { return runDevTo(ctx, args, os.Stderr) }
+
+// runDevTo is runDev writing its start-up banner to w.
+func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	s := newSettings("dev")
 	if err := s.parse(args); err != nil {
 		return err
@@ -390,7 +398,12 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	auth, taps, err := devAuth(dataDir, s.str("AGENTMESH_PREFIX"), rCfg, log)
+	if err != nil {
+		return err
+	}
 	cfg := stack.Config{
+		Auth:   auth,
 		Prefix: s.str("AGENTMESH_PREFIX"), DataDir: filepath.Join(dataDir, "nats"),
 		PostgresURL: s.str("AGENTMESH_POSTGRES_URL"),
 		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
@@ -424,7 +437,8 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	log.Info("agentmesh dev is up",
 		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
-	fmt.Fprintf(os.Stderr, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n\n", st.Addr(), st.NATSURL())
+	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
+	printTaps(w, st.NATSURL(), auth, taps)
 	return st.Run(ctx)
 }
 
@@ -500,9 +514,11 @@ func runService(ctx context.Context, name string, args []string) error {
 		return usageError{fmt.Errorf("AGENTMESH_PREFIX: %w", err)}
 	}
 	opts := []nats.Option{nats.Name("agentmesh-" + name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second)}
-	if creds := s.str("AGENTMESH_NATS_CREDS"); creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
+	creds, err := s.busCreds(name, log)
+	if err != nil {
+		return err
 	}
+	opts = append(opts, creds.opts...)
 	nc, err := nats.Connect(s.str("AGENTMESH_NATS_URL"), opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", s.str("AGENTMESH_NATS_URL"), err)
@@ -536,7 +552,11 @@ func runService(ctx context.Context, name string, args []string) error {
 			return fmt.Errorf("open store: %w", err)
 		}
 		defer st.Close()
-		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams}, state.Deps{NC: nc, Store: st, Log: log})
+		taps, err := s.tapSigner(creds.raw)
+		if err != nil {
+			return err
+		}
+		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams, Taps: taps}, state.Deps{NC: nc, Store: st, Log: log})
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,9 @@ type Env struct {
 func EnvVars() []Env {
 	return []Env{
 		{"AGENTMESH_NATS_URL", "nats://127.0.0.1:4222", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS server URL(s) of the bus, comma-separated"},
-		{"AGENTMESH_NATS_CREDS", "", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS credentials file (optional)"},
+		{"AGENTMESH_NATS_CREDS", "", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS credentials file of this service's own bus identity (required: the bus refuses anonymous clients; agentmesh bus init writes them)"},
+		{"AGENTMESH_NATS_CA", "", []string{"state", "registry", "scheduler", "executor", "router"}, "CA certificate (PEM) to verify the NATS server's TLS certificate; set it to require TLS to the bus"},
+		{"AGENTMESH_NATS_TAP_SIGNER", "", []string{"state"}, "file with the account's scoped tap signing key (tap-signer.nk from agentmesh bus init); empty = amctl taps create is refused"},
 		{"AGENTMESH_PREFIX", "am", []string{"*"}, "subject prefix of every bus subject and stream"},
 		{"AGENTMESH_STREAM_REPLICAS", "1", []string{"*"}, "JetStream replicas of the bus streams (3 in production)"},
 		{"AGENTMESH_POSTGRES_URL", "", []string{"dev", "state"}, "Postgres URL of the system of record; empty = the embedded JetStream store"},
@@ -77,7 +79,7 @@ func EnvVars() []Env {
 // Commands lists the agentmesh subcommands a user runs. ("child" is the
 // hidden subcommand the executor re-executes itself as.)
 func Commands() []string {
-	return []string{"dev", "state", "registry", "scheduler", "executor", "router", "scripted-model", "version"}
+	return []string{"dev", "state", "registry", "scheduler", "executor", "router", "scripted-model", "bus", "version"}
 }
 
 // sandboxConfig reads the sandbox settings of the executor.

@@ -51,6 +51,10 @@ type opts struct {
 	postgres string
 	// keysFile turns authentication on with this keys file.
 	keysFile string
+	// apiKeys turns authentication on (key → org).
+	apiKeys map[string]string
+	// log, when set, receives the stack's log.
+	log io.Writer
 }
 
 func logger() *slog.Logger {
@@ -83,6 +87,10 @@ func start(t *testing.T, o opts) *env {
 		Script:      script,
 		Log:         logger(),
 	}
+	if o.log != nil {
+		cfg.Log = slog.New(slog.NewTextHandler(o.log, nil))
+	}
+	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Router.KeysFile = o.keysFile
 	cfg.Executor.ChildCommand = []string{os.Args[0]}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
@@ -119,23 +120,43 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// startBus starts a NATS server for prefix and returns the environment of
+// an `agentmesh <service>` process on it: the URL, the prefix and the
+// service's own creds file, written as `agentmesh bus init` writes them
+// (state also gets the tap signer).
+func startBus(t *testing.T, prefix string) func(service string, env ...string) []string {
+	t.Helper()
+	srv := natstest.StartPrefix(t, prefix)
+	credsDir := t.TempDir()
+	if err := srv.Auth().Write(credsDir); err != nil {
+		t.Fatal(err)
+	}
+	return func(service string, env ...string) []string {
+		env = append(env, "AGENTMESH_NATS_URL="+srv.URL(), "AGENTMESH_PREFIX="+prefix,
+			"AGENTMESH_NATS_CREDS="+filepath.Join(credsDir, busauth.CredsFile(service)))
+		if service == "state" {
+			env = append(env, "AGENTMESH_NATS_TAP_SIGNER="+filepath.Join(credsDir, busauth.TapSignerFile))
+		}
+		return env
+	}
+}
+
 // TestMultiProcess runs the five services as separate OS processes against
 // one nats-server and one Postgres, and drives them through the gRPC API.
 func TestMultiProcess(t *testing.T) {
 	bin := agentmeshBinary(t)
-	srv := natstest.Start(t)
+	common := startBus(t, "mp")
 	pgURL := pgtest.NewDatabase(t)
 	modelAddr := freeAddr(t)
 	apiAddr := freeAddr(t)
-	common := []string{"AGENTMESH_NATS_URL=" + srv.URL(), "AGENTMESH_PREFIX=mp"}
 
 	spawn(t, bin, "scripted-model", "AGENTMESH_SCRIPTED_LISTEN="+modelAddr)
-	stateEnv := append([]string{"AGENTMESH_POSTGRES_URL=" + pgURL}, common...)
+	stateEnv := common("state", "AGENTMESH_POSTGRES_URL="+pgURL)
 	state := spawn(t, bin, "state", stateEnv...)
-	spawn(t, bin, "registry", common...)
-	spawn(t, bin, "scheduler", common...)
-	spawn(t, bin, "executor", append([]string{"AGENTMESH_MODEL_BASE_URL=http://" + modelAddr + "/v1", "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=node-1"}, common...)...)
-	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr}, common...)...)
+	spawn(t, bin, "registry", common("registry")...)
+	spawn(t, bin, "scheduler", common("scheduler")...)
+	spawn(t, bin, "executor", common("executor", "AGENTMESH_MODEL_BASE_URL=http://"+modelAddr+"/v1", "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=node-1")...)
+	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
 
 	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

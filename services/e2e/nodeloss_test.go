@@ -10,7 +10,6 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -27,7 +26,7 @@ import (
 // does not run again.
 func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 	bin := agentmeshBinary(t)
-	srv := natstest.Start(t)
+	common := startBus(t, "nl")
 	scriptPath := filepath.Join(t.TempDir(), "script.json")
 	// Turn 0 calls echo at once; turn 1 takes 3 s, long enough to kill the
 	// executor while its agent waits for it.
@@ -49,14 +48,13 @@ func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 	t.Cleanup(func() { _ = model.Close() })
 
 	apiAddr := freeAddr(t)
-	common := []string{"AGENTMESH_NATS_URL=" + srv.URL(), "AGENTMESH_PREFIX=nl"}
-	spawn(t, bin, "state", common...)
-	spawn(t, bin, "registry", common...)
-	spawn(t, bin, "scheduler", common...)
-	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr}, common...)...)
+	spawn(t, bin, "state", common("state")...)
+	spawn(t, bin, "registry", common("registry")...)
+	spawn(t, bin, "scheduler", common("scheduler")...)
+	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
 	execEnv := func(node string) []string {
-		return append([]string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted",
-			"AGENTMESH_NODE=" + node, "AGENTMESH_ACK_WAIT=2s"}, common...)
+		return common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
+			"AGENTMESH_NODE="+node, "AGENTMESH_ACK_WAIT=2s")
 	}
 	nodeA := spawn(t, bin, "executor", execEnv("node-a")...)
 

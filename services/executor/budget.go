@@ -162,7 +162,7 @@ func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt
 		return &childv1.ModelResponse{Id: req.GetId(), Error: why},
 			&serveResult{failure: &childv1.Failure{Reason: why, Permanent: true}, kind: agentmeshv1.FailureKind_FAILURE_KIND_BUDGET, last: true}
 	}
-	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetId()), task.GetId(), attempt)
+	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
 	call := r.call
 	call.onToken = tp.write
 	resp := s.model.complete(ctx, call, req)

@@ -294,7 +294,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
 	}
-	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+	// The state service owns the stream; the executors own their consumer.
+	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, names.WorkStream(), jetstream.ConsumerConfig{
@@ -452,7 +453,7 @@ func (s *Service) onCancelled(m *nats.Msg) {
 	}
 }
 
-// taskIDFromSubject returns <id> of <p>.evt.task.<id>.<type>.
+// taskIDFromSubject returns <id> of <p>.evt.<org>.task.<id>.<type>.
 func taskIDFromSubject(subj string) string {
 	toks := strings.Split(subj, ".")
 	if len(toks) < 2 {

@@ -18,6 +18,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/embednats"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
@@ -47,8 +48,11 @@ const script = `{"scenarios": [
 ]}`
 
 type env struct {
-	t     *testing.T
+	t *testing.T
+	// nc is the test driver's connection (it plays the router and the
+	// scheduler); the state service and each executor connect as themselves.
 	nc    *nats.Conn
+	srv   *embednats.Server
 	js    jetstream.JetStream
 	names subjects.Names
 	model *scriptedmodel.Server
@@ -70,18 +74,23 @@ func newEnv(t *testing.T) *env {
 	ctx := context.Background()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv)
+	stateNC := natstest.ConnectAs(t, srv, subjects.ServiceState)
 	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateJS, err := jetstream.New(stateNC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := subjects.Must("am")
 	log := testLog()
-	st, err := kvstore.Open(ctx, js, names, kvstore.Options{Memory: true})
+	st, err := kvstore.Open(ctx, stateJS, names, kvstore.Options{Memory: true})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: nc, Store: st, Log: log})
+	svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: stateNC, Store: st, Log: log})
 	if err != nil {
 		t.Fatalf("state.New: %v", err)
 	}
@@ -98,7 +107,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { model.Close() })
 
-	return &env{t: t, nc: nc, js: js, names: names, model: model, log: log, cfg: executor.Config{
+	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, cfg: executor.Config{
 		Prefix:            "am",
 		Node:              "node-1",
 		Capacity:          4,
@@ -138,7 +147,7 @@ func runService(t *testing.T, fn func(context.Context) error) (stop func()) {
 
 func (e *env) startExecutor() (stop func()) {
 	e.t.Helper()
-	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log})
+	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log})
 	if err != nil {
 		e.t.Fatalf("executor.New: %v", err)
 	}
@@ -170,7 +179,7 @@ func (e *env) submit(input string) *agentmeshv1.Task {
 func (e *env) assign(id string) *agentmeshv1.Task {
 	e.t.Helper()
 	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateDispatch), &busv1.TransitionRequest{
 		TaskId: id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
 	}, &tr); err != nil {
 		e.t.Fatalf("assign: %v", err)
@@ -386,8 +395,8 @@ func TestCancelKillsChild(t *testing.T) {
 	}
 
 	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
-		TaskId: task.Id, To: taskstate.Cancelled, Reason: "user changed their mind",
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateCancel), &busv1.TransitionRequest{
+		TaskId: task.Id, Org: "acme", To: taskstate.Cancelled, Reason: "user changed their mind",
 	}, &tr); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
@@ -452,7 +461,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.AckWait = time.Second
 	// The consumer exists (New creates it) but nobody runs yet.
-	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log}); err != nil {
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log}); err != nil {
 		t.Fatal(err)
 	}
 	task := e.submit("hi")
@@ -472,7 +481,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 		t.Fatalf("fetched %d work items, want 1", n)
 	}
 	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
 		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "dead-node",
 	}, &tr); err != nil {
 		t.Fatal(err)
@@ -506,7 +515,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	e := newEnv(t)
 	e.cfg.Node = "bad.node"
-	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.nc, Log: e.log}); err == nil {
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log}); err == nil {
 		t.Error("a node name with a dot was accepted")
 	}
 }

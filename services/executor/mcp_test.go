@@ -186,7 +186,7 @@ func TestMCPRequireApprovalBlocks(t *testing.T) {
 	// Approved, the task resumes on a new attempt: the child starts the
 	// server again and the approved call runs once.
 	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateDecide), &busv1.TransitionRequest{
 		TaskId: task.Id, Org: "acme", From: taskstate.Blocked, To: taskstate.Queued, Reason: "approved",
 		Approval: &agentmeshv1.Approval{Id: got.PendingApproval.GetId(), Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED, DecidedBy: "acme"},
 	}, &tr); err != nil {

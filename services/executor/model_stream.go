@@ -188,6 +188,7 @@ const (
 // (agentmesh.v1.TaskEvent{type TOKEN, seq 0, token, attempt}) on
 // <p>.evt.task.<id>.token with core NATS: live only, no history, no seq.
 type tokenPublisher struct {
+	org     string
 	nc      *nats.Conn
 	subject string
 	taskID  string
@@ -200,8 +201,8 @@ type tokenPublisher struct {
 	closed bool
 }
 
-func newTokenPublisher(ctx context.Context, nc *nats.Conn, subject, taskID string, attempt int32) *tokenPublisher {
-	return &tokenPublisher{nc: nc, subject: subject, taskID: taskID, attempt: attempt, ctx: ctx}
+func newTokenPublisher(ctx context.Context, nc *nats.Conn, subject, org, taskID string, attempt int32) *tokenPublisher {
+	return &tokenPublisher{nc: nc, subject: subject, org: org, taskID: taskID, attempt: attempt, ctx: ctx}
 }
 
 // write adds a content delta.
@@ -236,10 +237,10 @@ func (p *tokenPublisher) flushLocked() {
 		return
 	}
 	ev := &agentmeshv1.TaskEvent{
-		TaskId: p.taskID, Type: agentmeshv1.EventType_EVENT_TYPE_TOKEN, Attempt: p.attempt, Token: p.buf.String(),
+		TaskId: p.taskID, Org: p.org, Type: agentmeshv1.EventType_EVENT_TYPE_TOKEN, Attempt: p.attempt, Token: p.buf.String(),
 	}
 	p.buf.Reset()
-	msg, err := bus.NewMsg(p.ctx, p.subject, ev)
+	msg, err := bus.NewEventMsg(p.ctx, p.subject, ev)
 	if err == nil {
 		err = p.nc.PublishMsg(msg)
 	}

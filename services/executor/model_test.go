@@ -371,7 +371,7 @@ func TestTokensStreamOnTheBus(t *testing.T) {
 	var firstStep time.Time
 	sub, err := e.nc.Subscribe(e.names.TokensAll(), func(msg *nats.Msg) {
 		ev := new(agentmeshv1.TaskEvent)
-		if proto.Unmarshal(msg.Data, ev) != nil {
+		if bus.DecodeEvent(msg.Data, ev) != nil {
 			return
 		}
 		mu.Lock()

@@ -64,7 +64,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 		return
 	}
 
-	resp, err := s.transition(ctx, &busv1.TransitionRequest{
+	resp, err := s.transition(ctx, subjects.StateStart, &busv1.TransitionRequest{
 		TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
 		Isolation: s.sb.Isolation(),
 	})
@@ -106,7 +106,7 @@ func (s *Service) redelivered(ctx context.Context, log *slog.Logger, msg jetstre
 		_ = msg.Ack()
 		return
 	}
-	_, err = s.transition(ctx, &busv1.TransitionRequest{
+	_, err = s.transition(ctx, subjects.StateRequeue, &busv1.TransitionRequest{
 		TaskId: t.Id, From: t.Status, To: statusQueued, Attempt: item.Attempt,
 		Reason: "executor lost; re-dispatching",
 	})
@@ -148,25 +148,26 @@ const (
 func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outcome) {
 	msg := r.current()
 	var tr *busv1.TransitionRequest
+	var op string
 	switch out.kind {
 	case outGone:
 		log.Info("task ended elsewhere; nothing to record", "reason", out.reason)
 		_ = msg.Ack()
 		return
 	case outCompleted:
-		tr = &busv1.TransitionRequest{To: statusCompleted, Result: out.result}
+		tr, op = &busv1.TransitionRequest{To: statusCompleted, Result: out.result}, subjects.StateComplete
 		log.Info("task completed")
 	case outFailed:
-		tr = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason, FailureKind: out.failKind}
+		tr, op = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason, FailureKind: out.failKind}, subjects.StateFail
 		log.Info("task failed", "reason", out.reason, "kind", out.failKind)
 	case outRequeue:
-		tr = &busv1.TransitionRequest{To: statusQueued, Reason: out.reason}
+		tr, op = &busv1.TransitionRequest{To: statusQueued, Reason: out.reason}, subjects.StateRequeue
 		log.Info("task goes back to the queue", "reason", out.reason)
 	}
 	tr.TaskId, tr.From, tr.Attempt = r.key.task, statusRunning, r.key.attempt
 	var err error
 	for i := range 4 {
-		if _, err = s.transition(ctx, tr); err == nil || gone(err) {
+		if _, err = s.transition(ctx, op, tr); err == nil || gone(err) {
 			break
 		}
 		time.Sleep(time.Duration(1<<i) * 250 * time.Millisecond)
@@ -237,7 +238,7 @@ func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.St
 
 // block moves the task from running to blocked on a pending approval.
 func (s *Service) block(ctx context.Context, task *agentmeshv1.Task, attempt int32, a *agentmeshv1.Approval) error {
-	_, err := s.transition(ctx, &busv1.TransitionRequest{
+	_, err := s.transition(ctx, subjects.StateBlock, &busv1.TransitionRequest{
 		TaskId: task.Id, From: taskstate.Running, To: taskstate.Blocked, Attempt: attempt,
 		Reason: "waiting for approval: " + a.Reason, Approval: a, Node: s.cfg.Node,
 	})
@@ -247,9 +248,11 @@ func (s *Service) block(ctx context.Context, task *agentmeshv1.Task, attempt int
 	return err
 }
 
-func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
+// transition asks state to move a task by one of the executor's intents
+// (subjects.StateStart, ...).
+func (s *Service) transition(ctx context.Context, op string, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
 	var resp busv1.TransitionResponse
-	if err := s.request(ctx, subjects.StateTransition, req, &resp); err != nil {
+	if err := s.request(ctx, op, req, &resp); err != nil {
 		return nil, fmt.Errorf("transition task %s to %s: %w", req.TaskId, taskstate.Name(req.To), err)
 	}
 	return &resp, nil

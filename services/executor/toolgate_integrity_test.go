@@ -36,7 +36,7 @@ func TestResumedCallWithOtherArgumentsIsDenied(t *testing.T) {
 		t.Fatalf("pending approval = %v, want shell %q with its SHA-256", p, ApprovedCommand)
 	}
 	var tr busv1.TransitionResponse
-	if err := bus.Request(ctx, e.nc, e.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	if err := bus.Request(ctx, e.nc, e.names.State(subjects.StateDecide), &busv1.TransitionRequest{
 		TaskId: id, Org: "acme", From: taskstate.Blocked, To: taskstate.Queued, Reason: "approved",
 		Approval: &agentmeshv1.Approval{Id: p.Id, Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED, DecidedBy: "alice"},
 	}, &tr); err != nil {

@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -42,7 +43,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 )
@@ -92,13 +92,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 256
 	}
-	js, err := jetstream.New(deps.NC)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
 	if cfg.DefaultAgent == "" {
 		cfg.DefaultAgent = DefaultAgent
 	}
@@ -134,6 +127,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("registry: add endpoint %s: %w", e.op, err)
 		}
+	}
+	// The server has the subscriptions once the flush returns.
+	if err := deps.NC.FlushTimeout(10 * time.Second); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
 	return s, nil
 }

@@ -90,7 +90,7 @@ func (s *Service) decide(ctx context.Context, id, comment string, status agentme
 		return nil, nil, &bus.Error{Code: bus.CodeResourceExhausted, Field: "comment", Message: fmt.Sprintf("longer than %d bytes", MaxCommentBytes)}
 	}
 	var resp busv1.TransitionResponse
-	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateDecide), &busv1.TransitionRequest{
 		TaskId: taskID, Org: orgFrom(ctx), From: taskstate.Blocked, To: taskstate.Queued,
 		Reason:   "approval " + id + " " + approvalVerb(status),
 		Approval: &agentmeshv1.Approval{Id: id, Status: status, DecidedBy: keyNameFrom(ctx), Comment: comment},

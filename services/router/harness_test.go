@@ -155,23 +155,26 @@ func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
 			sort.Slice(out, func(i, j int) bool { return out[i].Id > out[j].Id })
 			return &busv1.ListTasksResponse{Tasks: out}, nil
 		})
-	respond(t, nc, names.State(subjects.StateTransition), func() *busv1.TransitionRequest { return new(busv1.TransitionRequest) },
-		func(req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
-			f.mu.Lock()
-			f.requests["transition"]++
-			task, ok := f.tasks[req.TaskId]
-			f.mu.Unlock()
-			if !ok || task.Org != req.Org {
-				return nil, bus.Errorf(bus.CodeNotFound, "task %q not found", req.TaskId)
-			}
-			if err := taskstate.Check(task.Status, req.To); err != nil {
-				return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: %v", req.TaskId, err)
-			}
-			ev := f.Record(req.TaskId, &agentmeshv1.TaskEvent{Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Status: req.To, Reason: req.Reason}, true)
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return &busv1.TransitionResponse{Task: proto.Clone(f.tasks[req.TaskId]).(*agentmeshv1.Task), Event: ev}, nil
-		})
+	transition := func(req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
+		f.mu.Lock()
+		f.requests["transition"]++
+		task, ok := f.tasks[req.TaskId]
+		f.mu.Unlock()
+		if !ok || task.Org != req.Org {
+			return nil, bus.Errorf(bus.CodeNotFound, "task %q not found", req.TaskId)
+		}
+		if err := taskstate.Check(task.Status, req.To); err != nil {
+			return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: %v", req.TaskId, err)
+		}
+		ev := f.Record(req.TaskId, &agentmeshv1.TaskEvent{Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Status: req.To, Reason: req.Reason}, true)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return &busv1.TransitionResponse{Task: proto.Clone(f.tasks[req.TaskId]).(*agentmeshv1.Task), Event: ev}, nil
+	}
+	// The router's two transition intents.
+	for _, op := range []string{subjects.StateCancel, subjects.StateDecide} {
+		respond(t, nc, names.State(op), func() *busv1.TransitionRequest { return new(busv1.TransitionRequest) }, transition)
+	}
 	respond(t, nc, names.State(subjects.StateHistory), func() *busv1.HistoryRequest { return new(busv1.HistoryRequest) },
 		func(req *busv1.HistoryRequest) (*busv1.HistoryResponse, error) {
 			f.mu.Lock()
@@ -279,8 +282,11 @@ func (f *fakeBus) Publish(ev *agentmeshv1.TaskEvent) {
 	if ev.Type != agentmeshv1.EventType_EVENT_TYPE_STEP {
 		typ = subjects.StatusToken(ev.Status)
 	}
-	data, _ := proto.Marshal(ev)
-	if err := f.nc.Publish(names.TaskEvent(ev.TaskId, typ), data); err != nil {
+	msg, err := bus.NewEventMsg(context.Background(), names.TaskEvent(ev.Org, ev.TaskId, typ), ev)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.nc.PublishMsg(msg); err != nil {
 		f.t.Errorf("publish: %v", err)
 	}
 	if err := f.nc.Flush(); err != nil {
@@ -308,7 +314,7 @@ type env struct {
 func start(t *testing.T, cfg Config) *env {
 	t.Helper()
 	srv := natstest.Start(t)
-	routerNC := natstest.Connect(t, srv)
+	routerNC := natstest.ConnectAs(t, srv, subjects.ServiceRouter)
 	fakeNC := natstest.Connect(t, srv)
 	fake := newFakeBus(t, fakeNC)
 	if err := fakeNC.Flush(); err != nil {

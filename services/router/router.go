@@ -297,6 +297,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
 	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
+	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)

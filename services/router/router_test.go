@@ -13,6 +13,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -392,7 +393,7 @@ func TestSubmit(t *testing.T) {
 
 func TestStateUnavailable(t *testing.T) {
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
+	nc := natstest.ConnectAs(t, srv, subjects.ServiceRouter)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

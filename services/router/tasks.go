@@ -177,7 +177,7 @@ func (s *Service) cancelTask(ctx context.Context, req *agentmeshv1.CancelTaskReq
 		reason = "cancelled by the client"
 	}
 	var resp busv1.TransitionResponse
-	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateCancel), &busv1.TransitionRequest{
 		TaskId: req.GetId(),
 		To:     taskstate.Cancelled,
 		Reason: reason,

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"context"
+	"github.com/agentmesh/agentmesh/pkg/bus"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +75,14 @@ func tokenEv(id, text string) *agentmeshv1.TaskEvent {
 }
 
 func (f *fakeBus) publishToken(ev *agentmeshv1.TaskEvent) {
-	data, _ := proto.Marshal(ev)
-	if err := f.nc.Publish(names.TaskTokens(ev.TaskId), data); err != nil {
+	f.mu.Lock()
+	org := f.tasks[ev.TaskId].GetOrg()
+	f.mu.Unlock()
+	msg, err := bus.NewEventMsg(context.Background(), names.TaskTokens(org, ev.TaskId), ev)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.nc.PublishMsg(msg); err != nil {
 		f.t.Errorf("publish: %v", err)
 	}
 	if err := f.nc.Flush(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // watchBuffer is how many live events a watch holds before NATS drops
@@ -62,12 +61,12 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 	// Subscribe first, so nothing committed after the history read below
 	// can slip between the two.
 	ch := make(chan *nats.Msg, watchBuffer)
-	sub, err := s.nc.ChanSubscribe(s.names.TaskEvents(req.GetId()), ch)
+	sub, err := s.nc.ChanSubscribe(s.names.TaskEvents(task.GetOrg(), req.GetId()), ch)
 	if err != nil {
 		return fmt.Errorf("subscribe to events of task %s: %w", req.GetId(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	tokSub, err := s.nc.ChanSubscribe(s.names.TaskTokens(req.GetId()), ch)
+	tokSub, err := s.nc.ChanSubscribe(s.names.TaskTokens(task.GetOrg(), req.GetId()), ch)
 	if err != nil {
 		return fmt.Errorf("subscribe to tokens of task %s: %w", req.GetId(), err)
 	}
@@ -95,7 +94,7 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 			return status.Errorf(codes.Unavailable, "agentmesh router is shutting down; reconnect with after_seq=%d", w.last)
 		case msg := <-ch:
 			ev := new(agentmeshv1.TaskEvent)
-			if err := proto.Unmarshal(msg.Data, ev); err != nil {
+			if err := bus.DecodeEvent(msg.Data, ev); err != nil {
 				s.log.Warn("malformed task event set aside", "subject", msg.Subject, "err", err)
 				continue
 			}

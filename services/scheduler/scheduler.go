@@ -31,7 +31,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -95,7 +94,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+	// The state service owns the streams; the scheduler owns its consumer.
+	if err := bus.WaitStream(ctx, js, names.EventsStream()); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{
@@ -153,7 +156,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	var ev agentmeshv1.TaskEvent
-	if err := proto.Unmarshal(m.Data(), &ev); err != nil || ev.TaskId == "" {
+	if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.TaskId == "" {
 		s.log.Warn("malformed event set aside", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return
@@ -179,7 +182,7 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 // republished work item.
 func (s *Service) dispatchAs(ctx context.Context, taskID, republish string) error {
 	var tr busv1.TransitionResponse
-	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateDispatch), &busv1.TransitionRequest{
 		TaskId: taskID, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
 	}, &tr)
 	switch {
@@ -297,7 +300,7 @@ func (s *Service) expireApprovals(ctx context.Context) (int, error) {
 			if p == nil || p.Deadline == nil || p.Deadline.AsTime().After(now) {
 				continue
 			}
-			err := bus.Request(ctx, s.nc, s.names.State(subjects.StateTransition), &busv1.TransitionRequest{
+			err := bus.Request(ctx, s.nc, s.names.State(subjects.StateExpire), &busv1.TransitionRequest{
 				TaskId: t.Id, From: taskstate.Blocked, To: taskstate.Failed,
 				Reason: fmt.Sprintf("approval %s for tool %s expired: nobody decided by %s",
 					p.Id, p.Tool, p.Deadline.AsTime().UTC().Format(time.RFC3339)),

@@ -32,24 +32,29 @@ func setup(t *testing.T, cfg Config) (*Service, *nats.Conn, jetstream.JetStream)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
+	nc := natstest.Connect(t, srv) // the test driver
+	stateNC := natstest.ConnectAs(t, srv, subjects.ServiceState)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := kvstore.Open(ctx, js, subjects.Must(""), kvstore.Options{})
+	stateJS, err := jetstream.New(stateNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kvstore.Open(ctx, stateJS, subjects.Must(""), kvstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := state.New(ctx, state.Config{}, state.Deps{NC: nc, Store: st, Log: quiet})
+	svc, err := state.New(ctx, state.Config{}, state.Deps{NC: stateNC, Store: st, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	s, err := New(ctx, cfg, Deps{NC: nc, Log: quiet})
+	s, err := New(ctx, cfg, Deps{NC: natstest.ConnectAs(t, srv, subjects.ServiceScheduler), Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +165,8 @@ func TestReconcileRepublishesLostWork(t *testing.T) {
 func TestDispatchIgnoresFinishedTask(t *testing.T) {
 	s, nc, js := setup(t, Config{})
 	task := createTask(t, nc)
-	err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateTransition),
-		&busv1.TransitionRequest{TaskId: task.Id, To: taskstate.Cancelled, Reason: "test"}, &busv1.TransitionResponse{})
+	err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateCancel),
+		&busv1.TransitionRequest{TaskId: task.Id, Org: "o", To: taskstate.Cancelled, Reason: "test"}, &busv1.TransitionResponse{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,20 +205,20 @@ func TestRunDispatchesFromEvents(t *testing.T) {
 func TestReconcileExpiresApprovals(t *testing.T) {
 	s, nc, _ := setup(t, Config{QueuedGrace: time.Hour, AssignedGrace: time.Hour})
 	names := subjects.Must("")
-	move := func(id string, req *busv1.TransitionRequest) *agentmeshv1.Task {
+	move := func(id, op string, req *busv1.TransitionRequest) *agentmeshv1.Task {
 		t.Helper()
 		req.TaskId = id
 		var resp busv1.TransitionResponse
-		if err := bus.Request(context.Background(), nc, names.State(subjects.StateTransition), req, &resp); err != nil {
+		if err := bus.Request(context.Background(), nc, names.State(op), req, &resp); err != nil {
 			t.Fatalf("transition to %s: %v", taskstate.Name(req.To), err)
 		}
 		return resp.Task
 	}
 	block := func(deadline time.Time) *agentmeshv1.Task {
 		task := createTask(t, nc)
-		move(task.Id, &busv1.TransitionRequest{To: taskstate.Assigned, NextAttempt: true})
-		move(task.Id, &busv1.TransitionRequest{To: taskstate.Running})
-		return move(task.Id, &busv1.TransitionRequest{To: taskstate.Blocked, Approval: &agentmeshv1.Approval{
+		move(task.Id, subjects.StateDispatch, &busv1.TransitionRequest{From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true})
+		move(task.Id, subjects.StateStart, &busv1.TransitionRequest{From: taskstate.Assigned, To: taskstate.Running, Attempt: 1})
+		return move(task.Id, subjects.StateBlock, &busv1.TransitionRequest{From: taskstate.Running, To: taskstate.Blocked, Attempt: 1, Approval: &agentmeshv1.Approval{
 			Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING, Tool: "shell", ToolCallId: "c1",
 			Deadline: timestamppb.New(deadline),
 		}})

@@ -3,8 +3,9 @@
 // store or Postgres, and the scripted model when no real model is
 // configured. `agentmesh dev` and the end-to-end tests use it.
 //
-// Each service gets its own NATS connection and talks to the others only
-// over the bus. Services start in order — state, registry, scheduler,
+// Each service gets its own NATS connection, as its own bus identity
+// (package busauth: permissions from subjects.Permissions), and talks to
+// the others only over the bus. Services start in order — state, registry, scheduler,
 // executor, router — and stop in reverse.
 package stack
 
@@ -18,6 +19,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/embednats"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
@@ -41,6 +43,10 @@ type Config struct {
 	DataDir string
 	// NATSURL of an existing server; empty starts an embedded one.
 	NATSURL string
+	// Auth holds the bus identities: the embedded server trusts them and
+	// each service connects as its own. Required with NATSURL; nil with the
+	// embedded server creates a fresh in-memory bundle.
+	Auth *busauth.Bundle
 	// NATSHost/NATSPort of the embedded server's loopback client listener,
 	// so outside NATS clients can look in (Port -1: a random free port).
 	NATSHost string
@@ -102,9 +108,16 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		var nc *nats.Conn
 		var err error
 		if s.nats != nil {
-			nc, err = s.nats.Connect("agentmesh-" + name)
+			nc, err = s.nats.ConnectAs(name)
 		} else {
-			nc, err = nats.Connect(cfg.NATSURL, nats.Name("agentmesh-"+name), nats.MaxReconnects(-1))
+			var creds []byte
+			var opts []nats.Option
+			if creds, err = cfg.Auth.Creds(name); err == nil {
+				opts, err = busauth.ClientOptions(creds, name, cfg.Log)
+			}
+			if err == nil {
+				nc, err = nats.Connect(cfg.NATSURL, append(opts, nats.Name("agentmesh-"+name), nats.MaxReconnects(-1))...)
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("connect %s to nats: %w", name, err)
@@ -117,11 +130,18 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if cfg.DataDir == "" {
 			return nil, errors.New("stack: DataDir is required with the embedded NATS server")
 		}
-		s.nats, err = embednats.Start(embednats.Config{StoreDir: cfg.DataDir, Host: cfg.NATSHost, Port: cfg.NATSPort})
+		s.nats, err = embednats.Start(embednats.Config{
+			StoreDir: cfg.DataDir, Host: cfg.NATSHost, Port: cfg.NATSPort,
+			Auth: cfg.Auth, Prefix: cfg.Prefix, Log: cfg.Log,
+		})
 		if err != nil {
 			return nil, err
 		}
+		s.cfg.Auth = s.nats.Auth()
+	} else if cfg.Auth == nil {
+		return nil, errors.New("stack: Auth (the bus identities) is required with NATSURL")
 	}
+	cfg.Auth = s.cfg.Auth
 
 	// state
 	nc, err := connect("state")
@@ -140,7 +160,7 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: open store: %w", err)
 	}
-	st, err := state.New(ctx, state.Config{Prefix: cfg.Prefix, Streams: cfg.Streams}, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
+	st, err := state.New(ctx, state.Config{Prefix: cfg.Prefix, Streams: cfg.Streams, Taps: cfg.Auth.TapSigner()}, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +270,9 @@ func (s *Stack) NATSURL() string {
 	}
 	return s.nats.URL()
 }
+
+// Auth returns the bus identities the stack runs with.
+func (s *Stack) Auth() *busauth.Bundle { return s.cfg.Auth }
 
 // ModelURL is the base URL the executor uses for models.
 func (s *Stack) ModelURL() string { return s.modelURL }

@@ -6,14 +6,23 @@
 // It serves, as the nats.go micro service "agentmesh-state" in queue group
 // "state", protobuf requests (agentmesh.bus.v1) on <p>.state.<op>:
 //
-//	task.create task.get task.list task.transition task.step task.history
-//	task.usage
+//	task.create task.get task.list task.step task.history task.usage
+//	task.dispatch task.expire                      (scheduler's intents)
+//	task.start task.complete task.fail task.block task.requeue
+//	                                               (executor's, fenced)
+//	task.cancel task.decide                        (router's, org-scoped)
+//	taps.create                                    (router: mint a tap)
 //	agent.put agent.get agent.list agent.delete
 //
-// and publishes, through JetStream and only after the commit:
+// There is no generic transition: each intent may make only the status
+// changes of its table (intents.go), and the bus lets only one service
+// identity publish it.
 //
-//	<p>.evt.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
-//	<p>.evt.agent.<name>      agentmesh.bus.v1.AgentEvent
+// It publishes, through JetStream and only after the commit, the public
+// events as JSON (protojson; the type in the Am-Type header):
+//
+//	<p>.evt.<org>.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
+//	<p>.evt.<org>.agent.<name>      agentmesh.bus.v1.AgentEvent
 //
 // It replies after the publish acks, but a failed publish does not fail a
 // request: the record is the truth, and at start-up the latest event of
@@ -32,6 +41,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/state/store"
@@ -63,6 +73,9 @@ type Config struct {
 	// Concurrency bounds the requests served at once; 0 means
 	// DefaultConcurrency.
 	Concurrency int
+	// Taps mints tap credentials (taps.create); nil answers taps.create
+	// with unimplemented.
+	Taps *busauth.TapSigner
 }
 
 // Deps are the service's required dependencies.
@@ -81,6 +94,7 @@ type Service struct {
 	log   *slog.Logger
 	sem   chan struct{}
 	svc   micro.Service
+	taps  *busauth.TapSigner
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -115,6 +129,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		names: names, nc: deps.NC, js: js, store: deps.Store,
 		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
+		taps: cfg.Taps,
 	}
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
@@ -133,6 +148,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	// The server has the subscriptions once the flush returns: a request
+	// from another connection right after New is answered.
+	if err := deps.NC.FlushTimeout(10 * time.Second); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("state: flush subscriptions: %w", err)
+	}
 	return s, nil
 }
 
@@ -144,7 +165,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateCreateTask, bus.Handler(s.log, func() *busv1.CreateTaskRequest { return &busv1.CreateTaskRequest{} }, s.createTask)},
 		{subjects.StateGetTask, bus.Handler(s.log, func() *busv1.GetTaskRequest { return &busv1.GetTaskRequest{} }, s.getTask)},
 		{subjects.StateListTasks, bus.Handler(s.log, func() *busv1.ListTasksRequest { return &busv1.ListTasksRequest{} }, s.listTasks)},
-		{subjects.StateTransition, bus.Handler(s.log, func() *busv1.TransitionRequest { return &busv1.TransitionRequest{} }, s.transition)},
+		{subjects.StateCreateTap, bus.Handler(s.log, func() *busv1.CreateTapRequest { return &busv1.CreateTapRequest{} }, s.createTap)},
 		{subjects.StateAppendStep, bus.Handler(s.log, func() *busv1.AppendStepRequest { return &busv1.AppendStepRequest{} }, s.appendStep)},
 		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
 		{subjects.StateUsage, bus.Handler(s.log, func() *busv1.UsageRequest { return &busv1.UsageRequest{} }, s.usage)},
@@ -152,6 +173,12 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
 		{subjects.StateDeleteAgent, bus.Handler(s.log, func() *busv1.DeleteAgentRequest { return &busv1.DeleteAgentRequest{} }, s.deleteAgent)},
+	}
+	for _, in := range intents {
+		eps = append(eps, struct {
+			op string
+			h  micro.Handler
+		}{in.op, bus.Handler(s.log, func() *busv1.TransitionRequest { return &busv1.TransitionRequest{} }, s.intentHandler(in))})
 	}
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
@@ -202,7 +229,7 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.TaskEvent) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	for _, ev := range events {
-		msg, err := bus.NewMsg(ctx, s.names.TaskEvent(ev.TaskId, eventToken(ev)), ev)
+		msg, err := bus.NewEventMsg(ctx, s.names.TaskEvent(ev.Org, ev.TaskId, eventToken(ev)), ev)
 		if err != nil {
 			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
 			continue
@@ -232,7 +259,7 @@ func (s *Service) await(ctx context.Context, futures []jetstream.PubAckFuture) {
 }
 
 func (s *Service) publishAgent(ctx context.Context, ev *busv1.AgentEvent) {
-	msg, err := bus.NewMsg(ctx, s.names.AgentEvent(ev.GetAgent().GetName()), ev)
+	msg, err := bus.NewEventMsg(ctx, s.names.AgentEvent(agentOrg(ev.GetAgent()), ev.GetAgent().GetName()), ev)
 	if err != nil {
 		s.log.Error("agent event not published", "agent", ev.GetAgent().GetName(), "err", err)
 		return
@@ -367,6 +394,7 @@ func (s *Service) listTasks(ctx context.Context, req *busv1.ListTasksRequest) (*
 	return &busv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}, nil
 }
 
+// transition applies a request an intent has checked.
 func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) (*busv1.TransitionResponse, error) {
 	switch {
 	case req.TaskId == "":

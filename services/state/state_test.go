@@ -14,6 +14,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
@@ -36,16 +37,23 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // running is a state service serving in the background.
 type running struct {
+	// nc is the test driver's connection (it may say anything), not the
+	// service's own.
 	nc    *nats.Conn
 	store store.Store
 	stop  func() // cancels Run and waits for it
 }
 
-// startService runs a state service over nc with st, stopped at cleanup.
-func startService(t *testing.T, nc *nats.Conn, st store.Store) *running {
+// startService runs a state service over svcNC (the state identity's
+// connection) with st, stopped at cleanup; driver is the test's own.
+func startService(t *testing.T, svcNC, driver *nats.Conn, st store.Store, taps ...*busauth.TapSigner) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := state.New(ctx, state.Config{Concurrency: 16}, state.Deps{NC: nc, Store: st, Log: quietLog()})
+	cfg := state.Config{Concurrency: 16}
+	if len(taps) > 0 {
+		cfg.Taps = taps[0]
+	}
+	svc, err := state.New(ctx, cfg, state.Deps{NC: svcNC, Store: st, Log: quietLog()})
 	if err != nil {
 		cancel()
 		t.Fatalf("state.New: %v", err)
@@ -62,7 +70,7 @@ func startService(t *testing.T, nc *nats.Conn, st store.Store) *running {
 		})
 	}
 	t.Cleanup(stop)
-	return &running{nc: nc, store: st, stop: stop}
+	return &running{nc: driver, store: st, stop: stop}
 }
 
 func openKV(t *testing.T, nc *nats.Conn) *kvstore.Store {
@@ -82,8 +90,8 @@ func openKV(t *testing.T, nc *nats.Conn) *kvstore.Store {
 func startKV(t *testing.T) *running {
 	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	return startService(t, nc, openKV(t, nc))
+	nc := natstest.ConnectAs(t, srv, subjects.ServiceState)
+	return startService(t, nc, natstest.Connect(t, srv), openKV(t, nc))
 }
 
 func call[Resp proto.Message](t *testing.T, nc *nats.Conn, op string, req proto.Message, resp Resp) (Resp, error) {
@@ -151,29 +159,32 @@ func runTask(t *testing.T, nc *nats.Conn, org string) *agentmeshv1.Task {
 	t.Helper()
 	created := mustCall(t, nc, subjects.StateCreateTask, newTask(org), &busv1.CreateTaskResponse{})
 	id := created.Task.Id
-	mustCall(t, nc, subjects.StateTransition, &busv1.TransitionRequest{TaskId: id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true}, &busv1.TransitionResponse{})
-	mustCall(t, nc, subjects.StateTransition, &busv1.TransitionRequest{TaskId: id, To: taskstate.Running, Attempt: 1, Node: "n1"}, &busv1.TransitionResponse{})
+	mustCall(t, nc, subjects.StateDispatch, &busv1.TransitionRequest{TaskId: id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true}, &busv1.TransitionResponse{})
+	mustCall(t, nc, subjects.StateStart, &busv1.TransitionRequest{TaskId: id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "n1"}, &busv1.TransitionResponse{})
 	mustCall(t, nc, subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: id, Attempt: 1, Step: &agentmeshv1.Step{Content: "hi", Usage: &agentmeshv1.Usage{TotalTokens: 3}}}, &busv1.AppendStepResponse{})
-	done := mustCall(t, nc, subjects.StateTransition, &busv1.TransitionRequest{TaskId: id, To: taskstate.Completed, Attempt: 1, Result: "done"}, &busv1.TransitionResponse{})
+	done := mustCall(t, nc, subjects.StateComplete, &busv1.TransitionRequest{TaskId: id, From: taskstate.Running, To: taskstate.Completed, Attempt: 1, Result: "done"}, &busv1.TransitionResponse{})
 	return done.Task
 }
 
 // checkEvents asserts that msgs are the task's events 1..n in order, on
 // the right subjects, with type header and Msg-Id.
-func checkEvents(t *testing.T, msgs []*nats.Msg, id string, tokens []string) {
+func checkEvents(t *testing.T, msgs []*nats.Msg, org, id string, tokens []string) {
 	t.Helper()
 	if len(msgs) != len(tokens) {
 		t.Fatalf("events: got %d, want %d", len(msgs), len(tokens))
 	}
 	for i, m := range msgs {
 		ev := &agentmeshv1.TaskEvent{}
-		if err := proto.Unmarshal(m.Data, ev); err != nil {
+		if err := bus.DecodeEvent(m.Data, ev); err != nil {
 			t.Fatalf("event %d: %v", i, err)
+		}
+		if got := m.Header.Get(bus.HeaderContentType); got != bus.ContentTypeJSON {
+			t.Errorf("event %d %s: got %q, want %q", i, bus.HeaderContentType, got, bus.ContentTypeJSON)
 		}
 		if ev.Seq != int64(i+1) || ev.TaskId != id {
 			t.Errorf("event %d: got task %s seq %d, want %s %d", i, ev.TaskId, ev.Seq, id, i+1)
 		}
-		if want := names.TaskEvent(id, tokens[i]); m.Subject != want {
+		if want := names.TaskEvent(org, id, tokens[i]); m.Subject != want {
 			t.Errorf("event %d subject: got %s, want %s", i, m.Subject, want)
 		}
 		if got, want := m.Header.Get(jetstream.MsgIDHeader), fmt.Sprintf("%s:%d", id, i+1); got != want {
@@ -194,7 +205,7 @@ func TestEventsInOrder(t *testing.T) {
 	if task.Status != taskstate.Completed || task.StepCount != 1 || task.Result != "done" {
 		t.Errorf("task: got %v, want completed with 1 step and a result", task)
 	}
-	checkEvents(t, c.wait(t, len(lifecycle)), task.Id, lifecycle)
+	checkEvents(t, c.wait(t, len(lifecycle)), "org", task.Id, lifecycle)
 
 	// The events are in the event stream too, once each.
 	js, _ := jetstream.New(r.nc)
@@ -203,7 +214,7 @@ func TestEventsInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("events stream: %v", err)
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(names.TaskEvents(task.Id)))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(names.TaskEvents("org", task.Id)))
 	if err != nil {
 		t.Fatalf("stream info: %v", err)
 	}
@@ -239,10 +250,24 @@ func TestErrorCodes(t *testing.T) {
 		{"get unknown", subjects.StateGetTask, &busv1.GetTaskRequest{Id: "01J00000000000000000000000"}, &busv1.GetTaskResponse{}, bus.ErrNotFound, ""},
 		{"get of another org", subjects.StateGetTask, &busv1.GetTaskRequest{Id: task.Id, Org: "org-b"}, &busv1.GetTaskResponse{}, bus.ErrNotFound, ""},
 		{"history of another org", subjects.StateHistory, &busv1.HistoryRequest{TaskId: task.Id, Org: "org-b"}, &busv1.HistoryResponse{}, bus.ErrNotFound, ""},
-		{"transition of another org", subjects.StateTransition, &busv1.TransitionRequest{TaskId: task.Id, To: taskstate.Cancelled, Org: "org-b"}, &busv1.TransitionResponse{}, bus.ErrNotFound, ""},
-		{"transition without a target", subjects.StateTransition, &busv1.TransitionRequest{TaskId: task.Id}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "to"},
-		{"forbidden transition", subjects.StateTransition, &busv1.TransitionRequest{TaskId: task.Id, To: taskstate.Completed}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
-		{"stale attempt", subjects.StateTransition, &busv1.TransitionRequest{TaskId: task.Id, To: taskstate.Assigned, Attempt: 3}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
+		{"cancel of another org", subjects.StateCancel, &busv1.TransitionRequest{TaskId: task.Id, Org: "org-b"}, &busv1.TransitionResponse{}, bus.ErrNotFound, ""},
+		{"cancel without an org", subjects.StateCancel, &busv1.TransitionRequest{TaskId: task.Id}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "org"},
+		{"intent without a task", subjects.StateDispatch, &busv1.TransitionRequest{From: taskstate.Queued}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "task_id"},
+		{"dispatch to another status", subjects.StateDispatch, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Queued, To: taskstate.Completed}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "to"},
+		{"dispatch from another status", subjects.StateDispatch, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Blocked}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "from"},
+		{"complete a queued task", subjects.StateComplete, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
+		{"start without the attempt", subjects.StateStart, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Assigned}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "attempt"},
+		{"requeue from queued", subjects.StateRequeue, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Queued, Attempt: 1}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "from"},
+		{"fail with a result", subjects.StateFail, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1, Result: "x"}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "result"},
+		{"block without an approval", subjects.StateBlock, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "approval"},
+		{"block with a decided approval", subjects.StateBlock, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1,
+			Approval: &agentmeshv1.Approval{Id: "a", Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "approval.status"},
+		{"decide with an expiry", subjects.StateDecide, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Blocked, Org: "org-a",
+			Approval: &agentmeshv1.Approval{Id: "a", Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_EXPIRED}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "approval.status"},
+		{"expire approving", subjects.StateExpire, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Blocked,
+			Approval: &agentmeshv1.Approval{Id: "a", Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "approval.status"},
+		{"dispatch a new attempt by start", subjects.StateStart, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Assigned, Attempt: 1, NextAttempt: true}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "next_attempt"},
+		{"stale attempt", subjects.StateStart, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Assigned, Attempt: 3}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
 		{"step without attempt", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Step: &agentmeshv1.Step{}}, &busv1.AppendStepResponse{}, bus.ErrInvalidArgument, "attempt"},
 		{"step of a queued task", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Attempt: 1, Step: &agentmeshv1.Step{}}, &busv1.AppendStepResponse{}, bus.ErrFailedPrecondition, ""},
 		{"history with negative cursor", subjects.StateHistory, &busv1.HistoryRequest{TaskId: task.Id, AfterSeq: -1}, &busv1.HistoryResponse{}, bus.ErrInvalidArgument, "after_seq"},
@@ -275,7 +300,7 @@ func TestErrorCodes(t *testing.T) {
 
 func TestMalformedPayload(t *testing.T) {
 	r := startKV(t)
-	for _, op := range []string{subjects.StateCreateTask, subjects.StateTransition, subjects.StatePutAgent} {
+	for _, op := range []string{subjects.StateCreateTask, subjects.StateDispatch, subjects.StatePutAgent} {
 		t.Run(op, func(t *testing.T) {
 			reply, err := r.nc.Request(names.State(op), []byte{0xff, 0xff, 0xff}, 5*time.Second)
 			if err != nil {
@@ -353,11 +378,11 @@ func TestAgentEvents(t *testing.T) {
 	msgs := c.wait(t, 2)
 	for i, wantDeleted := range []bool{false, true} {
 		ev := &busv1.AgentEvent{}
-		if err := proto.Unmarshal(msgs[i].Data, ev); err != nil {
+		if err := bus.DecodeEvent(msgs[i].Data, ev); err != nil {
 			t.Fatalf("agent event: %v", err)
 		}
-		if msgs[i].Subject != names.AgentEvent("writer") || ev.Deleted != wantDeleted || ev.GetAgent().GetName() != "writer" {
-			t.Errorf("agent event %d: got %s %v, want %s deleted=%v", i, msgs[i].Subject, ev, names.AgentEvent("writer"), wantDeleted)
+		if want := names.AgentEvent(subjects.SharedOrg, "writer"); msgs[i].Subject != want || ev.Deleted != wantDeleted || ev.GetAgent().GetName() != "writer" {
+			t.Errorf("agent event %d: got %s %v, want %s deleted=%v", i, msgs[i].Subject, ev, want, wantDeleted)
 		}
 	}
 }
@@ -368,22 +393,25 @@ func TestAgentEvents(t *testing.T) {
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
 	srv := natstest.Start(t, dir)
+	svcNC := natstest.ConnectAs(t, srv, subjects.ServiceState)
 	nc := natstest.Connect(t, srv)
-	st := openKV(t, nc)
-	r := startService(t, nc, st)
+	st := openKV(t, svcNC)
+	r := startService(t, svcNC, nc, st)
 	done := runTask(t, nc, "org")
 	open := mustCall(t, nc, subjects.StateCreateTask, newTask("org"), &busv1.CreateTaskResponse{}).Task
-	mustCall(t, nc, subjects.StateTransition, &busv1.TransitionRequest{TaskId: open.Id, To: taskstate.Assigned, NextAttempt: true}, &busv1.TransitionResponse{})
+	mustCall(t, nc, subjects.StateDispatch, &busv1.TransitionRequest{TaskId: open.Id, From: taskstate.Queued, NextAttempt: true}, &busv1.TransitionResponse{})
 
 	r.stop()
 	st.Close()
 	nc.Close()
+	svcNC.Close()
 	srv.Stop()
 
 	srv2 := natstest.Start(t, dir)
+	svcNC2 := natstest.ConnectAs(t, srv2, subjects.ServiceState)
 	nc2 := natstest.Connect(t, srv2)
 	c := collect(t, nc2, names.TaskEventsOfType(">"))
-	startService(t, nc2, openKV(t, nc2))
+	startService(t, svcNC2, nc2, openKV(t, svcNC2))
 
 	got := mustCall(t, nc2, subjects.StateGetTask, &busv1.GetTaskRequest{Id: done.Id}, &busv1.GetTaskResponse{})
 	if !proto.Equal(got.Task, done) {
@@ -397,14 +425,14 @@ func TestRestart(t *testing.T) {
 	// and nothing of the completed one.
 	msgs := c.wait(t, 1)
 	ev := &agentmeshv1.TaskEvent{}
-	if err := proto.Unmarshal(msgs[0].Data, ev); err != nil {
+	if err := bus.DecodeEvent(msgs[0].Data, ev); err != nil {
 		t.Fatalf("republished event: %v", err)
 	}
-	if msgs[0].Subject != names.TaskEvent(open.Id, "assigned") || ev.Seq != 3 || msgs[0].Header.Get(jetstream.MsgIDHeader) != open.Id+":3" {
-		t.Errorf("republished: got %s seq %d, want %s seq 3", msgs[0].Subject, ev.Seq, names.TaskEvent(open.Id, "assigned"))
+	if msgs[0].Subject != names.TaskEvent("org", open.Id, "assigned") || ev.Seq != 3 || msgs[0].Header.Get(jetstream.MsgIDHeader) != open.Id+":3" {
+		t.Errorf("republished: got %s seq %d, want %s seq 3", msgs[0].Subject, ev.Seq, names.TaskEvent("org", open.Id, "assigned"))
 	}
 	// New work goes on from there.
-	mv := mustCall(t, nc2, subjects.StateTransition, &busv1.TransitionRequest{TaskId: open.Id, To: taskstate.Running, Attempt: 1}, &busv1.TransitionResponse{})
+	mv := mustCall(t, nc2, subjects.StateStart, &busv1.TransitionRequest{TaskId: open.Id, From: taskstate.Assigned, Attempt: 1}, &busv1.TransitionResponse{})
 	if mv.Event.Seq != 4 {
 		t.Errorf("seq after restart: got %d, want 4", mv.Event.Seq)
 	}
@@ -416,11 +444,11 @@ func TestPostgresStore(t *testing.T) {
 		t.Fatalf("pgstore.Open: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	nc := natstest.Connect(t, natstest.Start(t))
-	r := startService(t, nc, st)
+	srv := natstest.Start(t)
+	r := startService(t, natstest.ConnectAs(t, srv, subjects.ServiceState), natstest.Connect(t, srv), st)
 	c := collect(t, r.nc, names.TaskEventsOfType(">"))
 	task := runTask(t, r.nc, "org")
-	checkEvents(t, c.wait(t, len(lifecycle)), task.Id, lifecycle)
+	checkEvents(t, c.wait(t, len(lifecycle)), "org", task.Id, lifecycle)
 	_, err = call(t, r.nc, subjects.StateGetTask, &busv1.GetTaskRequest{Id: task.Id, Org: "other"}, &busv1.GetTaskResponse{})
 	if !errors.Is(err, bus.ErrNotFound) {
 		t.Errorf("get of another org: got %v, want not_found", err)
@@ -429,7 +457,7 @@ func TestPostgresStore(t *testing.T) {
 
 func TestNewRejectsMissingDeps(t *testing.T) {
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
+	nc := natstest.ConnectAs(t, srv, subjects.ServiceState)
 	st := openKV(t, nc)
 	tests := []struct {
 		name string

@@ -33,8 +33,8 @@ func TestStateChecksTheOrg(t *testing.T) {
 	}{
 		{"get", subjects.StateGetTask, &busv1.GetTaskRequest{Id: done.Id, Org: "globex"}, &busv1.GetTaskResponse{}, bus.ErrNotFound},
 		{"history", subjects.StateHistory, &busv1.HistoryRequest{TaskId: done.Id, Org: "globex"}, &busv1.HistoryResponse{}, bus.ErrNotFound},
-		{"cancel", subjects.StateTransition, &busv1.TransitionRequest{TaskId: open.Id, Org: "globex", To: taskstate.Cancelled}, &busv1.TransitionResponse{}, bus.ErrNotFound},
-		{"decide", subjects.StateTransition, &busv1.TransitionRequest{TaskId: open.Id, Org: "globex", From: taskstate.Blocked, To: taskstate.Queued,
+		{"cancel", subjects.StateCancel, &busv1.TransitionRequest{TaskId: open.Id, Org: "globex", To: taskstate.Cancelled}, &busv1.TransitionResponse{}, bus.ErrNotFound},
+		{"decide", subjects.StateDecide, &busv1.TransitionRequest{TaskId: open.Id, Org: "globex", From: taskstate.Blocked, To: taskstate.Queued,
 			Approval: &agentmeshv1.Approval{Id: open.Id + "-a3", Status: agentmeshv1.ApprovalStatus_APPROVAL_STATUS_APPROVED}}, &busv1.TransitionResponse{}, bus.ErrNotFound},
 		{"get agent", subjects.StateGetAgent, &busv1.GetAgentRequest{Name: "writer", Org: "globex"}, &busv1.GetAgentResponse{}, bus.ErrNotFound},
 		{"update agent", subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Org: "globex", Name: "writer"}}, &busv1.PutAgentResponse{}, bus.ErrNotFound},

@@ -102,6 +102,7 @@ func commands() []command {
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
+		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},
 		{"help", "show help for amctl or a command", nil},
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,6 +123,10 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		heads:      map[string]head{},
 	}
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
+		if !slices.Contains(subjects.StoreBuckets, name) {
+			// Only declared buckets are in the state identity's permissions.
+			return nil, fmt.Errorf("kvstore: bucket %q is not declared in subjects.StoreBuckets", name)
+		}
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: names.StoreBucket(name), Description: desc, History: 1,
 			Storage: storage, Replicas: opts.Replicas,

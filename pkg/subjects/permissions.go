@@ -1,0 +1,183 @@
+package subjects
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+)
+
+// The bus identities. Each service connects as its own NATS user whose
+// permissions are exactly Permissions(service): the map below, beside the
+// subject map, is the one place that says who may say and hear what.
+const (
+	ServiceState     = "state"
+	ServiceRegistry  = "registry"
+	ServiceScheduler = "scheduler"
+	ServiceExecutor  = "executor"
+	ServiceRouter    = "router"
+)
+
+// Services lists the service identities in start order.
+var Services = []string{ServiceState, ServiceRegistry, ServiceScheduler, ServiceExecutor, ServiceRouter}
+
+// StoreBuckets are the KV buckets of the embedded store (kvstore opens only
+// these; StoreBucket names them). Only the state identity may touch them.
+var StoreBuckets = []string{"tasks", "agents", "idempotency"}
+
+// Permission is what one NATS identity may publish and subscribe to.
+type Permission struct {
+	// Pub and Sub are the allowed subjects (NATS wildcards); nothing else is.
+	Pub, Sub []string
+	// Responses lets a request-serving identity publish one reply to the
+	// reply subject of each request it received (NATS allow_responses).
+	Responses bool
+}
+
+// InboxPrefix is the reply inbox prefix of a service's connection
+// (nats.CustomInboxPrefix): each identity may subscribe only to its own,
+// so no service reads the replies another one asked for.
+func InboxPrefix(service string) string { return "_INBOX_" + service }
+
+// jsAPI is the JetStream API subject prefix.
+const jsAPI = "$JS.API."
+
+// Permissions returns the publish/subscribe permissions of a service
+// identity (ServiceState, ...). They are derived from the subject and
+// stream names above; a change there changes them.
+func (n Names) Permissions(service string) (Permission, error) {
+	state := func(ops ...string) []string {
+		out := make([]string, len(ops))
+		for i, op := range ops {
+			out[i] = n.State(op)
+		}
+		return out
+	}
+	inbox := InboxPrefix(service) + ".>"
+	var p Permission
+	switch service {
+	case ServiceState:
+		// The system of record: it owns every stream of the bus (creates
+		// and updates them) and the embedded store's buckets and history
+		// stream, serves <p>.state.> and publishes the public events.
+		p.Responses = true
+		p.Sub = []string{n.StateAll(), "$SRV.>", inbox}
+		p.Pub = []string{n.Events(), n.StoreHistoryAll(), jsAPI + "INFO"}
+		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream()}
+		for _, b := range StoreBuckets {
+			streams = append(streams, "KV_"+n.StoreBucket(b))
+			p.Pub = append(p.Pub, "$KV."+n.StoreBucket(b)+".>")
+		}
+		for _, s := range streams {
+			p.Pub = append(p.Pub, streamAdmin(s)...)
+		}
+		// Only the KV streams and the history stream are read back by
+		// state (watchers, direct gets); the bus streams only created.
+		for _, s := range streams[3:] {
+			p.Pub = append(p.Pub, streamReader(s)...)
+		}
+	case ServiceRegistry:
+		p.Responses = true
+		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
+		p.Pub = state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent)
+	case ServiceScheduler:
+		// Consumes queued events through its own durable consumer (which
+		// it creates), publishes work, and moves tasks only by its intents.
+		p.Sub = []string{inbox}
+		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire),
+			n.WorkAll(),
+			jsAPI+"STREAM.INFO."+n.EventsStream(),
+			jsAPI+"STREAM.INFO."+n.WorkStream(),
+		)
+		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerScheduler)...)
+	case ServiceExecutor:
+		// Pulls work through the executors' durable consumer (which it
+		// creates), hears cancellations, publishes heartbeats and live
+		// tokens, and moves tasks only by its attempt-fenced intents.
+		p.Sub = []string{inbox, n.TaskEventsOfType(StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_CANCELLED))}
+		p.Pub = append(state(StateGetTask, StateHistory, StateAppendStep,
+			StateStart, StateComplete, StateFail, StateBlock, StateRequeue),
+			n.Heartbeats(), n.TokensAll(),
+			jsAPI+"STREAM.INFO."+n.WorkStream(),
+		)
+		p.Pub = append(p.Pub, durable(n.WorkStream(), ConsumerExecutors)...)
+	case ServiceRouter:
+		// The gRPC edge: requests to state and the registry on behalf of an
+		// authenticated org, and the event subjects WatchTask follows.
+		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
+		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory,
+			StateUsage, StateCancel, StateDecide, StateCreateTap),
+			n.RegistryAll())
+	default:
+		return Permission{}, fmt.Errorf("subjects: unknown service identity %q", service)
+	}
+	slices.Sort(p.Pub)
+	slices.Sort(p.Sub)
+	return p, nil
+}
+
+// TapPermissions are the permissions of a tap credential of org: subscribe
+// to the org's events and live tokens, publish nothing.
+func (n Names) TapPermissions(org string) Permission {
+	return Permission{Sub: []string{n.OrgEvents(org), n.OrgLive(org)}}
+}
+
+// TapTemplate is TapPermissions with the org as the NATS permission
+// template {{name()}}: a scoped signing key carries it, so every user it
+// signs (its name being the org) gets exactly its org's tap permissions,
+// whatever the signer asks for.
+func (n Names) TapTemplate() Permission {
+	const org = "{{name()}}"
+	return Permission{Sub: []string{n.prefix + ".evt." + org + ".>", n.prefix + ".live." + org + ".>"}}
+}
+
+// streamAdmin are the API subjects that create, update, inspect and
+// delete a stream.
+func streamAdmin(stream string) []string {
+	return []string{
+		jsAPI + "STREAM.CREATE." + stream,
+		jsAPI + "STREAM.UPDATE." + stream,
+		jsAPI + "STREAM.INFO." + stream,
+	}
+}
+
+// streamReader are the API subjects that read a stream: direct and
+// stored-message gets, ephemeral and ordered consumers, and their flow
+// control.
+func streamReader(stream string) []string {
+	return []string{
+		jsAPI + "DIRECT.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream + ".>",
+		jsAPI + "STREAM.MSG.GET." + stream,
+		jsAPI + "CONSUMER.CREATE." + stream,
+		jsAPI + "CONSUMER.CREATE." + stream + ".>",
+		jsAPI + "CONSUMER.DELETE." + stream + ".*",
+		jsAPI + "CONSUMER.INFO." + stream + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+	}
+}
+
+// durable are the API subjects to create (with a filter), inspect and pull
+// from one durable consumer, and to acknowledge its messages.
+func durable(stream, consumer string) []string {
+	return []string{
+		jsAPI + "CONSUMER.CREATE." + stream + "." + consumer,
+		jsAPI + "CONSUMER.CREATE." + stream + "." + consumer + ".>",
+		jsAPI + "CONSUMER.INFO." + stream + "." + consumer,
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		"$JS.ACK." + stream + "." + consumer + ".>",
+	}
+}
+
+// Describe renders p for logs and docs.
+func (p Permission) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pub %s; sub %s", strings.Join(p.Pub, " "), strings.Join(p.Sub, " "))
+	if p.Responses {
+		b.WriteString("; replies to requests it received")
+	}
+	return b.String()
+}
