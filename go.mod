@@ -20,6 +20,7 @@ require (
 )
 
 require (
+	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect

@@ -8,7 +8,8 @@
 //	<p>.registry.<op>              requests to the registry (queue "registry")
 //	<p>.evt.task.<id>.<type>       task events, published by state after commit
 //	                               (type: created, queued, assigned, running,
-//	                               blocked, completed, failed, cancelled, step;
+//	                               blocked, completed, failed, cancelled, step,
+//	                               dependency, updated;
 //	                               token: live streamed model output, core
 //	                               NATS, seq 0, not in the history)
 //	<p>.evt.agent.<name>           agent catalogue changes, published by state
@@ -68,7 +69,24 @@ const (
 	StateDeleteAgent = "agent.delete"
 	// StateUsage sums the usage of an org's tasks (bus.v1.UsageRequest).
 	StateUsage = "task.usage"
+	// Graphs, CRUD and metrics (bus.v1 graph.proto).
+	StateCreateTasks       = "task.create_graph"
+	StateResolveDependency = "task.resolve"
+	StateUpdateTask        = "task.update"
+	StateDeleteTask        = "task.delete"
+	StateMetrics           = "task.metrics"
 )
+
+// Event-type tokens of task events that are not status changes: a parent
+// of a blocked task finished (it still waits), and an UpdateTask.
+const (
+	EventDependency = "dependency"
+	EventUpdated    = "updated"
+)
+
+// ConsumerResolver is the scheduler's durable consumer of terminal task
+// events that releases (or fails) the tasks depending on them.
+const ConsumerResolver = "resolver"
 
 // Registry request operations. The agent operations carry the public API's
 // messages (agentmesh.v1.CreateAgentRequest, ...); match carries

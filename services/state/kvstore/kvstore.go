@@ -94,6 +94,9 @@ type Store struct {
 
 	stopWatch context.CancelFunc
 	watchers  sync.WaitGroup
+
+	memory   bool // the buckets' storage (graph.go creates one more)
+	replicas int
 }
 
 // head locates a task's last recorded event.
@@ -119,6 +122,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		taskIndex:  newIndex[*agentmeshv1.Task](),
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
+		memory:     opts.Memory, replicas: opts.Replicas,
 	}
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -172,6 +176,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		s.watchers.Wait()
 		return nil, err
 	}
+	if err := s.recoverGraphs(ctx); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -221,6 +230,7 @@ func watch(ctx, wctx context.Context, s *Store, kv jetstream.KeyValue, fn func(j
 
 func (s *Store) onTask(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
+		s.taskIndex.del(e.Key(), e.Revision()) // DeleteTask, retention
 		return
 	}
 	t := &agentmeshv1.Task{}
@@ -340,7 +350,14 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	if t == nil {
 		return nil, nil, false, bus.FieldError("task", "a task is required")
 	}
-	task, events := store.PlanCreate(t, s.now())
+	parents, err := store.LoadParents(ctx, s.GetTask, t, nil)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	task, events, err := store.PlanCreateDeps(t, "", parents, s.now())
+	if err != nil {
+		return nil, nil, false, err
+	}
 	var (
 		idemKey string
 		idemRev uint64
