@@ -54,6 +54,8 @@ func EnvVars() []Env {
 		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
 		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, /etc, /proc (e.g. where MCP servers are installed), comma-separated"},
+		{"AGENTMESH_METRICS_LISTEN", "", []string{"*"}, "serve Prometheus metrics on http://ADDR/metrics (e.g. 0.0.0.0:9464); empty = off"},
+		{"AGENTMESH_RETENTION", "720h", []string{"dev", "state"}, "finished tasks last changed longer ago are deleted with their history; 0 = keep for ever"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 	}
 }

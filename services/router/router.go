@@ -6,6 +6,9 @@
 //
 //	agentmesh.v1.TaskService   SubmitTask, GetTask, ListTasks, CancelTask,
 //	                           WatchTask (server stream), GetTaskHistory
+//	agentmesh.v1.TaskGraphService  SubmitTasks, UpdateTask, DeleteTask,
+//	                           CancelTasks (graph.go)
+//	agentmesh.v1.MetricsService    GetMetrics (graph.go)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
@@ -200,6 +203,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
 	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
+	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})
+	agentmeshv1.RegisterMetricsServiceServer(s.srv, &metricsServer{s: s})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)

@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/state/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxAncestors bounds the walk that looks for a cycle an UpdateTask of
@@ -34,9 +35,16 @@ func checkNewTask(t *agentmeshv1.Task, field string) error {
 
 // createTasks records a graph atomically.
 func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest) (*busv1.CreateTasksResponse, error) {
+	specs := make(map[string]*agentmeshv1.Agent, len(req.Agents))
+	for _, a := range req.Agents {
+		specs[a.GetName()] = a
+	}
 	for i, t := range req.Tasks {
 		if err := checkNewTask(t, fmt.Sprintf("tasks[%d]", i)); err != nil {
 			return nil, err
+		}
+		if t.AgentSpec == nil {
+			t.AgentSpec = specs[t.Agent]
 		}
 	}
 	tasks, events, err := s.store.CreateTasks(ctx, req.Tasks, req.Refs)
@@ -52,7 +60,9 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 	}
 	s.publishEvents(ctx, all...)
 	for i, t := range tasks {
-		tasks[i] = s.recheckParents(ctx, t)
+		c := proto.Clone(s.recheckParents(ctx, t)).(*agentmeshv1.Task)
+		c.AgentSpec = nil
+		tasks[i] = c
 	}
 	return &busv1.CreateTasksResponse{Tasks: tasks}, nil
 }
@@ -171,8 +181,24 @@ func (s *Service) checkNoCycle(ctx context.Context, t *agentmeshv1.Task, parents
 	return nil
 }
 
+// waiters refuses to delete a task that blocked tasks still wait on (the
+// resolver has not passed its outcome on yet).
+func (s *Service) waiters(ctx context.Context, id string) error {
+	ws, _, err := s.store.ListTasks(ctx, store.TaskQuery{WaitingOn: id, PageSize: 1})
+	if err != nil {
+		return err
+	}
+	if len(ws) > 0 {
+		return bus.Errorf(bus.CodeFailedPrecondition, "task %s is still awaited by task %s; retry once its outcome has been passed on", id, ws[0].Id)
+	}
+	return nil
+}
+
 func (s *Service) deleteTask(ctx context.Context, req *busv1.DeleteTaskRequest) (*busv1.DeleteTaskResponse, error) {
 	if _, err := s.taskOf(ctx, req.Id, req.Org); err != nil {
+		return nil, err
+	}
+	if err := s.waiters(ctx, req.Id); err != nil {
 		return nil, err
 	}
 	if err := s.store.DeleteTask(ctx, req.Id); err != nil {
@@ -225,7 +251,10 @@ func (s *Service) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 			if ctx.Err() != nil {
 				return n, nil
 			}
-			err := s.store.DeleteTask(ctx, t.Id)
+			err := s.waiters(ctx, t.Id)
+			if err == nil {
+				err = s.store.DeleteTask(ctx, t.Id)
+			}
 			switch {
 			case err == nil:
 				n++

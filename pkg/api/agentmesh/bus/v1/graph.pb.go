@@ -28,9 +28,12 @@ const (
 // tasks[i] within the request; depends_on entries "ref:<ref>" point at
 // another task of the request, others at existing tasks of the same org.
 type CreateTasksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*v1.Task             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Refs          []string               `protobuf:"bytes,2,rep,name=refs,proto3" json:"refs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks without agent_spec (to keep the request small): state sets each
+	// from agents by the task's agent.
+	Tasks         []*v1.Task  `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Refs          []string    `protobuf:"bytes,2,rep,name=refs,proto3" json:"refs,omitempty"`
+	Agents        []*v1.Agent `protobuf:"bytes,3,rep,name=agents,proto3" json:"agents,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -79,9 +82,17 @@ func (x *CreateTasksRequest) GetRefs() []string {
 	return nil
 }
 
+func (x *CreateTasksRequest) GetAgents() []*v1.Agent {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
 type CreateTasksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*v1.Task             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The created tasks, in request order, without agent_spec.
+	Tasks         []*v1.Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,10 +534,11 @@ var File_agentmesh_bus_v1_graph_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_graph_proto_rawDesc = "" +
 	"\n" +
-	"\x1cagentmesh/bus/v1/graph.proto\x12\x10agentmesh.bus.v1\x1a\x1aagentmesh/v1/metrics.proto\x1a\x17agentmesh/v1/task.proto\"R\n" +
+	"\x1cagentmesh/bus/v1/graph.proto\x12\x10agentmesh.bus.v1\x1a\x1aagentmesh/v1/metrics.proto\x1a\x17agentmesh/v1/task.proto\"\x7f\n" +
 	"\x12CreateTasksRequest\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12\x12\n" +
-	"\x04refs\x18\x02 \x03(\tR\x04refs\"?\n" +
+	"\x04refs\x18\x02 \x03(\tR\x04refs\x12+\n" +
+	"\x06agents\x18\x03 \x03(\v2\x13.agentmesh.v1.AgentR\x06agents\"?\n" +
 	"\x13CreateTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\"k\n" +
 	"\x18ResolveDependencyRequest\x12\x17\n" +
@@ -576,27 +588,29 @@ var file_agentmesh_bus_v1_graph_proto_goTypes = []any{
 	(*MetricsRequest)(nil),            // 8: agentmesh.bus.v1.MetricsRequest
 	(*MetricsResponse)(nil),           // 9: agentmesh.bus.v1.MetricsResponse
 	(*v1.Task)(nil),                   // 10: agentmesh.v1.Task
-	(*v1.DependencyResult)(nil),       // 11: agentmesh.v1.DependencyResult
-	(*v1.TaskEvent)(nil),              // 12: agentmesh.v1.TaskEvent
-	(*v1.TaskUpdate)(nil),             // 13: agentmesh.v1.TaskUpdate
-	(*v1.GetMetricsRequest)(nil),      // 14: agentmesh.v1.GetMetricsRequest
-	(*v1.GetMetricsResponse)(nil),     // 15: agentmesh.v1.GetMetricsResponse
+	(*v1.Agent)(nil),                  // 11: agentmesh.v1.Agent
+	(*v1.DependencyResult)(nil),       // 12: agentmesh.v1.DependencyResult
+	(*v1.TaskEvent)(nil),              // 13: agentmesh.v1.TaskEvent
+	(*v1.TaskUpdate)(nil),             // 14: agentmesh.v1.TaskUpdate
+	(*v1.GetMetricsRequest)(nil),      // 15: agentmesh.v1.GetMetricsRequest
+	(*v1.GetMetricsResponse)(nil),     // 16: agentmesh.v1.GetMetricsResponse
 }
 var file_agentmesh_bus_v1_graph_proto_depIdxs = []int32{
 	10, // 0: agentmesh.bus.v1.CreateTasksRequest.tasks:type_name -> agentmesh.v1.Task
-	10, // 1: agentmesh.bus.v1.CreateTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	11, // 2: agentmesh.bus.v1.ResolveDependencyRequest.parent:type_name -> agentmesh.v1.DependencyResult
-	10, // 3: agentmesh.bus.v1.ResolveDependencyResponse.task:type_name -> agentmesh.v1.Task
-	12, // 4: agentmesh.bus.v1.ResolveDependencyResponse.event:type_name -> agentmesh.v1.TaskEvent
-	13, // 5: agentmesh.bus.v1.UpdateTaskRequest.update:type_name -> agentmesh.v1.TaskUpdate
-	10, // 6: agentmesh.bus.v1.UpdateTaskResponse.task:type_name -> agentmesh.v1.Task
-	14, // 7: agentmesh.bus.v1.MetricsRequest.query:type_name -> agentmesh.v1.GetMetricsRequest
-	15, // 8: agentmesh.bus.v1.MetricsResponse.metrics:type_name -> agentmesh.v1.GetMetricsResponse
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 1: agentmesh.bus.v1.CreateTasksRequest.agents:type_name -> agentmesh.v1.Agent
+	10, // 2: agentmesh.bus.v1.CreateTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	12, // 3: agentmesh.bus.v1.ResolveDependencyRequest.parent:type_name -> agentmesh.v1.DependencyResult
+	10, // 4: agentmesh.bus.v1.ResolveDependencyResponse.task:type_name -> agentmesh.v1.Task
+	13, // 5: agentmesh.bus.v1.ResolveDependencyResponse.event:type_name -> agentmesh.v1.TaskEvent
+	14, // 6: agentmesh.bus.v1.UpdateTaskRequest.update:type_name -> agentmesh.v1.TaskUpdate
+	10, // 7: agentmesh.bus.v1.UpdateTaskResponse.task:type_name -> agentmesh.v1.Task
+	15, // 8: agentmesh.bus.v1.MetricsRequest.query:type_name -> agentmesh.v1.GetMetricsRequest
+	16, // 9: agentmesh.bus.v1.MetricsResponse.metrics:type_name -> agentmesh.v1.GetMetricsResponse
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_graph_proto_init() }
