@@ -27,9 +27,9 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
-	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"

@@ -56,9 +56,9 @@ type Config struct {
 	// Scheduler settings.
 	Scheduler scheduler.Config
 	// State settings (Retention). Prefix and Streams are set from above.
-	State state.Config
-	Streams   bus.StreamOptions
-	Log       *slog.Logger
+	State   state.Config
+	Streams bus.StreamOptions
+	Log     *slog.Logger
 	// SeedAgents are created through the registry at start when absent
 	// (dev seeds the default "assistant").
 	SeedAgents []*agentmeshv1.Agent
