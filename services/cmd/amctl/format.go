@@ -126,6 +126,7 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	for _, k := range sortedKeys(t.GetMetadata()) {
 		row("meta "+k, t.GetMetadata()[k])
 	}
+	graphRows(row, t)
 	row("events", fmt.Sprint(t.GetLastEventSeq()))
 	_ = tw.Flush()
 	block(w, "input", t.GetInput())
