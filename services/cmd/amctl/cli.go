@@ -55,7 +55,7 @@ type cli struct {
 	// midLine: the last thing printed was a token without a newline.
 	tokens, midLine bool
 
-	conn   *grpc.ClientConn
+	conn    *grpc.ClientConn
 	tasks   agentmeshv1.TaskServiceClient
 	agents  agentmeshv1.AgentServiceClient
 	graph   agentmeshv1.TaskGraphServiceClient
