@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/stack"
+	"github.com/agentmesh/agentmesh/services/state"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -49,6 +50,10 @@ type env struct {
 type opts struct {
 	dataDir  string
 	postgres string
+	// keys: API key → org (empty: authentication off); state: the state
+	// service's settings (retention).
+	keys  map[string]string
+	state state.Config
 }
 
 func logger() *slog.Logger {
@@ -82,6 +87,8 @@ func start(t *testing.T, o opts) *env {
 		Log:         logger(),
 	}
 	cfg.Router.Listen = "127.0.0.1:0"
+	cfg.Router.APIKeys = o.keys
+	cfg.State = o.state
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
