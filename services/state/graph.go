@@ -117,7 +117,10 @@ func (s *Service) updateTask(ctx context.Context, req *busv1.UpdateTaskRequest) 
 		return nil, err
 	}
 	upd := req.GetUpdate()
-	if upd != nil && slices.Contains(upd.Mask, taskstate.FieldDependsOn) {
+	// The cycle check only matters while depends_on may still change (else
+	// the store answers failed_precondition naming the field).
+	mayChange := cur.Status == taskstate.Queued || taskstate.BlockedOn(cur) == agentmeshv1.BlockedOn_BLOCKED_ON_DEPENDENCIES
+	if upd != nil && mayChange && slices.Contains(upd.Mask, taskstate.FieldDependsOn) {
 		if err := s.checkNoCycle(ctx, cur, upd.DependsOn); err != nil {
 			return nil, err
 		}
@@ -195,7 +198,11 @@ func (s *Service) waiters(ctx context.Context, id string) error {
 }
 
 func (s *Service) deleteTask(ctx context.Context, req *busv1.DeleteTaskRequest) (*busv1.DeleteTaskResponse, error) {
-	if _, err := s.taskOf(ctx, req.Id, req.Org); err != nil {
+	t, err := s.taskOf(ctx, req.Id, req.Org)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CheckDelete(t); err != nil {
 		return nil, err
 	}
 	if err := s.waiters(ctx, req.Id); err != nil {
