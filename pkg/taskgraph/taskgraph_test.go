@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -100,4 +101,63 @@ func BenchmarkOrder10k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzOrder: any graph either orders (every ref after its parents) or is
+// refused with a cycle or unknown-ref error; nothing panics.
+func FuzzOrder(f *testing.F) {
+	f.Add("a b c", "b;c;")
+	f.Add("a b", "b;a")
+	f.Add("a", "a")
+	f.Add("x y", "zz;")
+	f.Fuzz(func(t *testing.T, refsText, depsText string) {
+		refs := strings.Fields(refsText)
+		if len(refs) == 0 || len(refs) > 200 {
+			return
+		}
+		parts := strings.Split(depsText, ";")
+		deps := make([][]string, len(refs))
+		for i := range refs {
+			if i < len(parts) {
+				for _, d := range strings.Fields(parts[i]) {
+					deps[i] = append(deps[i], RefPrefix+d)
+				}
+			}
+		}
+		order, err := Order(refs, deps)
+		if err != nil {
+			var ce *CycleError
+			var ue *UnknownRefError
+			if !errors.As(err, &ce) && !errors.As(err, &ue) {
+				t.Fatalf("unexpected error %T %v", err, err)
+			}
+			if ce != nil && (len(ce.Refs) < 2 || ce.Refs[0] != ce.Refs[len(ce.Refs)-1]) {
+				t.Fatalf("cycle %v does not close", ce.Refs)
+			}
+			return
+		}
+		// Duplicate refs make positions ambiguous; check only unique ones.
+		pos := map[string]int{}
+		dup := map[string]bool{}
+		for i, k := range order {
+			if _, ok := pos[refs[k]]; ok {
+				dup[refs[k]] = true
+			}
+			pos[refs[k]] = i
+		}
+		if len(order) != len(refs) {
+			t.Fatalf("order has %d of %d tasks", len(order), len(refs))
+		}
+		for c, ds := range deps {
+			for _, d := range ds {
+				p := strings.TrimPrefix(d, RefPrefix)
+				if dup[p] || dup[refs[c]] {
+					continue
+				}
+				if pos[p] > pos[refs[c]] {
+					t.Fatalf("%s ordered before its parent %s", refs[c], p)
+				}
+			}
+		}
+	})
 }
