@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/stack"
 )
@@ -160,6 +162,34 @@ func TestGraphUsageErrors(t *testing.T) {
 		code, _, errOut := amctl(t, "127.0.0.1:1", tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("amctl %v: exit %d %q, want 2 mentioning %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestGraphEventsAndStatusLines(t *testing.T) {
+	for _, tc := range []struct {
+		ev         *agentmeshv1.TaskEvent
+		kind, text string
+	}{
+		{&agentmeshv1.TaskEvent{Type: agentmeshv1.EventType_EVENT_TYPE_DEPENDENCY, Status: taskstate.Blocked, Reason: "dependency 01A completed; waiting for dependencies: 01B"}, "dependency", "dependency 01A completed; waiting for dependencies: 01B"},
+		{&agentmeshv1.TaskEvent{Type: agentmeshv1.EventType_EVENT_TYPE_UPDATED, Status: taskstate.Queued, Reason: "updated: priority, title"}, "updated", "priority, title"},
+	} {
+		kind, text := describeEvent(tc.ev)
+		if kind != tc.kind || text != tc.text {
+			t.Errorf("describeEvent(%v) = %q %q, want %q %q", tc.ev, kind, text, tc.kind, tc.text)
+		}
+	}
+	for _, tc := range []struct {
+		task *agentmeshv1.Task
+		want string
+	}{
+		{&agentmeshv1.Task{Status: taskstate.Blocked, WaitingOn: []string{"A", "B"}}, "blocked (waits for A, B)"},
+		{&agentmeshv1.Task{Status: taskstate.Blocked, WaitingOn: []string{"A", "B", "C", "D", "E"}}, "blocked (waits for A, B, C and 2 more)"},
+		{&agentmeshv1.Task{Status: taskstate.Blocked, PendingApproval: &agentmeshv1.Approval{Id: "T-a4", Tool: "shell"}}, "blocked (approval shell: amctl approvals approve|reject T-a4)"},
+		{&agentmeshv1.Task{Status: taskstate.Queued, WaitingOn: []string{"stale"}}, "queued"},
+	} {
+		if got := statusLine(tc.task); got != tc.want {
+			t.Errorf("statusLine = %q, want %q", got, tc.want)
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
@@ -79,6 +81,9 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []*agentmeshv1.Task, refs
 }
 
 func (s *Store) graphs(ctx context.Context) (jetstream.KeyValue, error) {
+	if s.graphKV != nil {
+		return s.graphKV, nil
+	}
 	storage := jetstream.FileStorage
 	if s.memory {
 		storage = jetstream.MemoryStorage
@@ -90,6 +95,7 @@ func (s *Store) graphs(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, store.Internal("graphs bucket", err)
 	}
+	s.graphKV = kv // set in Open (recoverGraphs), before any concurrent use
 	return kv, nil
 }
 
@@ -230,4 +236,69 @@ func (s *Store) ScanTasks(_ context.Context, q store.TaskQuery, fn func(*agentme
 		return fn(proto.Clone(t).(*agentmeshv1.Task))
 	})
 	return nil
+}
+
+// waiters is a reverse index of the task index: parent id → the ids of
+// blocked tasks waiting on it, so the resolver's look-up of a parent's
+// dependents does not scan every task.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string]map[string]struct{}
+}
+
+func (w *waiters) change(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if oldLive && old != nil {
+		for _, p := range old.WaitingOn {
+			if set := w.m[p]; set != nil {
+				delete(set, id)
+				if len(set) == 0 {
+					delete(w.m, p)
+				}
+			}
+		}
+	}
+	if newLive && cur != nil && cur.Status == taskstate.Blocked {
+		for _, p := range cur.WaitingOn {
+			set := w.m[p]
+			if set == nil {
+				set = map[string]struct{}{}
+				w.m[p] = set
+			}
+			set[id] = struct{}{}
+		}
+	}
+}
+
+func (w *waiters) of(parent string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.m[parent]))
+	for id := range w.m[parent] {
+		out = append(out, id)
+	}
+	return out
+}
+
+// listWaiting serves ListTasks with WaitingOn from the reverse index.
+func (s *Store) listWaiting(q store.TaskQuery, after string, n int) ([]*agentmeshv1.Task, string) {
+	ids := s.waiting.of(q.WaitingOn)
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	var out []*agentmeshv1.Task
+	for _, id := range ids {
+		if after != "" && id >= after {
+			continue
+		}
+		t, ok := s.taskIndex.get(id)
+		if !ok || !store.MatchesQuery(t, q) {
+			continue
+		}
+		if len(out) == n {
+			return out, store.EncodeToken(out[len(out)-1].Id)
+		}
+		out = append(out, proto.Clone(t).(*agentmeshv1.Task))
+	}
+	return out, ""
 }

@@ -97,6 +97,8 @@ type Store struct {
 
 	memory   bool // the buckets' storage (graph.go creates one more)
 	replicas int
+	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
+	waiting  waiters            // parent → waiting tasks (graph.go)
 }
 
 // head locates a task's last recorded event.
@@ -123,7 +125,9 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
 		memory:     opts.Memory, replicas: opts.Replicas,
+		waiting: waiters{m: map[string]map[string]struct{}{}},
 	}
+	s.taskIndex.onChange = s.waiting.change
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: names.StoreBucket(name), Description: desc, History: 1,
@@ -685,6 +689,10 @@ func (s *Store) ListTasks(_ context.Context, q store.TaskQuery) ([]*agentmeshv1.
 		return nil, "", err
 	}
 	n := store.PageSize(q.PageSize)
+	if q.WaitingOn != "" {
+		out, next := s.listWaiting(q, after, n)
+		return out, next, nil
+	}
 	var out []*agentmeshv1.Task
 	more := false
 	s.taskIndex.descend(after, func(_ string, t *agentmeshv1.Task) bool {

@@ -1,0 +1,62 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"google.golang.org/grpc/metadata"
+)
+
+func TestValidateGraphFields(t *testing.T) {
+	tests := []struct {
+		name  string
+		req   *agentmeshv1.SubmitTaskRequest
+		refs  bool
+		field string // "" = accepted
+	}{
+		{"ids", &agentmeshv1.SubmitTaskRequest{DependsOn: []string{"01JA", "01JB"}}, false, ""},
+		{"ref in SubmitTask", &agentmeshv1.SubmitTaskRequest{DependsOn: []string{"ref:a"}}, false, "depends_on[0]"},
+		{"ref in SubmitTasks", &agentmeshv1.SubmitTaskRequest{DependsOn: []string{"01JA", "ref:a-1_b"}}, true, ""},
+		{"bad ref", &agentmeshv1.SubmitTaskRequest{DependsOn: []string{"ref:a b"}}, true, "depends_on[0]"},
+		{"bad id", &agentmeshv1.SubmitTaskRequest{DependsOn: []string{"01JA", "a.b"}}, false, "depends_on[1]"},
+		{"too many", &agentmeshv1.SubmitTaskRequest{DependsOn: make([]string, maxDependsOn+1)}, false, "depends_on"},
+		{"bad policy", &agentmeshv1.SubmitTaskRequest{DependencyPolicy: 7}, false, "dependency_policy"},
+		{"tags", &agentmeshv1.SubmitTaskRequest{Tags: []string{"a", "b-c"}}, false, ""},
+		{"empty tag", &agentmeshv1.SubmitTaskRequest{Tags: []string{"a", ""}}, false, "tags[1]"},
+		{"tag with a space", &agentmeshv1.SubmitTaskRequest{Tags: []string{"a b"}}, false, "tags[0]"},
+		{"duplicate tag", &agentmeshv1.SubmitTaskRequest{Tags: []string{"a", "a"}}, false, "tags[1]"},
+		{"long tag", &agentmeshv1.SubmitTaskRequest{Tags: []string{strings.Repeat("t", maxTagBytes+1)}}, false, "tags[0]"},
+		{"bad parent", &agentmeshv1.SubmitTaskRequest{ParentTaskId: "x y"}, false, "parent_task_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validateGraphFields(tt.req, tt.refs)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Field != tt.field {
+				t.Fatalf("got %v, want an error on %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestCreatedByNeverHoldsTheKey(t *testing.T) {
+	ctx := context.WithValue(t.Context(), orgKey{}, "acme")
+	if got := createdBy(ctx); got != "acme" {
+		t.Errorf("without a key: %q, want the org", got)
+	}
+	a := createdBy(metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer s3cret-key-1")))
+	b := createdBy(metadata.NewIncomingContext(ctx, metadata.Pairs("x-api-key", "s3cret-key-2")))
+	if !strings.HasPrefix(a, "acme:key-") || len(a) != len("acme:key-")+8 || strings.Contains(a, "s3cret") || a == b {
+		t.Errorf("created_by %q and %q: want the org and distinct 8-hex fingerprints, never the key", a, b)
+	}
+}
