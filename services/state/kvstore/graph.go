@@ -74,7 +74,9 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []*agentmeshv1.Task, refs
 		}
 	}
 	if err := intents.Delete(ctx, ids[0]); err != nil {
-		// The tasks are all written; a leftover intent would cancel them.
+		// A leftover intent would cancel the graph at the next Open, after
+		// it may have started: cancel it now and say it was not created.
+		s.rollbackGraph(context.WithoutCancel(ctx), ids)
 		return nil, nil, store.Internal("drop graph intent", err)
 	}
 	return outT, outE, nil
