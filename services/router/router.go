@@ -32,6 +32,9 @@
 //	<p>.state.task.list             busv1.ListTasksRequest      (ListTasks)
 //	<p>.state.task.transition       busv1.TransitionRequest     (CancelTask)
 //	<p>.state.task.history          busv1.HistoryRequest        (GetTaskHistory, WatchTask)
+//	<p>.state.task.create_graph     busv1.CreateTasksRequest    (SubmitTasks)
+//	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
+//	<p>.state.task.metrics          busv1.MetricsRequest        (GetMetrics)
 //
 // Subjects it subscribes to (core NATS, one subscription per WatchTask
 // stream):

@@ -8,6 +8,8 @@
 //
 //	task.create task.get task.list task.transition task.step task.history
 //	task.usage
+//	task.create_graph task.resolve task.update task.delete task.metrics
+//	                                              (graph.go, metrics.go)
 //	agent.put agent.get agent.list agent.delete
 //
 // and publishes, through JetStream and only after the commit:
@@ -110,6 +112,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.Retention < 0 || cfg.RetentionInterval < 0 {
+		return nil, errors.New("state: Retention and RetentionInterval must not be negative")
+	}
+	if cfg.RetentionInterval == 0 {
+		cfg.RetentionInterval = DefaultRetentionInterval
+	}
 	names, err := subjects.New(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
@@ -120,12 +128,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
 		return nil, fmt.Errorf("state: %w", err)
-	}
-	if cfg.Retention < 0 || cfg.RetentionInterval < 0 {
-		return nil, errors.New("state: Retention and RetentionInterval must not be negative")
-	}
-	if cfg.RetentionInterval == 0 {
-		cfg.RetentionInterval = DefaultRetentionInterval
 	}
 	s := &Service{
 		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store),
