@@ -119,3 +119,36 @@ func TestSweepRebuildsFromTheRecord(t *testing.T) {
 	}
 	waitFor(t, nc, child.Id, taskstate.Queued)
 }
+
+// A parent that ends while its dependent is being created never leaves the
+// dependent blocked: state re-reads the parents after the create, and the
+// resolver looks for dependents after the parent's event. (The sweep is
+// off: its interval is an hour.)
+func TestParentEndingDuringCreateNeverStrandsTheDependent(t *testing.T) {
+	s, nc, _ := setup(t, Config{ReconcileInterval: time.Hour})
+	runResolver(t, s)
+	const rounds = 40
+	children := make([]string, 0, rounds)
+	for range rounds {
+		parent := createTask(t, nc)
+		errc := make(chan error, 1)
+		go func() {
+			for _, to := range []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running, taskstate.Completed} {
+				err := bus.Request(context.Background(), nc, subjects.Must("").State(subjects.StateTransition),
+					&busv1.TransitionRequest{TaskId: parent.Id, To: to, NextAttempt: to == taskstate.Assigned}, &busv1.TransitionResponse{})
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		children = append(children, createChild(t, nc, parent.Id).Id)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range children {
+		waitFor(t, nc, id, taskstate.Queued)
+	}
+}
