@@ -60,3 +60,41 @@ func TestCreatedByNeverHoldsTheKey(t *testing.T) {
 		t.Errorf("created_by %q and %q: want the org and distinct 8-hex fingerprints, never the key", a, b)
 	}
 }
+
+// FuzzValidateGraphFields: never panics; a refusal names a field with a
+// client error code; what passes has well-formed ids, refs and tags.
+func FuzzValidateGraphFields(f *testing.F) {
+	f.Add("01JA,ref:a", "etl,nightly", "01JP", int32(1), true)
+	f.Add("ref:a b,", ",", "x y", int32(9), false)
+	f.Fuzz(func(t *testing.T, deps, tags, parent string, policy int32, refs bool) {
+		req := &agentmeshv1.SubmitTaskRequest{ParentTaskId: parent, DependencyPolicy: agentmeshv1.DependencyPolicy(policy)}
+		if deps != "" {
+			req.DependsOn = strings.Split(deps, ",")
+		}
+		if tags != "" {
+			req.Tags = strings.Split(tags, ",")
+		}
+		err := validateGraphFields(req, refs)
+		if err != nil {
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Field == "" || (be.Code != bus.CodeInvalidArgument && be.Code != bus.CodeResourceExhausted) {
+				t.Fatalf("refusal %v does not name a field with a client error code", err)
+			}
+			return
+		}
+		for _, d := range req.DependsOn {
+			if ref, ok := strings.CutPrefix(d, "ref:"); ok {
+				if !refs || !refRe.MatchString(ref) {
+					t.Fatalf("accepted %q (refs %v)", d, refs)
+				}
+			} else if !idRe.MatchString(d) {
+				t.Fatalf("accepted id %q", d)
+			}
+		}
+		for _, tag := range req.Tags {
+			if tag == "" || strings.ContainsAny(tag, " ,\t\n") {
+				t.Fatalf("accepted tag %q", tag)
+			}
+		}
+	})
+}
