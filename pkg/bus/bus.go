@@ -49,12 +49,8 @@ func NewMsg(ctx context.Context, subject string, m proto.Message) (*nats.Msg, er
 	return msg, nil
 }
 
-// Request sends req to subject and decodes the reply into resp. An error
-// reply comes back as *Error with its code; no responder is ErrUnavailable.
-// It waits at most DefaultTimeout (or ctx's deadline if sooner): a request
-// lost on the way, e.g. by a service that was stopping, surfaces as
-// unavailable instead of holding the caller for its whole deadline.
-func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
+// request is Request (observe.go) without the metrics.
+func request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	msg, err := NewMsg(ctx, subject, req)

@@ -85,12 +85,13 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// Consumes queued events through its own durable consumer (which
 		// it creates), publishes work, and moves tasks only by its intents.
 		p.Sub = []string{inbox}
-		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire),
+		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateResolveDependency),
 			n.WorkAll(),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
 		)
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerScheduler)...)
+		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerResolver)...)
 	case ServiceExecutor:
 		// Pulls work through the executors' durable consumer (which it
 		// creates), hears cancellations, publishes heartbeats and live
@@ -107,7 +108,8 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// authenticated org, and the event subjects WatchTask follows.
 		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
 		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory,
-			StateUsage, StateCancel, StateDecide, StateCreateTap),
+			StateUsage, StateCancel, StateDecide, StateCreateTap,
+			StateCreateTasks, StateUpdateTask, StateDeleteTask, StateMetrics),
 			n.RegistryAll())
 	default:
 		return Permission{}, fmt.Errorf("subjects: unknown service identity %q", service)

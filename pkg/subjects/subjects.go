@@ -8,7 +8,8 @@
 //	<p>.registry.<op>              requests to the registry (queue "registry")
 //	<p>.evt.<org>.task.<id>.<type> task events, published by state after commit
 //	                               (type: created, queued, assigned, running,
-//	                               blocked, completed, failed, cancelled, step);
+//	                               blocked, completed, failed, cancelled, step,
+//	                               dependency, updated);
 //	                               JSON (protojson), public: docs/events.md
 //	<p>.evt.<org>.agent.<name>     agent catalogue changes, published by state
 //	                               (JSON; shared agents under org "_shared")
@@ -75,6 +76,12 @@ const (
 	// StateCreateTap mints a subscribe-only tap credential for one org's
 	// events (bus.v1.CreateTapRequest); router only.
 	StateCreateTap = "taps.create"
+	// Graphs, CRUD and metrics (bus.v1 graph.proto).
+	StateCreateTasks       = "task.create_graph"
+	StateResolveDependency = "task.resolve"
+	StateUpdateTask        = "task.update"
+	StateDeleteTask        = "task.delete"
+	StateMetrics           = "task.metrics"
 )
 
 // Narrow transition intents: each carries a bus.v1.TransitionRequest and is
@@ -110,6 +117,17 @@ func OrgToken(org string) string {
 	}
 	return org
 }
+
+// Event-type tokens of task events that are not status changes: a parent
+// of a blocked task finished (it still waits), and an UpdateTask.
+const (
+	EventDependency = "dependency"
+	EventUpdated    = "updated"
+)
+
+// ConsumerResolver is the scheduler's durable consumer of terminal task
+// events that releases (or fails) the tasks depending on them.
+const ConsumerResolver = "resolver"
 
 // Registry request operations. The agent operations carry
 // agentmesh.bus.v1.AgentOp (the org acted for and the public API's request);

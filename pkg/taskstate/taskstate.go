@@ -158,6 +158,7 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 			t.Usage.CostUsd += u.CostUsd
 		}
 	}
+	applyGraph(t, ev)
 	return t
 }
 

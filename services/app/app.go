@@ -28,6 +28,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
@@ -219,6 +220,20 @@ func (s *settings) debugServer(log *slog.Logger) {
 	}()
 }
 
+// metricsServer serves Prometheus metrics on AGENTMESH_METRICS_LISTEN, if
+// set; the returned func stops it.
+func (s *settings) metricsServer(ctx context.Context, log *slog.Logger) (func(), error) {
+	addr := s.str("AGENTMESH_METRICS_LISTEN")
+	if addr == "" {
+		return func() {}, nil
+	}
+	srv, err := metrics.Listen(ctx, addr, log)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("AGENTMESH_METRICS_LISTEN: %w", err)}
+	}
+	return func() { _ = srv.Close() }, nil
+}
+
 func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(s.str("AGENTMESH_LOG_LEVEL"))); err != nil {
@@ -368,6 +383,15 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	s.debugServer(log)
+	closeMetrics, err := s.metricsServer(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
+	retention, err := s.duration("AGENTMESH_RETENTION")
+	if err != nil {
+		return err
+	}
 	shutdown, err := telemetry.Setup(ctx, "dev")
 	if err != nil {
 		return err
@@ -409,6 +433,7 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
 		NATSPort:   -1,
 		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
+		State:      state.Config{Retention: retention},
 	}
 	if l := s.str("AGENTMESH_NATS_LISTEN"); l != "off" {
 		host, port, err := net.SplitHostPort(l)
@@ -476,6 +501,11 @@ func runService(ctx context.Context, name string, args []string) error {
 		return err
 	}
 	s.debugServer(log)
+	closeMetrics, err := s.metricsServer(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
 	shutdown, err := telemetry.Setup(ctx, name)
 	if err != nil {
 		return err
@@ -556,7 +586,11 @@ func runService(ctx context.Context, name string, args []string) error {
 		if err != nil {
 			return err
 		}
-		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams, Taps: taps}, state.Deps{NC: nc, Store: st, Log: log})
+		retention, err := s.duration("AGENTMESH_RETENTION")
+		if err != nil {
+			return err
+		}
+		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams, Taps: taps, Retention: retention}, state.Deps{NC: nc, Store: st, Log: log})
 		if err != nil {
 			return err
 		}

@@ -64,6 +64,8 @@ func EnvVars() []Env {
 		{"AGENTMESH_TASK_CPU", "0.5", []string{"dev", "executor"}, "CPU share of a task (the agent process and its tools' programs together) in cores, enforced by the cgroup CPU controller"},
 		{"AGENTMESH_SANDBOX_UIDS", "1000000000-1000065535", []string{"dev", "executor"}, "host uids (first-last) task sandboxes run as when the executor is root, one per running task; give each executor of a host its own range"},
 		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, parts of /etc, /proc (e.g. where MCP servers are installed), bound into its fresh root at the same path, comma-separated"},
+		{"AGENTMESH_METRICS_LISTEN", "", []string{"*"}, "serve Prometheus metrics on http://ADDR/metrics (e.g. 0.0.0.0:9464); empty = off"},
+		{"AGENTMESH_RETENTION", "720h", []string{"dev", "state"}, "finished tasks last changed longer ago are deleted with their history; 0 = keep for ever"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 		{"AGENTMESH_API_KEYS_FILE", "", []string{"dev", "router"}, "JSON file of hashed API keys with name, org and role (see Authentication); re-read when it changes and on SIGHUP"},
 		{"AGENTMESH_TLS_CERT", "", []string{"dev", "router"}, "PEM certificate of the gRPC API; with AGENTMESH_TLS_KEY the API speaks TLS only"},

@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/stack"
+	"github.com/agentmesh/agentmesh/services/state"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -55,6 +56,8 @@ type opts struct {
 	apiKeys map[string]string
 	// log, when set, receives the stack's log.
 	log io.Writer
+	// state: the state service's settings (retention).
+	state state.Config
 }
 
 func logger() *slog.Logger {
@@ -93,6 +96,7 @@ func start(t *testing.T, o opts) *env {
 	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Router.KeysFile = o.keysFile
+	cfg.State = o.state
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,12 +153,13 @@ func TestMultiProcess(t *testing.T) {
 	apiAddr := freeAddr(t)
 
 	spawn(t, bin, "scripted-model", "AGENTMESH_SCRIPTED_LISTEN="+modelAddr)
-	stateEnv := common("state", "AGENTMESH_POSTGRES_URL="+pgURL)
+	metricsAt := map[string]string{"state": freeAddr(t), "scheduler": freeAddr(t), "router": freeAddr(t)}
+	stateEnv := common("state", "AGENTMESH_POSTGRES_URL="+pgURL, "AGENTMESH_METRICS_LISTEN="+metricsAt["state"])
 	state := spawn(t, bin, "state", stateEnv...)
 	spawn(t, bin, "registry", common("registry")...)
-	spawn(t, bin, "scheduler", common("scheduler")...)
+	spawn(t, bin, "scheduler", common("scheduler", "AGENTMESH_METRICS_LISTEN="+metricsAt["scheduler"])...)
 	spawn(t, bin, "executor", common("executor", "AGENTMESH_MODEL_BASE_URL=http://"+modelAddr+"/v1", "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=node-1")...)
-	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
+	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr, "AGENTMESH_METRICS_LISTEN="+metricsAt["router"])...)
 
 	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -190,6 +193,17 @@ func TestMultiProcess(t *testing.T) {
 	if done.Node != "node-1" {
 		t.Errorf("node = %q, want node-1", done.Node)
 	}
+	// Each service process serves its own Prometheus metrics.
+	scrapeEach(t, metricsAt, map[string][]string{
+		"state":     {`agentmesh_tasks_finished_total{agent="assistant",status="completed"} 1`, `agentmesh_store_seconds_count{code="ok",op="transition"}`},
+		"scheduler": {`agentmesh_bus_request_seconds_count{code="ok",op="state.task.transition"}`},
+		"router":    {`agentmesh_bus_request_seconds_count{code="ok",op="state.task.create"}`},
+	})
+	// A dependent released by the scheduler process's resolver.
+	after := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "after the first", DependsOn: []string{first.Id}})
+	if got := e.waitStatus(t, after.Id, taskstate.Completed, 60*time.Second); len(got.DependencyResults) != 1 {
+		t.Errorf("dependent: results %v, want its parent's", got.DependencyResults)
+	}
 
 	// Restart the state service: the record survives, and work goes on.
 	state.stop(t)
@@ -206,4 +220,23 @@ func TestMultiProcess(t *testing.T) {
 	})
 	second := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "after the state restart"})
 	e.waitStatus(t, second.Id, taskstate.Completed, 60*time.Second)
+}
+
+// scrapeEach GETs /metrics of each service and checks it has the lines.
+func scrapeEach(t *testing.T, addrs map[string]string, want map[string][]string) {
+	t.Helper()
+	for svc, lines := range want {
+		resp, err := http.Get("http://" + addrs[svc] + "/metrics")
+		if err != nil {
+			t.Errorf("%s /metrics: %v", svc, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, l := range lines {
+			if !strings.Contains(string(body), l) {
+				t.Errorf("%s /metrics lacks %s", svc, l)
+			}
+		}
+	}
 }

@@ -55,7 +55,7 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 		TaskId:       task.Id,
 		Attempt:      attempt,
 		SystemPrompt: spec.GetSystemPrompt(),
-		Input:        task.Input,
+		Input:        inputWithDependencies(task),
 		Tools:        spec.GetTools(),
 		MaxSteps:     spec.GetMaxSteps(),
 		History:      steps,

@@ -6,6 +6,9 @@
 //
 //	agentmesh.v1.TaskService   SubmitTask, GetTask, ListTasks, CancelTask,
 //	                           WatchTask (server stream), GetTaskHistory
+//	agentmesh.v1.TaskGraphService  SubmitTasks, UpdateTask, DeleteTask,
+//	                           CancelTasks (graph.go)
+//	agentmesh.v1.MetricsService    GetMetrics (graph.go)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
@@ -35,6 +38,9 @@
 //	<p>.state.task.list             busv1.ListTasksRequest      (ListTasks)
 //	<p>.state.task.transition       busv1.TransitionRequest     (CancelTask)
 //	<p>.state.task.history          busv1.HistoryRequest        (GetTaskHistory, WatchTask)
+//	<p>.state.task.create_graph     busv1.CreateTasksRequest    (SubmitTasks)
+//	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
+//	<p>.state.task.metrics          busv1.MetricsRequest        (GetMetrics)
 //
 // Subjects it subscribes to (core NATS, one subscription per WatchTask
 // stream):
@@ -298,6 +304,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
 	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
 	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
+	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})
+	agentmeshv1.RegisterMetricsServiceServer(s.srv, &metricsServer{s: s})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)

@@ -55,6 +55,12 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := validateGraphFields(req, false); err != nil {
+		return nil, err
+	}
+	if err := s.checkParentTask(ctx, req.GetParentTaskId()); err != nil {
+		return nil, err
+	}
 	var match busv1.MatchResponse
 	err = bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
 		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx)}, &match)
@@ -64,8 +70,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	if match.GetAgent().GetName() == "" {
 		return nil, matchError(req, bus.ErrNotFound)
 	}
-	var created busv1.CreateTaskResponse
-	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
+	task := &agentmeshv1.Task{
 		Org:            orgFrom(ctx),
 		Title:          req.GetTitle(),
 		Input:          req.GetInput(),
@@ -76,7 +81,10 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		IdempotencyKey: req.GetIdempotencyKey(),
 		AgentSpec:      match.GetAgent(),
 		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
-	}}, &created)
+	}
+	addGraphFields(ctx, task, req)
+	var created busv1.CreateTaskResponse
+	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: task}, &created)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
@@ -159,6 +167,9 @@ func (s *Service) listTasks(ctx context.Context, req *agentmeshv1.ListTasksReque
 		CreatedBefore: req.GetCreatedBefore(),
 		PageSize:      req.GetPageSize(),
 		PageToken:     req.GetPageToken(),
+		Tag:           req.GetTag(),
+		Priorities:    req.GetPriorities(),
+		ParentTaskId:  req.GetParentTaskId(),
 	}, &resp); err != nil {
 		return nil, err
 	}

@@ -234,6 +234,9 @@ func validateList(req *agentmeshv1.ListTasksRequest) error {
 	if err := checkPageSize("page_size", req.GetPageSize()); err != nil {
 		return err
 	}
+	if err := validateListGraph(req); err != nil {
+		return err
+	}
 	return checkPageToken(req.GetPageToken())
 }
 

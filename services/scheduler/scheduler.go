@@ -12,7 +12,8 @@
 // longer than AssignedGrace get their work republished. It also fails the
 // tasks whose pending approval passed its deadline.
 //
-// Priorities, dependencies and per-agent concurrency come in later issues.
+// Dependencies: a resolver (deps.go) releases or fails the tasks blocked
+// on a parent when the parent ends.
 package scheduler
 
 import (
@@ -64,6 +65,7 @@ type Service struct {
 	js    jetstream.JetStream
 	cons  jetstream.Consumer
 	log   *slog.Logger
+	deps  *resolver // deps.go
 }
 
 // New validates cfg, ensures the streams and the durable consumer.
@@ -113,7 +115,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: consumer: %w", err)
 	}
-	return &Service{cfg: cfg, names: names, nc: deps.NC, js: js, cons: cons, log: deps.Log.With("service", "scheduler")}, nil
+	res, err := newResolver(ctx, js, names, deps.NC, deps.Log.With("service", "scheduler"), cfg.ReconcileInterval)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return &Service{cfg: cfg, names: names, nc: deps.NC, js: js, cons: cons, log: deps.Log.With("service", "scheduler"), deps: res}, nil
 }
 
 // Run dispatches until ctx ends, then drains and returns nil.
@@ -146,6 +152,11 @@ func (s *Service) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.reconcileLoop(ctx)
 	}()
+	wg.Go(func() {
+		if err := s.deps.run(ctx); err != nil {
+			s.log.Error("dependency resolver stopped", "err", err)
+		}
+	})
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()

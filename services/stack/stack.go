@@ -62,8 +62,10 @@ type Config struct {
 	ScriptedListen string
 	// Scheduler settings.
 	Scheduler scheduler.Config
-	Streams   bus.StreamOptions
-	Log       *slog.Logger
+	// State settings (Retention). Prefix and Streams are set from above.
+	State   state.Config
+	Streams bus.StreamOptions
+	Log     *slog.Logger
 	// SeedAgents are created through the registry at start when absent
 	// (dev seeds the default "assistant").
 	SeedAgents []*agentmeshv1.Agent
@@ -160,7 +162,9 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: open store: %w", err)
 	}
-	st, err := state.New(ctx, state.Config{Prefix: cfg.Prefix, Streams: cfg.Streams, Taps: cfg.Auth.TapSigner()}, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
+	stateCfg := cfg.State
+	stateCfg.Prefix, stateCfg.Streams, stateCfg.Taps = cfg.Prefix, cfg.Streams, cfg.Auth.TapSigner()
+	st, err := state.New(ctx, stateCfg, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}

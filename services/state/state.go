@@ -12,6 +12,9 @@
 //	                                               (executor's, fenced)
 //	task.cancel task.decide                        (router's, org-scoped)
 //	taps.create                                    (router: mint a tap)
+//	task.create_graph task.update task.delete task.metrics
+//	                                               (router; graph.go, metrics.go)
+//	task.resolve                                   (scheduler's resolver)
 //	agent.put agent.get agent.list agent.delete
 //
 // There is no generic transition: each intent may make only the status
@@ -36,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -76,6 +80,12 @@ type Config struct {
 	// Taps mints tap credentials (taps.create); nil answers taps.create
 	// with unimplemented.
 	Taps *busauth.TapSigner
+	// Retention: finished tasks last changed longer ago are deleted with
+	// their history (graph.go); 0 keeps them for ever.
+	Retention time.Duration
+	// RetentionInterval between retention sweeps; 0 means
+	// DefaultRetentionInterval.
+	RetentionInterval time.Duration
 }
 
 // Deps are the service's required dependencies.
@@ -95,6 +105,8 @@ type Service struct {
 	sem   chan struct{}
 	svc   micro.Service
 	taps  *busauth.TapSigner
+
+	retention, retentionEvery time.Duration
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -115,6 +127,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.Retention < 0 || cfg.RetentionInterval < 0 {
+		return nil, errors.New("state: Retention and RetentionInterval must not be negative")
+	}
+	if cfg.RetentionInterval == 0 {
+		cfg.RetentionInterval = DefaultRetentionInterval
+	}
 	names, err := subjects.New(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
@@ -127,9 +145,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	s := &Service{
-		names: names, nc: deps.NC, js: js, store: deps.Store,
+		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store),
 		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
-		taps: cfg.Taps,
+		taps:      cfg.Taps,
+		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
 	}
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
@@ -180,6 +199,16 @@ func (s *Service) addEndpoints() error {
 			h  micro.Handler
 		}{in.op, bus.Handler(s.log, func() *busv1.TransitionRequest { return &busv1.TransitionRequest{} }, s.intentHandler(in))})
 	}
+	eps = append(eps, []struct {
+		op string
+		h  micro.Handler
+	}{
+		{subjects.StateCreateTasks, bus.Handler(s.log, func() *busv1.CreateTasksRequest { return &busv1.CreateTasksRequest{} }, s.createTasks)},
+		{subjects.StateResolveDependency, bus.Handler(s.log, func() *busv1.ResolveDependencyRequest { return &busv1.ResolveDependencyRequest{} }, s.resolveDependency)},
+		{subjects.StateUpdateTask, bus.Handler(s.log, func() *busv1.UpdateTaskRequest { return &busv1.UpdateTaskRequest{} }, s.updateTask)},
+		{subjects.StateDeleteTask, bus.Handler(s.log, func() *busv1.DeleteTaskRequest { return &busv1.DeleteTaskRequest{} }, s.deleteTask)},
+		{subjects.StateMetrics, bus.Handler(s.log, func() *busv1.MetricsRequest { return &busv1.MetricsRequest{} }, s.metrics)},
+	}...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, ep.h), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
@@ -192,6 +221,12 @@ func (s *Service) addEndpoints() error {
 // Run serves until ctx ends, then stops taking requests, waits (bounded)
 // for those in flight and returns nil.
 func (s *Service) Run(ctx context.Context) error {
+	var loops sync.WaitGroup
+	loops.Go(func() { s.gaugeLoop(ctx) })
+	if s.retention > 0 {
+		loops.Go(func() { s.retentionLoop(ctx) })
+	}
+	defer loops.Wait()
 	<-ctx.Done()
 	if err := s.svc.Stop(); err != nil {
 		s.log.Warn("stop micro service", "err", err)
@@ -220,6 +255,10 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 		return "created"
 	case agentmeshv1.EventType_EVENT_TYPE_STEP:
 		return subjects.EventStep
+	case agentmeshv1.EventType_EVENT_TYPE_DEPENDENCY:
+		return subjects.EventDependency
+	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
+		return subjects.EventUpdated
 	}
 	return subjects.StatusToken(ev.Status)
 }
@@ -327,7 +366,11 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		return nil, fmt.Errorf("create task: %w", err)
 	}
 	if created {
+		for _, ev := range events {
+			observe(task, ev)
+		}
 		s.publishEvents(ctx, events...)
+		task = s.recheckParents(ctx, task)
 	}
 	return &busv1.CreateTaskResponse{Task: task, Created: created}, nil
 }
@@ -369,7 +412,14 @@ func (s *Service) listTasks(ctx context.Context, req *busv1.ListTasksRequest) (*
 			return nil, bus.FieldError("statuses", "%v is not a task status", st)
 		}
 	}
-	q := store.TaskQuery{Org: req.Org, Statuses: req.Statuses, Agent: req.Agent, PageSize: int(req.PageSize), PageToken: req.PageToken}
+	q := store.TaskQuery{Org: req.Org, Statuses: req.Statuses, Agent: req.Agent, PageSize: int(req.PageSize), PageToken: req.PageToken,
+		Tag: req.Tag, Priorities: req.Priorities, ParentTaskID: req.ParentTaskId, WaitingOn: req.WaitingOn}
+	if req.UpdatedAfter != nil {
+		if err := req.UpdatedAfter.CheckValid(); err != nil {
+			return nil, bus.FieldError("updated_after", "%v", err)
+		}
+		q.UpdatedAfter = req.UpdatedAfter.AsTime()
+	}
 	for _, ts := range []struct {
 		field string
 		in    *timestamppb.Timestamp
@@ -419,6 +469,7 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 	if err != nil {
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
 	}
+	observe(t, ev)
 	s.publishEvents(ctx, ev)
 	return &busv1.TransitionResponse{Task: t, Event: ev}, nil
 }

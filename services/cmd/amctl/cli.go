@@ -64,9 +64,11 @@ type cli struct {
 	// midLine: the last thing printed was a token without a newline.
 	tokens, midLine bool
 
-	conn   *grpc.ClientConn
-	tasks  agentmeshv1.TaskServiceClient
-	agents agentmeshv1.AgentServiceClient
+	conn    *grpc.ClientConn
+	tasks   agentmeshv1.TaskServiceClient
+	agents  agentmeshv1.AgentServiceClient
+	graph   agentmeshv1.TaskGraphServiceClient
+	metrics agentmeshv1.MetricsServiceClient
 }
 
 // usageError is a mistake in the command line (exit 2).
@@ -96,6 +98,11 @@ func commands() []command {
 		{"get", "show a task", (*cli).get},
 		{"list", "list tasks, newest first", (*cli).list},
 		{"cancel", "cancel a task that has not finished", (*cli).cancel},
+		{"cancel-tasks", "cancel every unfinished task matching a filter", (*cli).cancelTasks},
+		{"update", "change a task's title, priority, tags, metadata or dependencies", (*cli).update},
+		{"delete", "delete finished tasks and their history", (*cli).deleteCmd},
+		{"submit-graph", "submit a graph of dependent tasks at once (all or none)", (*cli).submitGraph},
+		{"metrics", "show your org's task metrics", (*cli).metricsCmd},
 		{"watch", "follow a task's events until it ends", (*cli).watch},
 		{"history", "show a task's recorded events", (*cli).history},
 		{"agents", "manage agents: create, list, get, update, delete", (*cli).agentsCmd},
@@ -310,6 +317,8 @@ func (c *cli) connect() error {
 	c.conn = conn
 	c.tasks = agentmeshv1.NewTaskServiceClient(conn)
 	c.agents = agentmeshv1.NewAgentServiceClient(conn)
+	c.graph = agentmeshv1.NewTaskGraphServiceClient(conn)
+	c.metrics = agentmeshv1.NewMetricsServiceClient(conn)
 	return nil
 }
 

@@ -51,6 +51,10 @@ func describeEvent(ev *agentmeshv1.TaskEvent) (string, string) {
 		return taskstate.Name(ev.GetStatus()), strings.Join(parts, ": ")
 	case agentmeshv1.EventType_EVENT_TYPE_STEP:
 		return describeStep(ev.GetStep())
+	case agentmeshv1.EventType_EVENT_TYPE_DEPENDENCY:
+		return "dependency", oneLine(ev.GetReason())
+	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
+		return "updated", oneLine(strings.TrimPrefix(ev.GetReason(), "updated: "))
 	}
 	return "event", ev.GetType().String()
 }
@@ -127,6 +131,7 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	for _, k := range sortedKeys(t.GetMetadata()) {
 		row("meta "+k, t.GetMetadata()[k])
 	}
+	graphRows(row, t)
 	row("events", fmt.Sprint(t.GetLastEventSeq()))
 	_ = tw.Flush()
 	block(w, "input", t.GetInput())

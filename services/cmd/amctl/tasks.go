@@ -33,11 +33,15 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	idem := fs.String("idempotency-key", "", "a retried submit with the same key returns the first task")
 	wait := fs.Bool("wait", false, "follow the task until it ends and print its answer")
 	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
+	g := c.graphFlags(fs)
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	text := strings.Join(pos, " ")
+	text, err := g.input(pos)
+	if err != nil {
+		return err
+	}
 	switch {
 	case strings.TrimSpace(text) == "":
 		return usagef("submit: TEXT is required")
@@ -51,11 +55,15 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	if err := c.connect(); err != nil {
 		return err
 	}
-	cctx, cancel := c.call(ctx)
-	resp, err := c.tasks.SubmitTask(cctx, &agentmeshv1.SubmitTaskRequest{
+	sreq := &agentmeshv1.SubmitTaskRequest{
 		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
 		Priority: p, Metadata: meta, IdempotencyKey: *idem,
-	})
+	}
+	if err := g.apply(sreq); err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	resp, err := c.tasks.SubmitTask(cctx, sreq)
 	cancel()
 	if err != nil {
 		return err
@@ -115,6 +123,7 @@ func (c *cli) list(ctx context.Context, args []string) error {
 	since := fs.String("since", "", "only tasks created within this long (30m, 2h, 7d)")
 	limit := fs.Int("limit", 0, "at most this many tasks (server default 50, at most 1000)")
 	token := fs.String("page-token", "", "continue from a previous listing")
+	lf := c.listFlags(fs)
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -123,6 +132,9 @@ func (c *cli) list(ctx context.Context, args []string) error {
 		return err
 	}
 	req := &agentmeshv1.ListTasksRequest{Agent: *agent, PageToken: *token}
+	if err := lf.apply(req); err != nil {
+		return err
+	}
 	if req.Statuses, err = parseStatuses(statuses); err != nil {
 		return usagef("--status: %v", err)
 	}
@@ -156,7 +168,7 @@ func (c *cli) list(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tAGENT\tPRIORITY\tCREATED\tTITLE")
 	for _, t := range resp.GetTasks() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), taskstate.Name(t.GetStatus()), t.GetAgent(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), statusLine(t), t.GetAgent(),
 			priorityName(t.GetPriority()), ago(t.GetCreatedAt()), clip(titleOf(t), 60))
 	}
 	if err := tw.Flush(); err != nil {

@@ -14,6 +14,9 @@ type index[T any] struct {
 	mu   sync.RWMutex
 	m    map[string]indexed[T]
 	keys []string // live keys, ascending
+	// onChange, when set, sees every change of a key's live value under
+	// the lock (old or new is the zero T when not live).
+	onChange func(key string, old, new T, oldLive, newLive bool)
 }
 
 type indexed[T any] struct {
@@ -34,6 +37,9 @@ func (ix *index[T]) put(key string, v T, rev uint64) {
 		return
 	}
 	ix.m[key] = indexed[T]{v: v, rev: rev, live: true}
+	if ix.onChange != nil {
+		ix.onChange(key, cur.v, v, ok && cur.live, true)
+	}
 	if ok && cur.live {
 		return
 	}
@@ -54,6 +60,10 @@ func (ix *index[T]) del(key string, rev uint64) {
 		return
 	}
 	ix.m[key] = indexed[T]{rev: rev}
+	if ix.onChange != nil && ok && cur.live {
+		var zero T
+		ix.onChange(key, cur.v, zero, true, false)
+	}
 	if ok && cur.live {
 		if i := sort.SearchStrings(ix.keys, key); i < len(ix.keys) && ix.keys[i] == key {
 			ix.keys = slices.Delete(ix.keys, i, i+1)
@@ -76,6 +86,14 @@ func (ix *index[T]) descend(before string, fn func(string, T) bool) {
 			return
 		}
 	}
+}
+
+// get returns the live value of key.
+func (ix *index[T]) get(key string) (T, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	e, ok := ix.m[key]
+	return e.v, ok && e.live
 }
 
 // ascend calls fn for live keys above `after` ("" = from the bottom),

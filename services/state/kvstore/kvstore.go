@@ -96,6 +96,11 @@ type Store struct {
 
 	stopWatch context.CancelFunc
 	watchers  sync.WaitGroup
+
+	memory   bool // the buckets' storage (graph.go creates one more)
+	replicas int
+	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
+	waiting  waiters            // parent → waiting tasks (graph.go)
 }
 
 // head locates a task's last recorded event.
@@ -121,7 +126,10 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		taskIndex:  newIndex[*agentmeshv1.Task](),
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
+		memory:     opts.Memory, replicas: opts.Replicas,
+		waiting: waiters{m: map[string]map[string]struct{}{}},
 	}
+	s.taskIndex.onChange = s.waiting.change
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
 		if !slices.Contains(subjects.StoreBuckets, name) {
 			// Only declared buckets are in the state identity's permissions.
@@ -178,6 +186,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		s.watchers.Wait()
 		return nil, err
 	}
+	if err := s.recoverGraphs(ctx); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -227,6 +240,7 @@ func watch(ctx, wctx context.Context, s *Store, kv jetstream.KeyValue, fn func(j
 
 func (s *Store) onTask(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
+		s.taskIndex.del(e.Key(), e.Revision()) // DeleteTask, retention
 		return
 	}
 	t := &agentmeshv1.Task{}
@@ -349,7 +363,14 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	if t == nil {
 		return nil, nil, false, bus.FieldError("task", "a task is required")
 	}
-	task, events := store.PlanCreate(t, s.now())
+	parents, err := store.LoadParents(ctx, s.GetTask, t, nil)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	task, events, err := store.PlanCreateDeps(t, "", parents, s.now())
+	if err != nil {
+		return nil, nil, false, err
+	}
 	var (
 		idemKey string
 		idemRev uint64
@@ -677,6 +698,10 @@ func (s *Store) ListTasks(_ context.Context, q store.TaskQuery) ([]*agentmeshv1.
 		return nil, "", err
 	}
 	n := store.PageSize(q.PageSize)
+	if q.WaitingOn != "" {
+		out, next := s.listWaiting(q, after, n)
+		return out, next, nil
+	}
 	var out []*agentmeshv1.Task
 	more := false
 	s.taskIndex.descend(after, func(_ string, t *agentmeshv1.Task) bool {

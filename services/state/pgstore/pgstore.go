@@ -135,6 +135,9 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 			return nil, nil, false, err
 		}
 	}
+	if len(t.DependsOn) > 0 {
+		return s.createWithDeps(ctx, t)
+	}
 	task, events := store.PlanCreate(t, s.now())
 	data, err := marshal(task)
 	if err != nil {
@@ -151,8 +154,9 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	tag, err := s.pool.Exec(ctx, `
 WITH t AS (
   INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data,
-                     prompt_tokens, completion_tokens, total_tokens, cost_usd)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, 0)
+                     prompt_tokens, completion_tokens, total_tokens, cost_usd,
+                     priority, tags, parent_task_id, waiting_on, finished_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, 0, $19, $20, $21, $22, $23)
   ON CONFLICT (org, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
   RETURNING id
 )
@@ -163,7 +167,8 @@ SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
 		task.Id, task.Org, task.Agent, int16(task.Status), task.Attempt, task.LastEventSeq, task.IdempotencyKey,
 		task.CreatedAt.AsTime(), task.UpdatedAt.AsTime(), data,
 		events[0].Seq, int16(events[0].Type), events[0].Time.AsTime(), ev1,
-		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2)
+		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2,
+		graphCols(task)[0], graphCols(task)[1], graphCols(task)[2], graphCols(task)[3], graphCols(task)[4])
 	if err != nil {
 		return nil, nil, false, store.Internal("create task", err)
 	}
@@ -240,6 +245,7 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 	if !q.UpdatedBefore.IsZero() {
 		where = append(where, "updated_at < "+arg(q.UpdatedBefore))
 	}
+	where = graphWhere(q, where, arg)
 	if after != "" {
 		where = append(where, "id < "+arg(after))
 	}
@@ -295,7 +301,8 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		tag, err := s.pool.Exec(ctx, `
 WITH u AS (
   UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
-    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14
+    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
+    priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
   WHERE id = $1 AND last_event_seq = $2
   RETURNING id
 )
@@ -303,7 +310,8 @@ INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, $5, $8, $9, $10 FROM u`,
 			id, cur.LastEventSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
 			int16(ev.Type), ev.Time.AsTime(), evData,
-			next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd())
+			next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd(),
+			graphCols(next)[0], graphCols(next)[1], graphCols(next)[2], graphCols(next)[3], graphCols(next)[4])
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer

@@ -263,7 +263,7 @@ func MatchesQuery(t *agentmeshv1.Task, q TaskQuery) bool {
 	if !q.UpdatedBefore.IsZero() && !t.UpdatedAt.AsTime().Before(q.UpdatedBefore) {
 		return false
 	}
-	return true
+	return matchesGraphQuery(t, q)
 }
 
 // EncodeToken makes an opaque page token of the last key of a page.

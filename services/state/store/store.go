@@ -68,6 +68,9 @@ type Store interface {
 	// DeleteAgent removes org's agent named name or answers not_found.
 	DeleteAgent(ctx context.Context, org, name string) error
 
+	// Graph: dependencies, updates, deletes and scans (graph.go).
+	Graph
+
 	Close() error
 }
 
@@ -81,6 +84,18 @@ type TaskQuery struct {
 	UpdatedBefore time.Time
 	PageSize      int
 	PageToken     string
+
+	// Tag: only tasks carrying it. Priorities: only these. ParentTaskID:
+	// only its sub-tasks. WaitingOn: only blocked tasks still waiting on
+	// this parent. UpdatedAfter: only tasks changed after it.
+	Tag          string
+	Priorities   []agentmeshv1.Priority
+	ParentTaskID string
+	WaitingOn    string
+	UpdatedAfter time.Time
+	// LiveOrFinishedAfter: only unfinished tasks and those that finished
+	// after it (GetMetrics' scan).
+	LiveOrFinishedAfter time.Time
 }
 
 // AgentQuery filters ListAgents.

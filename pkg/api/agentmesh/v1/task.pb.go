@@ -171,19 +171,22 @@ const (
 	FailureKind_FAILURE_KIND_APPROVAL FailureKind = 6
 	// The agent process crashed or the platform failed.
 	FailureKind_FAILURE_KIND_INTERNAL FailureKind = 7
+	// A task this one depends on failed or was cancelled (the error names it).
+	FailureKind_FAILURE_KIND_DEPENDENCY FailureKind = 60
 )
 
 // Enum value maps for FailureKind.
 var (
 	FailureKind_name = map[int32]string{
-		0: "FAILURE_KIND_UNSPECIFIED",
-		1: "FAILURE_KIND_AGENT",
-		2: "FAILURE_KIND_MODEL",
-		3: "FAILURE_KIND_BUDGET",
-		4: "FAILURE_KIND_RESOURCE",
-		5: "FAILURE_KIND_TIMEOUT",
-		6: "FAILURE_KIND_APPROVAL",
-		7: "FAILURE_KIND_INTERNAL",
+		0:  "FAILURE_KIND_UNSPECIFIED",
+		1:  "FAILURE_KIND_AGENT",
+		2:  "FAILURE_KIND_MODEL",
+		3:  "FAILURE_KIND_BUDGET",
+		4:  "FAILURE_KIND_RESOURCE",
+		5:  "FAILURE_KIND_TIMEOUT",
+		6:  "FAILURE_KIND_APPROVAL",
+		7:  "FAILURE_KIND_INTERNAL",
+		60: "FAILURE_KIND_DEPENDENCY",
 	}
 	FailureKind_value = map[string]int32{
 		"FAILURE_KIND_UNSPECIFIED": 0,
@@ -194,6 +197,7 @@ var (
 		"FAILURE_KIND_TIMEOUT":     5,
 		"FAILURE_KIND_APPROVAL":    6,
 		"FAILURE_KIND_INTERNAL":    7,
+		"FAILURE_KIND_DEPENDENCY":  60,
 	}
 )
 
@@ -413,16 +417,22 @@ const (
 	EventType_EVENT_TYPE_STEP EventType = 3
 	// Streamed model output (live only: seq 0, not in the history).
 	EventType_EVENT_TYPE_TOKEN EventType = 4
+	// A parent of this blocked task finished; it still waits for others.
+	EventType_EVENT_TYPE_DEPENDENCY EventType = 60
+	// Fields of the task were changed by UpdateTask (no status change).
+	EventType_EVENT_TYPE_UPDATED EventType = 61
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0: "EVENT_TYPE_UNSPECIFIED",
-		1: "EVENT_TYPE_CREATED",
-		2: "EVENT_TYPE_STATUS",
-		3: "EVENT_TYPE_STEP",
-		4: "EVENT_TYPE_TOKEN",
+		0:  "EVENT_TYPE_UNSPECIFIED",
+		1:  "EVENT_TYPE_CREATED",
+		2:  "EVENT_TYPE_STATUS",
+		3:  "EVENT_TYPE_STEP",
+		4:  "EVENT_TYPE_TOKEN",
+		60: "EVENT_TYPE_DEPENDENCY",
+		61: "EVENT_TYPE_UPDATED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -430,6 +440,8 @@ var (
 		"EVENT_TYPE_STATUS":      2,
 		"EVENT_TYPE_STEP":        3,
 		"EVENT_TYPE_TOKEN":       4,
+		"EVENT_TYPE_DEPENDENCY":  60,
+		"EVENT_TYPE_UPDATED":     61,
 	}
 )
 
@@ -458,6 +470,112 @@ func (x EventType) Number() protoreflect.EnumNumber {
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+// DependencyPolicy says what a failed or cancelled parent does to a task.
+type DependencyPolicy int32
+
+const (
+	// REQUIRE_SUCCESS.
+	DependencyPolicy_DEPENDENCY_POLICY_UNSPECIFIED DependencyPolicy = 0
+	// Every parent must complete; a failed or cancelled one fails the task
+	// (FAILURE_KIND_DEPENDENCY, the error names the parent).
+	DependencyPolicy_DEPENDENCY_POLICY_REQUIRE_SUCCESS DependencyPolicy = 1
+	// The task runs once every parent has finished, however it finished.
+	DependencyPolicy_DEPENDENCY_POLICY_RUN_ANYWAY DependencyPolicy = 2
+)
+
+// Enum value maps for DependencyPolicy.
+var (
+	DependencyPolicy_name = map[int32]string{
+		0: "DEPENDENCY_POLICY_UNSPECIFIED",
+		1: "DEPENDENCY_POLICY_REQUIRE_SUCCESS",
+		2: "DEPENDENCY_POLICY_RUN_ANYWAY",
+	}
+	DependencyPolicy_value = map[string]int32{
+		"DEPENDENCY_POLICY_UNSPECIFIED":     0,
+		"DEPENDENCY_POLICY_REQUIRE_SUCCESS": 1,
+		"DEPENDENCY_POLICY_RUN_ANYWAY":      2,
+	}
+)
+
+func (x DependencyPolicy) Enum() *DependencyPolicy {
+	p := new(DependencyPolicy)
+	*p = x
+	return p
+}
+
+func (x DependencyPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DependencyPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
+}
+
+func (DependencyPolicy) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[7]
+}
+
+func (x DependencyPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DependencyPolicy.Descriptor instead.
+func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+}
+
+// BlockedOn says what a blocked task waits for.
+type BlockedOn int32
+
+const (
+	BlockedOn_BLOCKED_ON_UNSPECIFIED BlockedOn = 0
+	// Parents that have not finished (Task.waiting_on).
+	BlockedOn_BLOCKED_ON_DEPENDENCIES BlockedOn = 1
+	// A person's decision (Task.pending_approval).
+	BlockedOn_BLOCKED_ON_APPROVAL BlockedOn = 2
+)
+
+// Enum value maps for BlockedOn.
+var (
+	BlockedOn_name = map[int32]string{
+		0: "BLOCKED_ON_UNSPECIFIED",
+		1: "BLOCKED_ON_DEPENDENCIES",
+		2: "BLOCKED_ON_APPROVAL",
+	}
+	BlockedOn_value = map[string]int32{
+		"BLOCKED_ON_UNSPECIFIED":  0,
+		"BLOCKED_ON_DEPENDENCIES": 1,
+		"BLOCKED_ON_APPROVAL":     2,
+	}
+)
+
+func (x BlockedOn) Enum() *BlockedOn {
+	p := new(BlockedOn)
+	*p = x
+	return p
+}
+
+func (x BlockedOn) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BlockedOn) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[8].Descriptor()
+}
+
+func (BlockedOn) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[8]
+}
+
+func (x BlockedOn) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BlockedOn.Descriptor instead.
+func (BlockedOn) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 // ToolPolicy overrides a tool's default approval rule for one agent.
@@ -501,11 +619,11 @@ func (x ToolPolicy) String() string {
 }
 
 func (ToolPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[9].Descriptor()
 }
 
 func (ToolPolicy) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[7]
+	return &file_agentmesh_v1_task_proto_enumTypes[9]
 }
 
 func (x ToolPolicy) Number() protoreflect.EnumNumber {
@@ -514,7 +632,7 @@ func (x ToolPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolPolicy.Descriptor instead.
 func (ToolPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 // Usage counts the tokens a model call (or a whole task) consumed.
@@ -876,9 +994,30 @@ type Task struct {
 	// as its executor had it: "strict" (every wall of the sandbox), "reduced"
 	// (some missing: the executor's start-up log names which and why) or
 	// "none" (unsandboxed). Set when an executor starts the attempt.
-	Isolation     string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Isolation string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// Tasks (ids, same org) this one runs after. See DependencyPolicy.
+	DependsOn        []string         `protobuf:"bytes,60,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependencyPolicy DependencyPolicy `protobuf:"varint,61,opt,name=dependency_policy,json=dependencyPolicy,proto3,enum=agentmesh.v1.DependencyPolicy" json:"dependency_policy,omitempty"`
+	// The parents not yet finished: the task is blocked on them.
+	WaitingOn []string `protobuf:"bytes,62,rep,name=waiting_on,json=waitingOn,proto3" json:"waiting_on,omitempty"`
+	// Why a blocked task waits: dependencies or an approval.
+	BlockedOn BlockedOn `protobuf:"varint,63,opt,name=blocked_on,json=blockedOn,proto3,enum=agentmesh.v1.BlockedOn" json:"blocked_on,omitempty"`
+	Tags      []string  `protobuf:"bytes,64,rep,name=tags,proto3" json:"tags,omitempty"`
+	// The task that created this one as a sub-task, if any.
+	ParentTaskId string `protobuf:"bytes,65,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// Who submitted the task: the API key's name or fingerprint, else the org.
+	CreatedBy string `protobuf:"bytes,66,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// When the task last entered queued.
+	QueuedAt *timestamppb.Timestamp `protobuf:"bytes,67,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`
+	// Time from the last queued to running (of the attempt that ran last).
+	QueueWait *durationpb.Duration `protobuf:"bytes,68,opt,name=queue_wait,json=queueWait,proto3" json:"queue_wait,omitempty"`
+	// Time from the first running to the end.
+	RunTime *durationpb.Duration `protobuf:"bytes,69,opt,name=run_time,json=runTime,proto3" json:"run_time,omitempty"`
+	// The parents' outcomes, in the order they finished. Their results reach
+	// the agent as context before its input.
+	DependencyResults []*DependencyResult `protobuf:"bytes,70,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1091,6 +1230,83 @@ func (x *Task) GetIsolation() string {
 		return x.Isolation
 	}
 	return ""
+}
+
+func (x *Task) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *Task) GetDependencyPolicy() DependencyPolicy {
+	if x != nil {
+		return x.DependencyPolicy
+	}
+	return DependencyPolicy_DEPENDENCY_POLICY_UNSPECIFIED
+}
+
+func (x *Task) GetWaitingOn() []string {
+	if x != nil {
+		return x.WaitingOn
+	}
+	return nil
+}
+
+func (x *Task) GetBlockedOn() BlockedOn {
+	if x != nil {
+		return x.BlockedOn
+	}
+	return BlockedOn_BLOCKED_ON_UNSPECIFIED
+}
+
+func (x *Task) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Task) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *Task) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Task) GetQueuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QueuedAt
+	}
+	return nil
+}
+
+func (x *Task) GetQueueWait() *durationpb.Duration {
+	if x != nil {
+		return x.QueueWait
+	}
+	return nil
+}
+
+func (x *Task) GetRunTime() *durationpb.Duration {
+	if x != nil {
+		return x.RunTime
+	}
+	return nil
+}
+
+func (x *Task) GetDependencyResults() []*DependencyResult {
+	if x != nil {
+		return x.DependencyResults
+	}
+	return nil
 }
 
 // ToolCall is a model's request to run a tool.
@@ -1384,7 +1600,12 @@ type TaskEvent struct {
 	// running.
 	Isolation string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
 	// EVENT_TYPE_TOKEN: a piece of model output.
-	Token         string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
+	// A parent's outcome (EVENT_TYPE_DEPENDENCY, or the status event that
+	// released or failed the task).
+	Dependency *DependencyResult `protobuf:"bytes,60,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// UpdateTask: the new values of the fields named by update_mask.
+	Update        *TaskUpdate `protobuf:"bytes,61,opt,name=update,proto3" json:"update,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1531,6 +1752,202 @@ func (x *TaskEvent) GetToken() string {
 	return ""
 }
 
+func (x *TaskEvent) GetDependency() *DependencyResult {
+	if x != nil {
+		return x.Dependency
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetUpdate() *TaskUpdate {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// DependencyResult is a parent's outcome as its dependent saw it.
+type DependencyResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Title  string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Status TaskStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
+	// The parent's result (completed) or error (failed, cancelled).
+	Result        string `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependencyResult) Reset() {
+	*x = DependencyResult{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependencyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependencyResult) ProtoMessage() {}
+
+func (x *DependencyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
+func (*DependencyResult) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DependencyResult) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *DependencyResult) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// TaskUpdate carries the new values of an UpdateTask; mask names the
+// fields that change (title, priority, metadata, tags, depends_on).
+type TaskUpdate struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Mask      []string               `protobuf:"bytes,1,rep,name=mask,proto3" json:"mask,omitempty"`
+	Title     string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Priority  Priority               `protobuf:"varint,3,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	Metadata  map[string]string      `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Tags      []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	DependsOn []string               `protobuf:"bytes,6,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// Parents of depends_on not yet finished (set by state).
+	WaitingOn []string `protobuf:"bytes,7,rep,name=waiting_on,json=waitingOn,proto3" json:"waiting_on,omitempty"`
+	// Parents already finished when the update was made (set by state).
+	DependencyResults []*DependencyResult `protobuf:"bytes,8,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TaskUpdate) Reset() {
+	*x = TaskUpdate{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskUpdate) ProtoMessage() {}
+
+func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskUpdate.ProtoReflect.Descriptor instead.
+func (*TaskUpdate) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TaskUpdate) GetMask() []string {
+	if x != nil {
+		return x.Mask
+	}
+	return nil
+}
+
+func (x *TaskUpdate) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *TaskUpdate) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskUpdate) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *TaskUpdate) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskUpdate) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *TaskUpdate) GetWaitingOn() []string {
+	if x != nil {
+		return x.WaitingOn
+	}
+	return nil
+}
+
+func (x *TaskUpdate) GetDependencyResults() []*DependencyResult {
+	if x != nil {
+		return x.DependencyResults
+	}
+	return nil
+}
+
 type SubmitTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
@@ -1544,14 +1961,21 @@ type SubmitTaskRequest struct {
 	// A retried submit with the same key returns the first task.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Bounds of this task; unset fields take the agent's budget.
-	Budget        *Budget `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
+	Budget *Budget `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Run after these tasks (ids of the caller's org). The task waits in
+	// blocked until they finish; see dependency_policy.
+	DependsOn        []string         `protobuf:"bytes,60,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependencyPolicy DependencyPolicy `protobuf:"varint,61,opt,name=dependency_policy,json=dependencyPolicy,proto3,enum=agentmesh.v1.DependencyPolicy" json:"dependency_policy,omitempty"`
+	Tags             []string         `protobuf:"bytes,62,rep,name=tags,proto3" json:"tags,omitempty"`
+	// The task that created this one (a sub-task); it must exist in the org.
+	ParentTaskId  string `protobuf:"bytes,63,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1987,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +2000,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitTaskRequest) GetTitle() string {
@@ -1635,6 +2059,34 @@ func (x *SubmitTaskRequest) GetBudget() *Budget {
 	return nil
 }
 
+func (x *SubmitTaskRequest) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetDependencyPolicy() DependencyPolicy {
+	if x != nil {
+		return x.DependencyPolicy
+	}
+	return DependencyPolicy_DEPENDENCY_POLICY_UNSPECIFIED
+}
+
+func (x *SubmitTaskRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
 type SubmitTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -1646,7 +2098,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2110,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2123,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -1697,7 +2149,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2161,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2174,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1741,7 +2193,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +2205,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +2218,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1783,15 +2235,21 @@ type ListTasksRequest struct {
 	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	// At most 1000; 0 means 50.
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only tasks carrying this tag.
+	Tag string `protobuf:"bytes,60,opt,name=tag,proto3" json:"tag,omitempty"`
+	// Only tasks of these priorities.
+	Priorities []Priority `protobuf:"varint,61,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
+	// Only sub-tasks of this task.
+	ParentTaskId  string `protobuf:"bytes,62,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2261,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2274,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksRequest) GetStatuses() []TaskStatus {
@@ -1861,6 +2319,27 @@ func (x *ListTasksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListTasksRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetPriorities() []Priority {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
+func (x *ListTasksRequest) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -1871,7 +2350,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2362,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2375,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1923,7 +2402,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2414,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2427,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1974,7 +2453,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2465,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2478,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -2020,7 +2499,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2511,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2524,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -2073,7 +2552,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2564,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2577,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchTaskResponse) GetEvent() *TaskEvent {
@@ -2127,7 +2606,7 @@ type GetTaskHistoryRequest struct {
 
 func (x *GetTaskHistoryRequest) Reset() {
 	*x = GetTaskHistoryRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2618,7 @@ func (x *GetTaskHistoryRequest) String() string {
 func (*GetTaskHistoryRequest) ProtoMessage() {}
 
 func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2631,7 @@ func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetTaskHistoryRequest) GetId() string {
@@ -2185,7 +2664,7 @@ type GetTaskHistoryResponse struct {
 
 func (x *GetTaskHistoryResponse) Reset() {
 	*x = GetTaskHistoryResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2676,7 @@ func (x *GetTaskHistoryResponse) String() string {
 func (*GetTaskHistoryResponse) ProtoMessage() {}
 
 func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2689,7 @@ func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
@@ -2232,7 +2711,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2723,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2736,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetUsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
@@ -2291,7 +2770,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2782,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2795,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetUsageResponse) GetUsage() *Usage {
@@ -2357,7 +2836,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2848,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2861,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelSettings) GetBaseUrl() string {
@@ -2446,7 +2925,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2937,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2950,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *McpServer) GetName() string {
@@ -2546,7 +3025,7 @@ type Agent struct {
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +3037,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +3050,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Agent) GetName() string {
@@ -2725,7 +3204,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xd8\b\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xec\f\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -2759,7 +3238,23 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x06budget\x18\x17 \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12A\n" +
 	"\x10pending_approval\x18\x18 \x01(\v2\x16.agentmesh.v1.ApprovalR\x0fpendingApproval\x12<\n" +
 	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
-	"\tisolation\x18( \x01(\tR\tisolation\x1a;\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18< \x03(\tR\tdependsOn\x12K\n" +
+	"\x11dependency_policy\x18= \x01(\x0e2\x1e.agentmesh.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1d\n" +
+	"\n" +
+	"waiting_on\x18> \x03(\tR\twaitingOn\x126\n" +
+	"\n" +
+	"blocked_on\x18? \x01(\x0e2\x17.agentmesh.v1.BlockedOnR\tblockedOn\x12\x12\n" +
+	"\x04tags\x18@ \x03(\tR\x04tags\x12$\n" +
+	"\x0eparent_task_id\x18A \x01(\tR\fparentTaskId\x12\x1d\n" +
+	"\n" +
+	"created_by\x18B \x01(\tR\tcreatedBy\x127\n" +
+	"\tqueued_at\x18C \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x128\n" +
+	"\n" +
+	"queue_wait\x18D \x01(\v2\x19.google.protobuf.DurationR\tqueueWait\x124\n" +
+	"\brun_time\x18E \x01(\v2\x19.google.protobuf.DurationR\arunTime\x12M\n" +
+	"\x12dependency_results\x18F \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -2791,7 +3286,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xbe\x04\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xb0\x05\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -2810,7 +3305,32 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\bapproval\x18\r \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
 	"\ffailure_kind\x18\x0e \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
 	"\tisolation\x18( \x01(\tR\tisolation\x12\x14\n" +
-	"\x05token\x18\x0f \x01(\tR\x05token\"\x91\x03\n" +
+	"\x05token\x18\x0f \x01(\tR\x05token\x12>\n" +
+	"\n" +
+	"dependency\x18< \x01(\v2\x1e.agentmesh.v1.DependencyResultR\n" +
+	"dependency\x120\n" +
+	"\x06update\x18= \x01(\v2\x18.agentmesh.v1.TaskUpdateR\x06update\"\xa1\x01\n" +
+	"\x10DependencyResult\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\tR\x06result\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x8c\x03\n" +
+	"\n" +
+	"TaskUpdate\x12\x12\n" +
+	"\x04mask\x18\x01 \x03(\tR\x04mask\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x122\n" +
+	"\bpriority\x18\x03 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12B\n" +
+	"\bmetadata\x18\x04 \x03(\v2&.agentmesh.v1.TaskUpdate.MetadataEntryR\bmetadata\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x06 \x03(\tR\tdependsOn\x12\x1d\n" +
+	"\n" +
+	"waiting_on\x18\a \x03(\tR\twaitingOn\x12M\n" +
+	"\x12dependency_results\x18\b \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x04\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -2819,7 +3339,12 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\bpriority\x18\x05 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12I\n" +
 	"\bmetadata\x18\x06 \x03(\v2-.agentmesh.v1.SubmitTaskRequest.MetadataEntryR\bmetadata\x12'\n" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12,\n" +
-	"\x06budget\x18\b \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x1a;\n" +
+	"\x06budget\x18\b \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18< \x03(\tR\tdependsOn\x12K\n" +
+	"\x11dependency_policy\x18= \x01(\x0e2\x1e.agentmesh.v1.DependencyPolicyR\x10dependencyPolicy\x12\x12\n" +
+	"\x04tags\x18> \x03(\tR\x04tags\x12$\n" +
+	"\x0eparent_task_id\x18? \x01(\tR\fparentTaskId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -2829,7 +3354,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\x9e\x02\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\x8e\x03\n" +
 	"\x10ListTasksRequest\x124\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12?\n" +
@@ -2837,7 +3362,12 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0ecreated_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"e\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x10\n" +
+	"\x03tag\x18< \x01(\tR\x03tag\x126\n" +
+	"\n" +
+	"priorities\x18= \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
+	"priorities\x12$\n" +
+	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\";\n" +
@@ -2924,7 +3454,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*\xdf\x01\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\xfc\x01\n" +
 	"\vFailureKind\x12\x1c\n" +
 	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
@@ -2933,7 +3463,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15FAILURE_KIND_RESOURCE\x10\x04\x12\x18\n" +
 	"\x14FAILURE_KIND_TIMEOUT\x10\x05\x12\x19\n" +
 	"\x15FAILURE_KIND_APPROVAL\x10\x06\x12\x19\n" +
-	"\x15FAILURE_KIND_INTERNAL\x10\a*\xbe\x01\n" +
+	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1b\n" +
+	"\x17FAILURE_KIND_DEPENDENCY\x10<*\xbe\x01\n" +
 	"\fToolDecision\x12\x1d\n" +
 	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_DECISION_ALLOWED\x10\x01\x12\x1a\n" +
@@ -2951,13 +3482,23 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STEP_KIND_MODEL_TURN\x10\x01\x12\x17\n" +
 	"\x13STEP_KIND_TOOL_CALL\x10\x02\x12\x19\n" +
-	"\x15STEP_KIND_TOOL_RESULT\x10\x03*\x81\x01\n" +
+	"\x15STEP_KIND_TOOL_RESULT\x10\x03*\xb4\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x15\n" +
 	"\x11EVENT_TYPE_STATUS\x10\x02\x12\x13\n" +
 	"\x0fEVENT_TYPE_STEP\x10\x03\x12\x14\n" +
-	"\x10EVENT_TYPE_TOKEN\x10\x04*\x91\x01\n" +
+	"\x10EVENT_TYPE_TOKEN\x10\x04\x12\x19\n" +
+	"\x15EVENT_TYPE_DEPENDENCY\x10<\x12\x16\n" +
+	"\x12EVENT_TYPE_UPDATED\x10=*~\n" +
+	"\x10DependencyPolicy\x12!\n" +
+	"\x1dDEPENDENCY_POLICY_UNSPECIFIED\x10\x00\x12%\n" +
+	"!DEPENDENCY_POLICY_REQUIRE_SUCCESS\x10\x01\x12 \n" +
+	"\x1cDEPENDENCY_POLICY_RUN_ANYWAY\x10\x02*]\n" +
+	"\tBlockedOn\x12\x1a\n" +
+	"\x16BLOCKED_ON_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17BLOCKED_ON_DEPENDENCIES\x10\x01\x12\x17\n" +
+	"\x13BLOCKED_ON_APPROVAL\x10\x02*\x91\x01\n" +
 	"\n" +
 	"ToolPolicy\x12\x1b\n" +
 	"\x17TOOL_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2988,8 +3529,8 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_task_proto_rawDescData
 }
 
-var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
@@ -2998,112 +3539,131 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(ApprovalStatus)(0),            // 4: agentmesh.v1.ApprovalStatus
 	(StepKind)(0),                  // 5: agentmesh.v1.StepKind
 	(EventType)(0),                 // 6: agentmesh.v1.EventType
-	(ToolPolicy)(0),                // 7: agentmesh.v1.ToolPolicy
-	(*Usage)(nil),                  // 8: agentmesh.v1.Usage
-	(*Budget)(nil),                 // 9: agentmesh.v1.Budget
-	(*Approval)(nil),               // 10: agentmesh.v1.Approval
-	(*Task)(nil),                   // 11: agentmesh.v1.Task
-	(*ToolCall)(nil),               // 12: agentmesh.v1.ToolCall
-	(*Step)(nil),                   // 13: agentmesh.v1.Step
-	(*TaskEvent)(nil),              // 14: agentmesh.v1.TaskEvent
-	(*SubmitTaskRequest)(nil),      // 15: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 16: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 17: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 18: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 19: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 20: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 21: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 22: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 23: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 24: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 25: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 26: agentmesh.v1.GetTaskHistoryResponse
-	(*GetUsageRequest)(nil),        // 27: agentmesh.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 28: agentmesh.v1.GetUsageResponse
-	(*ModelSettings)(nil),          // 29: agentmesh.v1.ModelSettings
-	(*McpServer)(nil),              // 30: agentmesh.v1.McpServer
-	(*Agent)(nil),                  // 31: agentmesh.v1.Agent
-	nil,                            // 32: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 33: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 34: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 35: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(DependencyPolicy)(0),          // 7: agentmesh.v1.DependencyPolicy
+	(BlockedOn)(0),                 // 8: agentmesh.v1.BlockedOn
+	(ToolPolicy)(0),                // 9: agentmesh.v1.ToolPolicy
+	(*Usage)(nil),                  // 10: agentmesh.v1.Usage
+	(*Budget)(nil),                 // 11: agentmesh.v1.Budget
+	(*Approval)(nil),               // 12: agentmesh.v1.Approval
+	(*Task)(nil),                   // 13: agentmesh.v1.Task
+	(*ToolCall)(nil),               // 14: agentmesh.v1.ToolCall
+	(*Step)(nil),                   // 15: agentmesh.v1.Step
+	(*TaskEvent)(nil),              // 16: agentmesh.v1.TaskEvent
+	(*DependencyResult)(nil),       // 17: agentmesh.v1.DependencyResult
+	(*TaskUpdate)(nil),             // 18: agentmesh.v1.TaskUpdate
+	(*SubmitTaskRequest)(nil),      // 19: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 20: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 21: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 22: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 23: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 24: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 25: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 26: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 27: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 28: agentmesh.v1.WatchTaskResponse
+	(*GetTaskHistoryRequest)(nil),  // 29: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 30: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 31: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 32: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 33: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 34: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 35: agentmesh.v1.Agent
+	nil,                            // 36: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 37: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 38: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 39: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 40: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	36, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	41, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,  // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	37, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	37, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	37, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	42, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	42, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	42, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	32, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	36, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,  // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	37, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	37, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	37, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	8,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	31, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
-	9,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
-	10, // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
+	42, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	42, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	42, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
+	35, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	11, // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
+	12, // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
 	2,  // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
-	5,  // 17: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	12, // 18: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	8,  // 19: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	36, // 20: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 21: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	6,  // 22: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	37, // 23: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 24: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 25: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	13, // 26: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	10, // 27: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,  // 28: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	1,  // 29: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	33, // 30: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	9,  // 31: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	11, // 32: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	11, // 33: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 34: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	37, // 35: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 36: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	11, // 37: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	11, // 38: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	14, // 39: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 40: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	14, // 41: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	37, // 42: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 43: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	8,  // 44: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	34, // 45: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	29, // 46: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	37, // 47: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	37, // 48: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 49: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	30, // 50: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	35, // 51: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	36, // 52: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	7,  // 53: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	15, // 54: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	17, // 55: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	19, // 56: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	21, // 57: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	23, // 58: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	25, // 59: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	27, // 60: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	16, // 61: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	18, // 62: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	20, // 63: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	22, // 64: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	24, // 65: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	26, // 66: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	28, // 67: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	61, // [61:68] is the sub-list for method output_type
-	54, // [54:61] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	7,  // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	8,  // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
+	42, // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	41, // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	41, // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	17, // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	5,  // 23: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	14, // 24: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	10, // 25: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	41, // 26: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,  // 27: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	6,  // 28: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	42, // 29: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 30: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,  // 31: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	15, // 32: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	12, // 33: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,  // 34: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	17, // 35: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	18, // 36: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	0,  // 37: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,  // 38: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	37, // 39: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	17, // 40: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,  // 41: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	38, // 42: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	11, // 43: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	7,  // 44: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	13, // 45: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	13, // 46: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,  // 47: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	42, // 48: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	42, // 49: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 50: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	13, // 51: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	13, // 52: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	16, // 53: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,  // 54: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	16, // 55: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	42, // 56: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	42, // 57: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	10, // 58: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	39, // 59: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	33, // 60: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	42, // 61: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	42, // 62: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 63: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	34, // 64: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	40, // 65: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	41, // 66: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	9,  // 67: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	19, // 68: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	21, // 69: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	23, // 70: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	25, // 71: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	27, // 72: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	29, // 73: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	31, // 74: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	20, // 75: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	22, // 76: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	24, // 77: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	26, // 78: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	28, // 79: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	30, // 80: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	32, // 81: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	75, // [75:82] is the sub-list for method output_type
+	68, // [68:75] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -3111,14 +3671,14 @@ func file_agentmesh_v1_task_proto_init() {
 	if File_agentmesh_v1_task_proto != nil {
 		return
 	}
-	file_agentmesh_v1_task_proto_msgTypes[21].OneofWrappers = []any{}
+	file_agentmesh_v1_task_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   28,
+			NumEnums:      10,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

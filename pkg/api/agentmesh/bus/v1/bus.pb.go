@@ -294,6 +294,13 @@ type ListTasksRequest struct {
 	UpdatedBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_before,json=updatedBefore,proto3" json:"updated_before,omitempty"`
 	PageSize      int32                  `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string                 `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Tag           string                 `protobuf:"bytes,60,opt,name=tag,proto3" json:"tag,omitempty"`
+	Priorities    []v1.Priority          `protobuf:"varint,61,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
+	ParentTaskId  string                 `protobuf:"bytes,62,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// Only blocked tasks still waiting on this parent.
+	WaitingOn string `protobuf:"bytes,63,opt,name=waiting_on,json=waitingOn,proto3" json:"waiting_on,omitempty"`
+	// Only tasks last updated after this time.
+	UpdatedAfter  *timestamppb.Timestamp `protobuf:"bytes,64,opt,name=updated_after,json=updatedAfter,proto3" json:"updated_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +389,41 @@ func (x *ListTasksRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListTasksRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetPriorities() []v1.Priority {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
+func (x *ListTasksRequest) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetWaitingOn() string {
+	if x != nil {
+		return x.WaitingOn
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetUpdatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAfter
+	}
+	return nil
 }
 
 type ListTasksResponse struct {
@@ -1782,7 +1824,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\xf3\x02\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\xc3\x04\n" +
 	"\x10ListTasksRequest\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x124\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
@@ -1792,7 +1834,15 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x0eupdated_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\x12\x1b\n" +
 	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tR\tpageToken\"e\n" +
+	"page_token\x18\b \x01(\tR\tpageToken\x12\x10\n" +
+	"\x03tag\x18< \x01(\tR\x03tag\x126\n" +
+	"\n" +
+	"priorities\x18= \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
+	"priorities\x12$\n" +
+	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\x12\x1d\n" +
+	"\n" +
+	"waiting_on\x18? \x01(\tR\twaitingOn\x12?\n" +
+	"\rupdated_after\x18@ \x01(\v2\x1a.google.protobuf.TimestampR\fupdatedAfter\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x03\n" +
@@ -1933,12 +1983,13 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*v1.Task)(nil),               // 29: agentmesh.v1.Task
 	(v1.TaskStatus)(0),            // 30: agentmesh.v1.TaskStatus
 	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*v1.Approval)(nil),           // 32: agentmesh.v1.Approval
-	(v1.FailureKind)(0),           // 33: agentmesh.v1.FailureKind
-	(*v1.TaskEvent)(nil),          // 34: agentmesh.v1.TaskEvent
-	(*v1.Step)(nil),               // 35: agentmesh.v1.Step
-	(*v1.Usage)(nil),              // 36: agentmesh.v1.Usage
-	(*v1.Agent)(nil),              // 37: agentmesh.v1.Agent
+	(v1.Priority)(0),              // 32: agentmesh.v1.Priority
+	(*v1.Approval)(nil),           // 33: agentmesh.v1.Approval
+	(v1.FailureKind)(0),           // 34: agentmesh.v1.FailureKind
+	(*v1.TaskEvent)(nil),          // 35: agentmesh.v1.TaskEvent
+	(*v1.Step)(nil),               // 36: agentmesh.v1.Step
+	(*v1.Usage)(nil),              // 37: agentmesh.v1.Usage
+	(*v1.Agent)(nil),              // 38: agentmesh.v1.Agent
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	29, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
@@ -1948,34 +1999,36 @@ var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	31, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
 	31, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
 	31, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
-	29, // 7: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	30, // 8: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
-	30, // 9: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
-	32, // 10: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
-	33, // 11: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
-	29, // 12: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	34, // 13: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	35, // 14: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	34, // 15: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	34, // 16: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	30, // 17: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	31, // 18: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	31, // 19: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	36, // 20: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	37, // 21: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	37, // 22: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	37, // 23: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	37, // 24: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	37, // 25: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	37, // 26: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
-	25, // 27: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	29, // 28: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	31, // 29: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	32, // 7: agentmesh.bus.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	31, // 8: agentmesh.bus.v1.ListTasksRequest.updated_after:type_name -> google.protobuf.Timestamp
+	29, // 9: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	30, // 10: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
+	30, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
+	33, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
+	34, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
+	29, // 14: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	35, // 15: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	36, // 16: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	35, // 17: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	35, // 18: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	30, // 19: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	31, // 20: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	31, // 21: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	37, // 22: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	38, // 23: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	38, // 24: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	38, // 25: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	38, // 26: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	38, // 27: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	38, // 28: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	25, // 29: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
+	29, // 30: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	31, // 31: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }

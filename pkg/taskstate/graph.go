@@ -1,0 +1,93 @@
+package taskstate
+
+import (
+	"slices"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Update mask paths UpdateTask accepts.
+const (
+	FieldTitle     = "title"
+	FieldPriority  = "priority"
+	FieldMetadata  = "metadata"
+	FieldTags      = "tags"
+	FieldDependsOn = "depends_on"
+)
+
+// applyGraph folds what dependencies, updates and timing add to an event
+// into t (already updated by Apply's main switch).
+func applyGraph(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
+	if u := ev.GetUpdate(); u != nil {
+		applyUpdate(t, u)
+	}
+	if d := ev.GetDependency(); d != nil {
+		if i := slices.Index(t.WaitingOn, d.TaskId); i >= 0 {
+			t.WaitingOn = slices.Delete(slices.Clone(t.WaitingOn), i, i+1)
+			t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+		}
+	}
+	if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS {
+		switch {
+		case ev.Status == Queued:
+			t.QueuedAt = ev.Time
+		case ev.Status == Running && ev.FromStatus != Blocked && t.QueuedAt != nil:
+			t.QueueWait = durationpb.New(ev.Time.AsTime().Sub(t.QueuedAt.AsTime()))
+		case Terminal(ev.Status) && t.StartedAt != nil:
+			t.RunTime = durationpb.New(ev.Time.AsTime().Sub(t.StartedAt.AsTime()))
+		}
+		if Terminal(ev.Status) {
+			// Nothing is awaited any more.
+			t.WaitingOn = nil
+		}
+	}
+	t.BlockedOn = BlockedOn(t)
+}
+
+// BlockedOn says what a blocked task waits for.
+func BlockedOn(t *agentmeshv1.Task) agentmeshv1.BlockedOn {
+	switch {
+	case t.Status != Blocked:
+		return agentmeshv1.BlockedOn_BLOCKED_ON_UNSPECIFIED
+	case t.PendingApproval != nil:
+		return agentmeshv1.BlockedOn_BLOCKED_ON_APPROVAL
+	case len(t.WaitingOn) > 0:
+		return agentmeshv1.BlockedOn_BLOCKED_ON_DEPENDENCIES
+	}
+	return agentmeshv1.BlockedOn_BLOCKED_ON_UNSPECIFIED
+}
+
+func applyUpdate(t *agentmeshv1.Task, u *agentmeshv1.TaskUpdate) {
+	for _, f := range u.Mask {
+		switch f {
+		case FieldTitle:
+			t.Title = u.Title
+		case FieldPriority:
+			t.Priority = u.Priority
+		case FieldMetadata:
+			t.Metadata = maps(u.Metadata)
+		case FieldTags:
+			t.Tags = slices.Clone(u.Tags)
+		case FieldDependsOn:
+			t.DependsOn = slices.Clone(u.DependsOn)
+			t.WaitingOn = slices.Clone(u.WaitingOn)
+			t.DependencyResults = nil
+			for _, d := range u.DependencyResults {
+				t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+			}
+		}
+	}
+}
+
+func maps(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package state
+
+import (
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// The window's arithmetic on a hand-made set of tasks.
+func TestMetricsCalc(t *testing.T) {
+	start := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	end := start.Add(10 * time.Minute)
+	now := end
+	at := func(m float64) *timestamppb.Timestamp {
+		return timestamppb.New(start.Add(time.Duration(m * float64(time.Minute))))
+	}
+	sec := func(s int) *durationpb.Duration { return durationpb.New(time.Duration(s) * time.Second) }
+	tasks := []*agentmeshv1.Task{
+		// Finished in the window: 4 completed (run 1..4 min), 1 failed.
+		{Agent: "a", Status: taskstate.Completed, CreatedAt: at(0), StartedAt: at(1), FinishedAt: at(2), QueueWait: sec(1), RunTime: sec(60)},
+		{Agent: "a", Status: taskstate.Completed, CreatedAt: at(0), StartedAt: at(1), FinishedAt: at(3), QueueWait: sec(2), RunTime: sec(120)},
+		{Agent: "a", Status: taskstate.Completed, CreatedAt: at(-5), StartedAt: at(-2), FinishedAt: at(1), QueueWait: sec(3), RunTime: sec(180)},
+		{Agent: "b", Status: taskstate.Completed, CreatedAt: at(5), StartedAt: at(5), FinishedAt: at(9), QueueWait: sec(4), RunTime: sec(240)},
+		{Agent: "b", Status: taskstate.Failed, CreatedAt: at(5), FinishedAt: at(6)},
+		// Finished after the window: not counted as finished.
+		{Agent: "b", Status: taskstate.Cancelled, CreatedAt: at(5), FinishedAt: at(11)},
+		// Now: running since minute 8, queued at two priorities, blocked.
+		{Agent: "a", Status: taskstate.Running, CreatedAt: at(7), StartedAt: at(8)},
+		{Agent: "a", Status: taskstate.Queued, CreatedAt: at(9), Priority: agentmeshv1.Priority_PRIORITY_HIGH},
+		{Agent: "a", Status: taskstate.Queued, CreatedAt: at(9), Priority: agentmeshv1.Priority_PRIORITY_HIGH},
+		{Agent: "b", Status: taskstate.Queued, CreatedAt: at(9)},
+		{Agent: "b", Status: taskstate.Blocked, CreatedAt: at(9), WaitingOn: []string{"x"}},
+	}
+	c := newCalc(start, end, now)
+	for _, task := range tasks {
+		c.add(task)
+	}
+	m := c.overall.result(c.window, 0)
+	if m.Completed != 4 || m.Failed != 1 || m.Cancelled != 0 || m.Submitted != 10 {
+		t.Errorf("counts: completed %d failed %d cancelled %d submitted %d, want 4 1 0 10", m.Completed, m.Failed, m.Cancelled, m.Submitted)
+	}
+	if m.CompletionRate != 0.8 || m.FailureRate != 0.2 || m.ThroughputPerMinute != 0.4 {
+		t.Errorf("rates: %v %v %v, want 0.8 0.2 0.4", m.CompletionRate, m.FailureRate, m.ThroughputPerMinute)
+	}
+	if m.RunTime.Count != 4 || m.RunTime.P50.AsDuration() != 2*time.Minute || m.RunTime.P90.AsDuration() != 4*time.Minute || m.RunTime.Max.AsDuration() != 4*time.Minute {
+		t.Errorf("run time: %v", m.RunTime)
+	}
+	if m.QueueWait.P50.AsDuration() != 2*time.Second || m.QueueWait.P99.AsDuration() != 4*time.Second {
+		t.Errorf("queue wait: %v", m.QueueWait)
+	}
+	if m.Queued != 3 || m.Running != 1 || m.Blocked != 1 || m.Backlog != 4 {
+		t.Errorf("now: queued %d running %d blocked %d backlog %d, want 3 1 1 4", m.Queued, m.Running, m.Blocked, m.Backlog)
+	}
+	if len(m.QueueDepth) != 2 || m.QueueDepth[0].Priority != agentmeshv1.Priority_PRIORITY_HIGH || m.QueueDepth[0].Queued != 2 ||
+		m.QueueDepth[1].Priority != agentmeshv1.Priority_PRIORITY_NORMAL || m.QueueDepth[1].Queued != 1 {
+		t.Errorf("queue depth: %v, want high 2 then normal 1", m.QueueDepth)
+	}
+	// Busy minutes inside the window: 1 + 2 + 1 (clipped at the start) + 4
+	// + 2 (running since 8) = 10 over 10 minutes.
+	if m.AverageRunning != 1 {
+		t.Errorf("average running %v, want 1", m.AverageRunning)
+	}
+	a := c.agents["a"].result(c.window, 4)
+	// Agent a: 1 + 2 + 1 + 2 = 6 busy minutes → 0.6 running on average, of 4.
+	if a.AverageRunning != 0.6 || a.Utilization != 0.15 || a.Completed != 3 {
+		t.Errorf("agent a: average %v utilization %v completed %d, want 0.6 0.15 3", a.AverageRunning, a.Utilization, a.Completed)
+	}
+	if p := percentiles(nil); p.Count != 0 || p.P50 != nil {
+		t.Errorf("no samples: %v", p)
+	}
+}
