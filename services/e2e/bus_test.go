@@ -289,10 +289,13 @@ func withKey(ctx context.Context, key string) context.Context {
 func TestTapSeesOnlyItsOrg(t *testing.T) {
 	e := start(t, opts{apiKeys: map[string]string{"key-acme": "acme", "key-globex": "globex"}})
 	taps := agentmeshv1.NewTapServiceClient(e.conn)
-	if _, err := e.agents.CreateAgent(withKey(ctxT(t), "key-acme"), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
-		Name: "assistant", Tools: []string{"echo"},
-	}}); err != nil {
-		t.Fatal(err)
+	// Agents belong to orgs: each org defines its own default agent.
+	for _, key := range []string{"key-acme", "key-globex"} {
+		if _, err := e.agents.CreateAgent(withKey(ctxT(t), key), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+			Name: "assistant", Tools: []string{"echo"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Only the org's own admin gets its tap.

@@ -75,10 +75,13 @@ func (l *lockedBuffer) String() string {
 func TestNodeTapExample(t *testing.T) {
 	node := nodeExample(t)
 	e := start(t, opts{apiKeys: map[string]string{"key-acme": "acme", "key-globex": "globex"}})
-	if _, err := e.agents.CreateAgent(withKey(ctxT(t), "key-acme"), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
-		Name: "assistant", Tools: []string{"echo"},
-	}}); err != nil {
-		t.Fatal(err)
+	// Agents belong to orgs: each org defines its own default agent.
+	for _, key := range []string{"key-acme", "key-globex"} {
+		if _, err := e.agents.CreateAgent(withKey(ctxT(t), key), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+			Name: "assistant", Tools: []string{"echo"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tap, err := agentmeshv1.NewTapServiceClient(e.conn).CreateTap(withKey(ctxT(t), "key-acme"), &agentmeshv1.CreateTapRequest{Org: "acme"})
 	if err != nil {

@@ -151,12 +151,18 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	if cfg.PostgresURL != "" {
-		s.store, err = pgstore.Open(ctx, cfg.PostgresURL)
+		var pg *pgstore.Store
+		if pg, err = pgstore.Open(ctx, cfg.PostgresURL); err == nil {
+			s.store = pg
+		}
 	} else {
 		var js jetstream.JetStream
 		js, err = jetstream.New(nc)
 		if err == nil {
-			s.store, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory})
+			var kv *kvstore.Store
+			if kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory}); err == nil {
+				s.store = kv
+			}
 		}
 	}
 	if err != nil {
