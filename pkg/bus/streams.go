@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -88,7 +89,9 @@ func WaitStream(ctx context.Context, js jetstream.JetStream, name string) error 
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Not created yet, or JetStream of the account not answering yet
+		// (a server still starting): wait; anything else is an error.
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
 		t := time.NewTimer(delay)

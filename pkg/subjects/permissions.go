@@ -72,6 +72,8 @@ func (n Names) Permissions(service string) (Permission, error) {
 		for _, s := range streams {
 			p.Pub = append(p.Pub, streamAdmin(s)...)
 		}
+		// DeleteTask and retention purge a task's history subject.
+		p.Pub = append(p.Pub, jsAPI+"STREAM.PURGE."+n.StoreHistoryStream())
 		// Only the KV streams and the history stream are read back by
 		// state (watchers, direct gets); the bus streams only created.
 		for _, s := range streams[3:] {

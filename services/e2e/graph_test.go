@@ -155,8 +155,11 @@ func TestSubmitTasksRefusedCreatesNothing(t *testing.T) {
 		as := func(key string) context.Context {
 			return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+key)
 		}
-		if _, err := e.agents.CreateAgent(as("key-a"), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "helper", Tools: []string{"echo"}}}); err != nil {
-			t.Fatal(err)
+		// Agents belong to orgs: each org defines its own "helper".
+		for _, key := range []string{"key-a", "key-b"} {
+			if _, err := e.agents.CreateAgent(as(key), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "helper", Tools: []string{"echo"}}}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		theirs, err := e.tasks.SubmitTask(as("key-b"), &agentmeshv1.SubmitTaskRequest{Input: "b's", Agent: "helper"})
 		if err != nil {

@@ -196,7 +196,7 @@ func TestMultiProcess(t *testing.T) {
 	// Each service process serves its own Prometheus metrics.
 	scrapeEach(t, metricsAt, map[string][]string{
 		"state":     {`agentmesh_tasks_finished_total{agent="assistant",status="completed"} 1`, `agentmesh_store_seconds_count{code="ok",op="transition"}`},
-		"scheduler": {`agentmesh_bus_request_seconds_count{code="ok",op="state.task.transition"}`},
+		"scheduler": {`agentmesh_bus_request_seconds_count{code="ok",op="state.task.dispatch"}`},
 		"router":    {`agentmesh_bus_request_seconds_count{code="ok",op="state.task.create"}`},
 	})
 	// A dependent released by the scheduler process's resolver.

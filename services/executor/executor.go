@@ -10,10 +10,13 @@
 //	                                        (explicit acks, AckWait with
 //	                                        in-progress heartbeats, unlimited
 //	                                        redelivery)
-//	          <p>.evt.task.*.cancelled      core subscription: kill the child
+//	          <p>.evt.*.task.*.cancelled    core subscription: kill the child
 //	                                        of a cancelled task
-//	requests  <p>.state.task.transition     assigned → running, running →
-//	                                        completed | failed | queued
+//	requests  <p>.state.task.start|complete|fail|block|requeue
+//	                                        its attempt-fenced intents:
+//	                                        assigned → running, running →
+//	                                        completed | failed | blocked |
+//	                                        queued
 //	          <p>.state.task.step           one checkpoint per agent step
 //	          <p>.state.task.get            on redelivered work
 //	          <p>.state.task.history        the steps of earlier attempts

@@ -36,7 +36,8 @@
 //	<p>.state.task.create           busv1.CreateTaskRequest     (SubmitTask)
 //	<p>.state.task.get              busv1.GetTaskRequest        (GetTask, WatchTask)
 //	<p>.state.task.list             busv1.ListTasksRequest      (ListTasks)
-//	<p>.state.task.transition       busv1.TransitionRequest     (CancelTask)
+//	<p>.state.task.cancel|decide    busv1.TransitionRequest     (CancelTask, approvals)
+//	<p>.state.taps.create           busv1.CreateTapRequest      (CreateTap)
 //	<p>.state.task.history          busv1.HistoryRequest        (GetTaskHistory, WatchTask)
 //	<p>.state.task.create_graph     busv1.CreateTasksRequest    (SubmitTasks)
 //	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
