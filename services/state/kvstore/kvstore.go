@@ -563,9 +563,13 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 	})
 }
 
-// AppendStep checkpoints a step (see store.Store).
+// AppendStep checkpoints a step (see store.Store). It is idempotent on
+// (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	write := func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return s.write(ctx, taskID, plan)
+	}
+	return store.AppendStepOnce(ctx, s.History, taskID, attempt, step, write, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 		return store.PlanStep(cur, attempt, step, s.now())
 	})
 }

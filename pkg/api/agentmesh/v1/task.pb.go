@@ -862,8 +862,12 @@ type Task struct {
 	// The approval the task waits for (status blocked).
 	PendingApproval *Approval   `protobuf:"bytes,24,opt,name=pending_approval,json=pendingApproval,proto3" json:"pending_approval,omitempty"`
 	FailureKind     FailureKind `protobuf:"varint,25,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// One past the highest step index checkpointed (any attempt). A step
+	// whose index is below it may be a retry of a step already committed:
+	// step writes are idempotent on (task, attempt, step index).
+	NextStepIndex int32 `protobuf:"varint,80,opt,name=next_step_index,json=nextStepIndex,proto3" json:"next_step_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1069,6 +1073,13 @@ func (x *Task) GetFailureKind() FailureKind {
 		return x.FailureKind
 	}
 	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *Task) GetNextStepIndex() int32 {
+	if x != nil {
+		return x.NextStepIndex
+	}
+	return 0
 }
 
 // ToolCall is a model's request to run a tool.
@@ -2681,7 +2692,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
-	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xba\b\n" +
+	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xe2\b\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -2714,7 +2725,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x04node\x18\x16 \x01(\tR\x04node\x12,\n" +
 	"\x06budget\x18\x17 \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12A\n" +
 	"\x10pending_approval\x18\x18 \x01(\v2\x16.agentmesh.v1.ApprovalR\x0fpendingApproval\x12<\n" +
-	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x1a;\n" +
+	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12&\n" +
+	"\x0fnext_step_index\x18P \x01(\x05R\rnextStepIndex\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
