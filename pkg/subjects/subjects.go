@@ -16,6 +16,7 @@
 //	<p>.exec.heartbeat.<node>      executor heartbeats
 //	<p>.live.task.<id>.token       streamed model output (live only, in no
 //	                               stream: the step that follows stores it)
+//	<p>.audit.<service>.<op>       the audit record of a request handled
 //
 // Streams (created idempotently by their producer):
 //
@@ -23,13 +24,18 @@
 //	                                       the scheduler consumes and outside
 //	                                       programs tap
 //	<P>_WORK     <p>.work.>                work-queue retention; executors pull
-//	<P>_AUDIT    <p>.state.>, <p>.registry.>, <p>.exec.>
-//	                                       the rest of the traffic, stored with
-//	                                       NoAck so requests still get their
-//	                                       service's reply
+//	<P>_AUDIT    <p>.audit.>, <p>.exec.>
+//	                                       the rest of the traffic: each
+//	                                       request a service handled, as it
+//	                                       publishes it on Audit(subject)
+//	                                       after replying (with its outcome
+//	                                       code), and heartbeats; NoAck
 //
 // Together the three streams hold everything said under <p>.>, except the
-// live token stream (<p>.live.>), whose text the following step stores.
+// live token stream (<p>.live.>), whose text the following step stores. No
+// stream captures a request subject (<p>.state.>, <p>.registry.>): a stream
+// counts as interest, and a request to a service that is down must fail at
+// once with "no responders", not wait for its timeout.
 package subjects
 
 import (
@@ -196,10 +202,21 @@ func (n Names) WorkStream() string { return n.streamPrefix() + "_WORK" }
 // AuditStream is the name of the stream that records requests.
 func (n Names) AuditStream() string { return n.streamPrefix() + "_AUDIT" }
 
-// AuditSubjects are the subjects the audit stream captures.
+// AuditSubjects are the subjects the audit stream captures. They must
+// never include a request subject (see the package comment).
 func (n Names) AuditSubjects() []string {
-	return []string{n.StateAll(), n.RegistryAll(), n.ExecAll()}
+	return []string{n.AuditAll(), n.ExecAll()}
 }
+
+// Audit returns the subject on which the service that handled a request on
+// subject records it: <p>.audit.<subject without the prefix>, e.g.
+// am.audit.state.task.get.
+func (n Names) Audit(subject string) string {
+	return n.prefix + ".audit." + strings.TrimPrefix(subject, n.prefix+".")
+}
+
+// AuditAll matches every audit record.
+func (n Names) AuditAll() string { return n.prefix + ".audit.>" }
 
 // StoreBucket names a KV bucket of the embedded store.
 func (n Names) StoreBucket(name string) string {

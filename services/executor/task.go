@@ -216,7 +216,10 @@ func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.St
 	const page = 1000
 	for {
 		var resp busv1.HistoryResponse
-		if err := s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp); err != nil {
+		err := bus.Retry(ctx, bus.DefaultBackoff, func(ctx context.Context) error {
+			return s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp)
+		})
+		if err != nil {
 			return nil, nil, err
 		}
 		for _, ev := range resp.Events {
@@ -254,13 +257,40 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 	return &resp, nil
 }
 
+// appendStep checkpoints a step. Step writes are idempotent on (task,
+// attempt, step index), so a checkpoint that got no answer — the state
+// service restarting, NATS reconnecting, Postgres down — is sent again with
+// backoff until state answers: the model's answer or the tool's result the
+// step records is never paid for again. It stops at once when the attempt
+// is fenced (failed_precondition: stale, cancelled, finished) and when ctx
+// ends (the attempt's wall time, a cancel, shutdown).
 func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) error {
-	var resp busv1.AppendStepResponse
-	if err := s.request(ctx, subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}, &resp); err != nil {
+	req := &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}
+	tries := 0
+	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
+		if tries++; tries > 1 {
+			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", step.GetIndex(), "try", tries)
+		}
+		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
+		defer cancel()
+		var resp busv1.AppendStepResponse
+		return bus.Request(ctx, s.nc, s.names.State(subjects.StateAppendStep), req, &resp)
+	})
+	if err != nil {
 		return fmt.Errorf("checkpoint step %d of task %s: %w", step.GetIndex(), taskID, err)
 	}
 	return nil
 }
+
+// stepBackoff retries a checkpoint until the context ends (no try limit):
+// 20 ms doubling to 500 ms, so a state service that comes back is heard
+// from within about half a second.
+var stepBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// stepTryTimeout bounds one try of a checkpoint: a request lost with a
+// state process that died is sent again after this, not after the bus's
+// 10 s default. A slow answer that comes later is harmless (idempotent).
+const stepTryTimeout = 3 * time.Second
 
 func (s *Service) request(ctx context.Context, op string, req, resp proto.Message) error {
 	ctx, cancel := context.WithTimeout(ctx, stateTimeout)

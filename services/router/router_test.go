@@ -12,6 +12,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/grpcretry"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -220,6 +221,12 @@ func TestToStatus(t *testing.T) {
 		}
 		if len(got) != 1 || got[0] != "priority=unknown value 9" {
 			t.Fatalf("got field violations %v, want [priority=unknown value 9]", got)
+		}
+	})
+	t.Run("unavailable carries retry info", func(t *testing.T) {
+		err := toStatus(log, "Test", bus.Errorf(bus.CodeUnavailable, "no service answers am.state.task.get"))
+		if got := grpcretry.Pushback(err); got != RetryDelay {
+			t.Fatalf("got retry delay %v, want %v", got, RetryDelay)
 		}
 	})
 	if toStatus(log, "Test", nil) != nil {

@@ -159,7 +159,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
-	if err := s.dispatch(ctx, ev.TaskId); err != nil {
+	if err := bus.Retry(ctx, dispatchBackoff, func(ctx context.Context) error { return s.dispatch(ctx, ev.TaskId) }); err != nil {
 		s.log.Warn("dispatch failed; will retry", "task", ev.TaskId, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return

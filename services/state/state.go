@@ -155,7 +155,7 @@ func (s *Service) addEndpoints() error {
 	}
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
-		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, ep.h), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
+		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
 			return fmt.Errorf("add endpoint %s: %w", ep.op, err)
 		}
 	}

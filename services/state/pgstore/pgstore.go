@@ -107,7 +107,7 @@ func (s *Store) Close() error {
 func marshal(m proto.Message) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, store.Internal("marshal", err)
+		return nil, dbError("marshal", err)
 	}
 	return b, nil
 }
@@ -115,7 +115,7 @@ func marshal(m proto.Message) ([]byte, error) {
 func decodeTask(b []byte) (*agentmeshv1.Task, error) {
 	t := &agentmeshv1.Task{}
 	if err := proto.Unmarshal(b, t); err != nil {
-		return nil, store.Internal("decode task", err)
+		return nil, dbError("decode task", err)
 	}
 	return t, nil
 }
@@ -164,7 +164,7 @@ SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
 		events[0].Seq, int16(events[0].Type), events[0].Time.AsTime(), ev1,
 		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2)
 	if err != nil {
-		return nil, nil, false, store.Internal("create task", err)
+		return nil, nil, false, dbError("create task", err)
 	}
 	if tag.RowsAffected() == 0 {
 		// Another create with the same key won.
@@ -184,7 +184,7 @@ func (s *Store) byKey(ctx context.Context, org, key string) (*agentmeshv1.Task, 
 		return nil, bus.Errorf(bus.CodeNotFound, "no task with idempotency key %q", key)
 	}
 	if err != nil {
-		return nil, store.Internal("get task by idempotency key", err)
+		return nil, dbError("get task by idempotency key", err)
 	}
 	return decodeTask(data)
 }
@@ -197,7 +197,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, erro
 		return nil, store.TaskNotFound(id)
 	}
 	if err != nil {
-		return nil, store.Internal("get task", err)
+		return nil, dbError("get task", err)
 	}
 	return decodeTask(data)
 }
@@ -250,11 +250,11 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 	sqlText += " ORDER BY id DESC LIMIT " + arg(n+1)
 	rows, err := s.pool.Query(ctx, sqlText, args...)
 	if err != nil {
-		return nil, "", store.Internal("list tasks", err)
+		return nil, "", dbError("list tasks", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, "", store.Internal("list tasks", err)
+		return nil, "", dbError("list tasks", err)
 	}
 	tasks := make([]*agentmeshv1.Task, 0, min(len(datas), n))
 	for _, d := range datas[:min(len(datas), n)] {
@@ -308,13 +308,13 @@ SELECT u.id, $5, $8, $9, $10 FROM u`,
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
 				continue
 			}
-			return nil, nil, store.Internal("write task "+id, err)
+			return nil, nil, dbError("write task "+id, err)
 		}
 		if tag.RowsAffected() == 1 {
 			return next, ev, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, nil, store.Internal("write task "+id, err)
+			return nil, nil, dbError("write task "+id, err)
 		}
 	}
 	return nil, nil, bus.Errorf(bus.CodeConflict, "task %s: too much contention, retry", id)
@@ -372,15 +372,15 @@ SELECT count(*), COALESCE(sum(prompt_tokens), 0)::bigint, COALESCE(sum(completio
        COALESCE(sum(total_tokens), 0)::bigint, COALESCE(sum(cost_usd), 0)::double precision
 FROM tasks WHERE `+cond+` AND total_tokens IS NOT NULL`, args...).Scan(&n, &sum.PromptTokens, &sum.CompletionTokens, &sum.TotalTokens, &sum.CostUsd)
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT data FROM tasks WHERE `+cond+` AND total_tokens IS NULL`, args...)
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	for _, d := range datas {
 		t, err := decodeTask(d)
@@ -400,11 +400,11 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 	}
 	rows, err := s.pool.Query(ctx, `SELECT data FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, taskID, afterSeq, limit)
 	if err != nil {
-		return nil, store.Internal("history", err)
+		return nil, dbError("history", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, store.Internal("history", err)
+		return nil, dbError("history", err)
 	}
 	if len(datas) == 0 {
 		var one int
@@ -413,7 +413,7 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 			return nil, store.TaskNotFound(taskID)
 		}
 		if err != nil {
-			return nil, store.Internal("history", err)
+			return nil, dbError("history", err)
 		}
 		return nil, nil
 	}
@@ -421,7 +421,7 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 	for i, d := range datas {
 		ev := &agentmeshv1.TaskEvent{}
 		if err := proto.Unmarshal(d, ev); err != nil {
-			return nil, store.Internal("decode event", err)
+			return nil, dbError("decode event", err)
 		}
 		events[i] = ev
 	}
@@ -435,11 +435,11 @@ func (s *Store) getAgent(ctx context.Context, name string) (*agentmeshv1.Agent, 
 		return nil, nil
 	}
 	if err != nil {
-		return nil, store.Internal("get agent", err)
+		return nil, dbError("get agent", err)
 	}
 	a := &agentmeshv1.Agent{}
 	if err := proto.Unmarshal(data, a); err != nil {
-		return nil, store.Internal("decode agent", err)
+		return nil, dbError("decode agent", err)
 	}
 	return a, nil
 }
@@ -475,7 +475,7 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 				next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
 		}
 		if err != nil {
-			return nil, store.Internal("put agent", err)
+			return nil, dbError("put agent", err)
 		}
 		if tag.RowsAffected() == 1 {
 			return next, nil
@@ -507,17 +507,17 @@ func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmes
 	rows, err := s.pool.Query(ctx, `SELECT data FROM agents WHERE ($1 = '' OR $1 = ANY(skills)) AND name > $2 ORDER BY name LIMIT $3`,
 		q.Skill, after, n+1)
 	if err != nil {
-		return nil, "", store.Internal("list agents", err)
+		return nil, "", dbError("list agents", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, "", store.Internal("list agents", err)
+		return nil, "", dbError("list agents", err)
 	}
 	agents := make([]*agentmeshv1.Agent, 0, min(len(datas), n))
 	for _, d := range datas[:min(len(datas), n)] {
 		a := &agentmeshv1.Agent{}
 		if err := proto.Unmarshal(d, a); err != nil {
-			return nil, "", store.Internal("decode agent", err)
+			return nil, "", dbError("decode agent", err)
 		}
 		agents = append(agents, a)
 	}
@@ -532,7 +532,7 @@ func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmes
 func (s *Store) DeleteAgent(ctx context.Context, name string) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM agents WHERE name = $1`, name)
 	if err != nil {
-		return store.Internal("delete agent", err)
+		return dbError("delete agent", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return store.AgentNotFound(name)
