@@ -74,6 +74,9 @@ const (
 	StateDeleteAgent = "agent.delete"
 	// StateUsage sums the usage of an org's tasks (bus.v1.UsageRequest).
 	StateUsage = "task.usage"
+	// StateHistoryBatch answers several history requests in one round
+	// trip (bus.v1.HistoryBatchRequest): the router's WatchTask streams.
+	StateHistoryBatch = "task.history.batch"
 )
 
 // Registry request operations. The agent operations carry the public API's
@@ -152,6 +155,10 @@ func (n Names) TaskEvent(taskID, typ string) string {
 
 // TaskEvents matches every event of one task.
 func (n Names) TaskEvents(taskID string) string { return n.prefix + ".evt.task." + taskID + ".>" }
+
+// TaskEventsAll matches every event of every task (the router's one
+// subscription that feeds all its WatchTask streams).
+func (n Names) TaskEventsAll() string { return n.prefix + ".evt.task.>" }
 
 // TaskEventsOfType matches one event type across all tasks.
 func (n Names) TaskEventsOfType(typ string) string { return n.prefix + ".evt.task.*." + typ }

@@ -7,7 +7,7 @@
 // "state", protobuf requests (agentmesh.bus.v1) on <p>.state.<op>:
 //
 //	task.create task.get task.list task.transition task.step task.history
-//	task.usage
+//	task.usage task.history.batch
 //	agent.put agent.get agent.list agent.delete
 //
 // and publishes, through JetStream and only after the commit:
@@ -148,6 +148,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateAppendStep, bus.Handler(s.log, func() *busv1.AppendStepRequest { return &busv1.AppendStepRequest{} }, s.appendStep)},
 		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
 		{subjects.StateUsage, bus.Handler(s.log, func() *busv1.UsageRequest { return &busv1.UsageRequest{} }, s.usage)},
+		{subjects.StateHistoryBatch, bus.Handler(s.log, func() *busv1.HistoryBatchRequest { return &busv1.HistoryBatchRequest{} }, s.historyBatch)},
 		{subjects.StatePutAgent, bus.Handler(s.log, func() *busv1.PutAgentRequest { return &busv1.PutAgentRequest{} }, s.putAgent)},
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
