@@ -212,7 +212,7 @@ func (s *Service) dispatchAs(ctx context.Context, taskID, republish string) erro
 }
 
 func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, republish string) error {
-	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), &busv1.WorkItem{Task: task, Attempt: task.Attempt})
+	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), workItem(task))
 	if err != nil {
 		return err
 	}

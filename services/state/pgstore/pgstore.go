@@ -51,6 +51,8 @@ const maxRetries = 64
 type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	// cache saves the read before a write (see writeCache).
+	cache writeCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -174,6 +176,7 @@ SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
 		}
 		return cur, nil, false, nil
 	}
+	s.cache.put(task)
 	return task, events, true, nil
 }
 
@@ -275,11 +278,20 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 // read, plan, update-if-unchanged plus insert the event, in one statement.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 	for range maxRetries {
-		cur, err := s.GetTask(ctx, id)
-		if err != nil {
-			return nil, nil, err
+		cur, cached := s.cache.get(id), true
+		if cur == nil {
+			var err error
+			if cur, err = s.GetTask(ctx, id); err != nil {
+				return nil, nil, err
+			}
+			cached = false
 		}
 		next, ev, err := plan(cur)
+		if err != nil && cached {
+			// The cached row may be behind: decide on a fresh read.
+			s.cache.forget(id)
+			continue
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -306,13 +318,16 @@ SELECT u.id, $5, $8, $9, $10 FROM u`,
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
+				s.cache.forget(id)
 				continue
 			}
 			return nil, nil, dbError("write task "+id, err)
 		}
 		if tag.RowsAffected() == 1 {
+			s.cache.put(next)
 			return next, ev, nil
 		}
+		s.cache.forget(id) // another writer got there first: re-read
 		if err := ctx.Err(); err != nil {
 			return nil, nil, dbError("write task "+id, err)
 		}

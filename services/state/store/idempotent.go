@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Step checkpoints are idempotent on (task, attempt, step index): an
@@ -86,7 +87,7 @@ func AppendStepOnce(ctx context.Context, history HistoryFunc, taskID string, att
 			return nil, nil, err
 		}
 		if got != nil {
-			dup, dupTask = got, cur
+			dup, dupTask = got, proto.Clone(cur).(*agentmeshv1.Task)
 			return nil, nil, ErrStepCommitted
 		}
 		return plan(cur)
