@@ -64,9 +64,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 		return
 	}
 
-	resp, err := s.transition(ctx, &busv1.TransitionRequest{
-		TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
-	})
+	resp, err := s.start(ctx, key)
 	if err != nil {
 		if gone(err) {
 			log.Info("work dropped: the task moved on", "reason", err)
@@ -83,6 +81,40 @@ func (s *Service) handle(msg jetstream.Msg) {
 	stopProgress()
 	s.finish(ctx, log, r, out)
 }
+
+// start moves the task assigned → running for this attempt, sending the
+// move again (bounded) while state is unavailable. A try whose reply was
+// lost may have committed: when a later try is refused, the task is read,
+// and if it runs this attempt on this node, the attempt is ours.
+func (s *Service) start(ctx context.Context, key runKey) (*busv1.TransitionResponse, error) {
+	req := &busv1.TransitionRequest{TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node}
+	var resp *busv1.TransitionResponse
+	tries := 0
+	err := bus.Retry(ctx, outcomeBackoff, func(ctx context.Context) error {
+		tries++
+		r, err := s.transition(ctx, req)
+		if err == nil {
+			resp = r
+			return nil
+		}
+		if tries > 1 && errors.Is(err, bus.ErrFailedPrecondition) {
+			var got busv1.GetTaskResponse
+			if gerr := s.request(ctx, subjects.StateGetTask, &busv1.GetTaskRequest{Id: key.task}, &got); gerr == nil {
+				if t := got.GetTask(); t.Status == statusRunning && t.Attempt == key.attempt && t.Node == s.cfg.Node {
+					resp = &busv1.TransitionResponse{Task: t}
+					return nil
+				}
+			}
+		}
+		return err
+	})
+	return resp, err
+}
+
+// outcomeBackoff retries a transition that state did not answer for about
+// 30 s (20 ms doubling to 500 ms): long enough for a state or Postgres
+// restart, after which the work is nak'ed and comes back.
+var outcomeBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Tries: 64}
 
 // redelivered handles work delivered again: the executor that had it died
 // or went silent. If the task still waits for that attempt, it goes back to
@@ -163,13 +195,13 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		log.Info("task goes back to the queue", "reason", out.reason)
 	}
 	tr.TaskId, tr.From, tr.Attempt = r.key.task, statusRunning, r.key.attempt
-	var err error
-	for i := range 4 {
-		if _, err = s.transition(ctx, tr); err == nil || gone(err) {
-			break
-		}
-		time.Sleep(time.Duration(1<<i) * 250 * time.Millisecond)
-	}
+	// A transient failure (state restarting, its database down) is sent
+	// again, bounded; a retry whose first try committed unheard is refused
+	// as gone (the task is no longer running), which is right.
+	err := bus.Retry(ctx, outcomeBackoff, func(ctx context.Context) error {
+		_, err := s.transition(ctx, tr)
+		return err
+	})
 	switch {
 	case err == nil:
 		_ = msg.Ack()
