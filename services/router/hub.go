@@ -216,6 +216,8 @@ func (h *hub) history(ctx context.Context, id string, after int64, limit int32) 
 		return c.resp, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-h.s.stopping: // the batcher may have stopped before taking it
+		return nil, bus.Errorf(bus.CodeUnavailable, "agentmesh router is shutting down")
 	}
 }
 
