@@ -300,7 +300,7 @@ func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, 
 	req := &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}
 	tries := 0
 	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
-		if tries++; tries > 1 {
+		if tries++; tries == 2 || tries%20 == 0 {
 			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", step.GetIndex(), "try", tries)
 		}
 		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
