@@ -4,15 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
 )
@@ -127,5 +132,62 @@ func TestCheckpointSurvivesStateRestart(t *testing.T) {
 	}
 	if !strings.Contains(got.Result, "done: ") {
 		t.Errorf("result %q", got.Result)
+	}
+}
+
+// web_fetch, run by the executor for the child, sends the call's
+// idempotency key — <task id>:<tool call id>, the key its TOOL_CALL step
+// records — as the Idempotency-Key header to a real HTTP server.
+func TestWebFetchSendsIdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	keys := make(chan string, 4)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get("Idempotency-Key")
+		fmt.Fprint(w, "charged")
+	}))
+	t.Cleanup(hs.Close)
+	fns, closeTools, err := executor.PrivilegedTools(context.Background(), executor.ToolsConfig{
+		WebFetch: webfetch.Config{Allow: []string{hs.Listener.Addr().String()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeTools)
+	e.cfg.Tools = fns
+
+	s, err := scriptedmodel.ParseScript([]byte(`{"scenarios": [{"turns": [
+	  {"tool_calls": [{"id": "call_pay", "name": "web_fetch", "arguments": {"url": "` + hs.URL + `/pay", "method": "POST", "body": "1 EUR"}}]},
+	  {"content": "paid: {{last_tool_result}}"}
+	]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := scriptedmodel.New(s)
+	url, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { model.Close() })
+	e.cfg.Model.BaseURL = url
+	e.startExecutor()
+
+	saved := agent
+	agent = &agentmeshv1.Agent{Name: "payer", SystemPrompt: "You pay.", Tools: []string{"web_fetch"}}
+	task := e.submit("pay 1 EUR")
+	agent = saved
+	e.waitStatus(task.Id, taskstate.Completed, 60*time.Second)
+	var recorded string
+	for _, st := range steps(e.history(task.Id)) {
+		if st.Kind == agentmeshv1.StepKind_STEP_KIND_TOOL_CALL {
+			recorded = st.IdempotencyKey
+		}
+	}
+	select {
+	case got := <-keys:
+		if want := task.Id + ":call_pay"; got != want || recorded != want {
+			t.Fatalf("server got Idempotency-Key %q, step recorded %q; want %q", got, recorded, want)
+		}
+	default:
+		t.Fatal("the server was never called")
 	}
 }
