@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/grpcretry"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -402,6 +403,16 @@ func TestStateUnavailable(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The bus streams exist, as in any deployment: none of them may count
+	// as interest in a request subject (the audit stream once did, and a
+	// request to a state service that was down waited for its timeout).
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
 	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -416,8 +427,13 @@ func TestStateUnavailable(t *testing.T) {
 	defer conn.Close()
 	_, err = agentmeshv1.NewTaskServiceClient(conn).GetTask(testCtx(t), &agentmeshv1.GetTaskRequest{Id: "01ABC"})
 	st := status.Convert(err)
+	// "no service answers" is NATS's no-responders, at once; a timeout
+	// would say "timed out waiting for".
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "no service answers") {
-		t.Fatalf("got %v %q, want Unavailable", st.Code(), st.Message())
+		t.Fatalf("got %v %q, want Unavailable: no service answers", st.Code(), st.Message())
+	}
+	if grpcretry.Pushback(err) <= 0 {
+		t.Errorf("no RetryInfo detail on %v", err)
 	}
 }
 
