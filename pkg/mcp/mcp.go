@@ -426,8 +426,8 @@ func (s *Server) list(ctx context.Context) error {
 			desc = t.Title
 		}
 		remote := t.Name
-		tool, err := NewTool(s.cfg, name, desc, schema, "", func(ctx context.Context, _ tools.Env, args json.RawMessage) (string, error) {
-			out, isErr, err := s.Call(ctx, remote, args)
+		tool, err := NewTool(s.cfg, name, desc, schema, "", func(ctx context.Context, env tools.Env, args json.RawMessage) (string, error) {
+			out, isErr, err := s.CallKeyed(ctx, remote, args, env.IdempotencyKey)
 			if err != nil {
 				return "", err
 			}
@@ -473,6 +473,18 @@ func (s *Server) Name() string { return s.cfg.GetName() }
 // Call calls the tool the agent knows as name (an agentmesh name) with
 // arguments that passed its schema, and returns the flattened result.
 func (s *Server) Call(ctx context.Context, name string, args json.RawMessage) (string, bool, error) {
+	return s.CallKeyed(ctx, name, args, "")
+}
+
+// MetaIdempotencyKey is the key under the tools/call request's _meta that
+// carries the call's idempotency key (stable per task and tool call), so a
+// server with side effects can recognise a call it already ran: {"_meta":
+// {"agentmesh/idempotency_key": "<task>:<call id>"}}.
+const MetaIdempotencyKey = "agentmesh/idempotency_key"
+
+// CallKeyed is Call with the call's idempotency key in the request's _meta
+// (MetaIdempotencyKey); an empty key sends no _meta.
+func (s *Server) CallKeyed(ctx context.Context, name string, args json.RawMessage, idempotencyKey string) (string, bool, error) {
 	remote, ok := s.remote[name]
 	if !ok {
 		remote = name // a server-side name
@@ -480,7 +492,11 @@ func (s *Server) Call(ctx context.Context, name string, args json.RawMessage) (s
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	res, err := s.session.CallTool(ctx, &sdk.CallToolParams{Name: remote, Arguments: args})
+	params := &sdk.CallToolParams{Name: remote, Arguments: args}
+	if idempotencyKey != "" {
+		params.Meta = sdk.Meta{MetaIdempotencyKey: idempotencyKey}
+	}
+	res, err := s.session.CallTool(ctx, params)
 	if err != nil {
 		return "", false, fmt.Errorf("mcp server %s: %w", s.cfg.GetName(), err)
 	}

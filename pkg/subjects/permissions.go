@@ -63,7 +63,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// stream, serves <p>.state.> and publishes the public events.
 		p.Responses = true
 		p.Sub = []string{n.StateAll(), "$SRV.>", inbox}
-		p.Pub = []string{n.Events(), n.StoreHistoryAll(), jsAPI + "INFO"}
+		p.Pub = []string{n.Events(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO"}
 		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream()}
 		for _, b := range StoreBuckets {
 			streams = append(streams, "KV_"+n.StoreBucket(b))
@@ -82,7 +82,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 	case ServiceRegistry:
 		p.Responses = true
 		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
-		p.Pub = state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent)
+		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent), n.Audit(n.RegistryAll()))
 	case ServiceScheduler:
 		// Consumes queued events through its own durable consumer (which
 		// it creates), publishes work, and moves tasks only by its intents.
@@ -109,7 +109,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// The gRPC edge: requests to state and the registry on behalf of an
 		// authenticated org, and the event subjects WatchTask follows.
 		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
-		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory,
+		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory, StateHistoryBatch,
 			StateUsage, StateCancel, StateDecide, StateCreateTap,
 			StateCreateTasks, StateUpdateTask, StateDeleteTask, StateMetrics),
 			n.RegistryAll())

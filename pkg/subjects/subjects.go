@@ -17,6 +17,7 @@
 //	<p>.exec.heartbeat.<node>      executor heartbeats
 //	<p>.live.<org>.task.<id>.token streamed model output (JSON, live only, in
 //	                               no stream: the step that follows stores it)
+//	<p>.audit.<service>.<op>       the audit record of a request handled
 //
 // Everything under <p>.evt.<org>.> and <p>.live.<org>.> is the public,
 // per-org event surface: a tap credential of one org may subscribe to
@@ -29,13 +30,18 @@
 //	                                       the scheduler consumes and outside
 //	                                       programs tap
 //	<P>_WORK     <p>.work.>                work-queue retention; executors pull
-//	<P>_AUDIT    <p>.state.>, <p>.registry.>, <p>.exec.>
-//	                                       the rest of the traffic, stored with
-//	                                       NoAck so requests still get their
-//	                                       service's reply
+//	<P>_AUDIT    <p>.audit.>, <p>.exec.>
+//	                                       the rest of the traffic: each
+//	                                       request a service handled, as it
+//	                                       publishes it on Audit(subject)
+//	                                       after replying (with its outcome
+//	                                       code), and heartbeats; NoAck
 //
 // Together the three streams hold everything said under <p>.>, except the
-// live token stream (<p>.live.>), whose text the following step stores.
+// live token stream (<p>.live.>), whose text the following step stores. No
+// stream captures a request subject (<p>.state.>, <p>.registry.>): a stream
+// counts as interest, and a request to a service that is down must fail at
+// once with "no responders", not wait for its timeout.
 package subjects
 
 import (
@@ -82,6 +88,9 @@ const (
 	StateUpdateTask        = "task.update"
 	StateDeleteTask        = "task.delete"
 	StateMetrics           = "task.metrics"
+	// StateHistoryBatch answers several history requests in one round
+	// trip (bus.v1.HistoryBatchRequest): the router's WatchTask streams.
+	StateHistoryBatch = "task.history.batch"
 )
 
 // Narrow transition intents: each carries a bus.v1.TransitionRequest and is
@@ -271,10 +280,21 @@ func (n Names) WorkStream() string { return n.streamPrefix() + "_WORK" }
 // AuditStream is the name of the stream that records requests.
 func (n Names) AuditStream() string { return n.streamPrefix() + "_AUDIT" }
 
-// AuditSubjects are the subjects the audit stream captures.
+// AuditSubjects are the subjects the audit stream captures. They must
+// never include a request subject (see the package comment).
 func (n Names) AuditSubjects() []string {
-	return []string{n.StateAll(), n.RegistryAll(), n.ExecAll()}
+	return []string{n.AuditAll(), n.ExecAll()}
 }
+
+// Audit returns the subject on which the service that handled a request on
+// subject records it: <p>.audit.<subject without the prefix>, e.g.
+// am.audit.state.task.get.
+func (n Names) Audit(subject string) string {
+	return n.prefix + ".audit." + strings.TrimPrefix(subject, n.prefix+".")
+}
+
+// AuditAll matches every audit record.
+func (n Names) AuditAll() string { return n.prefix + ".audit.>" }
 
 // StoreBucket names a KV bucket of the embedded store.
 func (n Names) StoreBucket(name string) string {

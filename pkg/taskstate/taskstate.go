@@ -148,6 +148,9 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 		}
 	case agentmeshv1.EventType_EVENT_TYPE_STEP:
 		t.StepCount++
+		if i := ev.GetStep().GetIndex(); i >= t.NextStepIndex {
+			t.NextStepIndex = i + 1
+		}
 		if u := ev.GetStep().GetUsage(); u != nil {
 			if t.Usage == nil {
 				t.Usage = &agentmeshv1.Usage{}

@@ -58,6 +58,8 @@ type env struct {
 	model *scriptedmodel.Server
 	cfg   executor.Config
 	log   *slog.Logger
+	// stopState stops the state service newEnv started.
+	stopState func()
 }
 
 func testLog() *slog.Logger {
@@ -94,7 +96,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("state.New: %v", err)
 	}
-	runService(t, svc.Run)
+	stopState := runService(t, svc.Run)
 
 	s, err := scriptedmodel.ParseScript([]byte(script))
 	if err != nil {
@@ -107,7 +109,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { model.Close() })
 
-	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, cfg: executor.Config{
+	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
 		Prefix:            "am",
 		Node:              "node-1",
 		Capacity:          4,

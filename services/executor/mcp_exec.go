@@ -59,8 +59,8 @@ func (s *Service) connectMCP(ctx context.Context, log *slog.Logger, task *agentm
 			m.tools = append(m.tools, t)
 			m.specs = append(m.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
 			name := t.Name
-			m.exec[name] = func(ctx context.Context, _ tools.Env, args json.RawMessage, _ bool) (ExecResult, error) {
-				out, isErr, err := srv.Call(ctx, name, args)
+			m.exec[name] = func(ctx context.Context, env tools.Env, args json.RawMessage, _ bool) (ExecResult, error) {
+				out, isErr, err := srv.CallKeyed(ctx, name, args, env.IdempotencyKey)
 				if err != nil {
 					return ExecResult{}, err
 				}

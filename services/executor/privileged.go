@@ -28,11 +28,12 @@ func PrivilegedTools(ctx context.Context, cfg ToolsConfig) (fns map[string]ExecF
 	if err != nil {
 		return nil, nil, fmt.Errorf("web_fetch: %w", err)
 	}
-	fns["web_fetch"] = func(ctx context.Context, _ tools.Env, args json.RawMessage, _ bool) (ExecResult, error) {
+	fns["web_fetch"] = func(ctx context.Context, env tools.Env, args json.RawMessage, _ bool) (ExecResult, error) {
 		var a webfetch.Args
 		if err := json.Unmarshal(args, &a); err != nil {
 			return ExecResult{}, fmt.Errorf("web_fetch: %w", err)
 		}
+		a.IdempotencyKey = env.IdempotencyKey
 		res, err := f.Fetch(ctx, a)
 		if err != nil {
 			return ExecResult{}, err

@@ -64,10 +64,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 		return
 	}
 
-	resp, err := s.transition(ctx, subjects.StateStart, &busv1.TransitionRequest{
-		TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
-		Isolation: s.sb.Isolation(),
-	})
+	resp, err := s.start(ctx, key)
 	if err != nil {
 		if gone(err) {
 			log.Info("work dropped: the task moved on", "reason", err)
@@ -84,6 +81,41 @@ func (s *Service) handle(msg jetstream.Msg) {
 	stopProgress()
 	s.finish(ctx, log, r, out)
 }
+
+// start moves the task assigned → running for this attempt, sending the
+// move again (bounded) while state is unavailable. A try whose reply was
+// lost may have committed: when a later try is refused, the task is read,
+// and if it runs this attempt on this node, the attempt is ours.
+func (s *Service) start(ctx context.Context, key runKey) (*busv1.TransitionResponse, error) {
+	req := &busv1.TransitionRequest{TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
+		Isolation: s.sb.Isolation()}
+	var resp *busv1.TransitionResponse
+	tries := 0
+	err := bus.Retry(ctx, outcomeBackoff, func(ctx context.Context) error {
+		tries++
+		r, err := s.transition(ctx, subjects.StateStart, req)
+		if err == nil {
+			resp = r
+			return nil
+		}
+		if tries > 1 && errors.Is(err, bus.ErrFailedPrecondition) {
+			var got busv1.GetTaskResponse
+			if gerr := s.request(ctx, subjects.StateGetTask, &busv1.GetTaskRequest{Id: key.task}, &got); gerr == nil {
+				if t := got.GetTask(); t.Status == statusRunning && t.Attempt == key.attempt && t.Node == s.cfg.Node {
+					resp = &busv1.TransitionResponse{Task: t}
+					return nil
+				}
+			}
+		}
+		return err
+	})
+	return resp, err
+}
+
+// outcomeBackoff retries a transition that state did not answer for about
+// 30 s (20 ms doubling to 500 ms): long enough for a state or Postgres
+// restart, after which the work is nak'ed and comes back.
+var outcomeBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Tries: 64}
 
 // redelivered handles work delivered again: the executor that had it died
 // or went silent. If the task still waits for that attempt, it goes back to
@@ -165,13 +197,13 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		log.Info("task goes back to the queue", "reason", out.reason)
 	}
 	tr.TaskId, tr.From, tr.Attempt = r.key.task, statusRunning, r.key.attempt
-	var err error
-	for i := range 4 {
-		if _, err = s.transition(ctx, op, tr); err == nil || gone(err) {
-			break
-		}
-		time.Sleep(time.Duration(1<<i) * 250 * time.Millisecond)
-	}
+	// A transient failure (state restarting, its database down) is sent
+	// again, bounded; a retry whose first try committed unheard is refused
+	// as gone (the task is no longer running), which is right.
+	err := bus.Retry(ctx, outcomeBackoff, func(ctx context.Context) error {
+		_, err := s.transition(ctx, op, tr)
+		return err
+	})
 	switch {
 	case err == nil:
 		_ = msg.Ack()
@@ -218,7 +250,10 @@ func (s *Service) history(ctx context.Context, taskID string) ([]*agentmeshv1.St
 	const page = 1000
 	for {
 		var resp busv1.HistoryResponse
-		if err := s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp); err != nil {
+		err := bus.Retry(ctx, bus.DefaultBackoff, func(ctx context.Context) error {
+			return s.request(ctx, subjects.StateHistory, &busv1.HistoryRequest{TaskId: taskID, AfterSeq: after, Limit: page}, &resp)
+		})
+		if err != nil {
 			return nil, nil, err
 		}
 		for _, ev := range resp.Events {
@@ -258,13 +293,40 @@ func (s *Service) transition(ctx context.Context, op string, req *busv1.Transiti
 	return &resp, nil
 }
 
+// appendStep checkpoints a step. Step writes are idempotent on (task,
+// attempt, step index), so a checkpoint that got no answer — the state
+// service restarting, NATS reconnecting, Postgres down — is sent again with
+// backoff until state answers: the model's answer or the tool's result the
+// step records is never paid for again. It stops at once when the attempt
+// is fenced (failed_precondition: stale, cancelled, finished) and when ctx
+// ends (the attempt's wall time, a cancel, shutdown).
 func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) error {
-	var resp busv1.AppendStepResponse
-	if err := s.request(ctx, subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}, &resp); err != nil {
+	req := &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}
+	tries := 0
+	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
+		if tries++; tries == 2 || tries%20 == 0 {
+			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", step.GetIndex(), "try", tries)
+		}
+		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
+		defer cancel()
+		var resp busv1.AppendStepResponse
+		return bus.Request(ctx, s.nc, s.names.State(subjects.StateAppendStep), req, &resp)
+	})
+	if err != nil {
 		return fmt.Errorf("checkpoint step %d of task %s: %w", step.GetIndex(), taskID, err)
 	}
 	return nil
 }
+
+// stepBackoff retries a checkpoint until the context ends (no try limit):
+// 20 ms doubling to 500 ms, so a state service that comes back is heard
+// from within about half a second.
+var stepBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// stepTryTimeout bounds one try of a checkpoint: a request lost with a
+// state process that died is sent again after this, not after the bus's
+// 10 s default. A slow answer that comes later is harmless (idempotent).
+const stepTryTimeout = 3 * time.Second
 
 func (s *Service) request(ctx context.Context, op string, req, resp proto.Message) error {
 	ctx, cancel := context.WithTimeout(ctx, stateTimeout)

@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	s.svc = svc
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
-		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, h),
+		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
 			micro.WithEndpointSubject(names.Registry(op)), micro.WithEndpointQueueGroup(subjects.QueueRegistry))
 	}
 	endpoints := []struct {

@@ -4,12 +4,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
+
+// RetryDelay is the delay the RetryInfo detail of an UNAVAILABLE status
+// suggests: a service that is down is usually back within a second or two
+// (a restart), and clients back off further on their own.
+const RetryDelay = 100 * time.Millisecond
 
 // busCodes maps the codes that cross the bus to gRPC codes.
 var busCodes = map[string]codes.Code{
@@ -26,6 +33,7 @@ var busCodes = map[string]codes.Code{
 // toStatus is the one place where errors become gRPC statuses. A *bus.Error
 // keeps its message, prefixed by its field ("input: required"), and an
 // invalid argument also carries a BadRequest detail naming the field.
+// Unavailable carries a RetryInfo detail (retry after RetryDelay).
 // Anything else is Internal with a generic message; the cause is logged,
 // never sent.
 func toStatus(log *slog.Logger, method string, err error) error {
@@ -68,6 +76,9 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	}
 	if code == codes.Unavailable {
 		log.Warn("bus unavailable", "method", method, "err", err)
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(RetryDelay)}); derr == nil {
+			st = d
+		}
 	}
 	return st.Err()
 }

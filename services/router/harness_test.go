@@ -34,7 +34,7 @@ var names = subjects.Must("")
 
 // respond answers subject with fn, the way bus.Handler does: protobuf
 // reply, or an error code header and a busv1.Error body.
-func respond[Req, Resp proto.Message](t *testing.T, nc *nats.Conn, subject string, newReq func() Req, fn func(Req) (Resp, error)) {
+func respond[Req, Resp proto.Message](t testing.TB, nc *nats.Conn, subject string, newReq func() Req, fn func(Req) (Resp, error)) {
 	t.Helper()
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		req := newReq()
@@ -61,7 +61,7 @@ func respond[Req, Resp proto.Message](t *testing.T, nc *nats.Conn, subject strin
 
 // fakeBus is the record behind the responders, and what they were asked.
 type fakeBus struct {
-	t  *testing.T
+	t  testing.TB
 	nc *nats.Conn
 
 	mu       sync.Mutex
@@ -76,7 +76,7 @@ type fakeBus struct {
 	agentReq []proto.Message
 }
 
-func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
+func newFakeBus(t testing.TB, nc *nats.Conn) *fakeBus {
 	f := &fakeBus{
 		t: t, nc: nc,
 		agents: map[string]*agentmeshv1.Agent{
@@ -175,21 +175,40 @@ func newFakeBus(t *testing.T, nc *nats.Conn) *fakeBus {
 	for _, op := range []string{subjects.StateCancel, subjects.StateDecide} {
 		respond(t, nc, names.State(op), func() *busv1.TransitionRequest { return new(busv1.TransitionRequest) }, transition)
 	}
+	history := func(req *busv1.HistoryRequest) (*busv1.HistoryResponse, error) {
+		f.requests["history"]++
+		task, ok := f.tasks[req.TaskId]
+		if !ok || (req.Org != "" && task.Org != req.Org) {
+			return nil, bus.Errorf(bus.CodeNotFound, "task %q not found", req.TaskId)
+		}
+		resp := &busv1.HistoryResponse{LastSeq: task.LastEventSeq, Status: task.Status}
+		for _, ev := range f.events[req.TaskId] {
+			if ev.Seq > req.AfterSeq && (req.Limit == 0 || len(resp.Events) < int(req.Limit)) {
+				resp.Events = append(resp.Events, ev)
+				resp.Status = ev.Status
+			}
+		}
+		return resp, nil
+	}
 	respond(t, nc, names.State(subjects.StateHistory), func() *busv1.HistoryRequest { return new(busv1.HistoryRequest) },
 		func(req *busv1.HistoryRequest) (*busv1.HistoryResponse, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			f.requests["history"]++
-			task, ok := f.tasks[req.TaskId]
-			if !ok || (req.Org != "" && task.Org != req.Org) {
-				return nil, bus.Errorf(bus.CodeNotFound, "task %q not found", req.TaskId)
-			}
-			resp := &busv1.HistoryResponse{LastSeq: task.LastEventSeq, Status: task.Status}
-			for _, ev := range f.events[req.TaskId] {
-				if ev.Seq > req.AfterSeq && (req.Limit == 0 || len(resp.Events) < int(req.Limit)) {
-					resp.Events = append(resp.Events, ev)
-					resp.Status = ev.Status
+			return history(req)
+		})
+	respond(t, nc, names.State(subjects.StateHistoryBatch), func() *busv1.HistoryBatchRequest { return new(busv1.HistoryBatchRequest) },
+		func(req *busv1.HistoryBatchRequest) (*busv1.HistoryBatchResponse, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.requests["history.batch"]++
+			resp := &busv1.HistoryBatchResponse{}
+			for _, r := range req.Requests {
+				h, err := history(r)
+				if err != nil {
+					resp.Items = append(resp.Items, &busv1.HistoryBatchItem{Error: bus.ToProto(err)})
+					continue
 				}
+				resp.Items = append(resp.Items, &busv1.HistoryBatchItem{Response: h})
 			}
 			return resp, nil
 		})
@@ -311,7 +330,7 @@ type env struct {
 	done   chan error
 }
 
-func start(t *testing.T, cfg Config) *env {
+func start(t testing.TB, cfg Config) *env {
 	t.Helper()
 	srv := natstest.Start(t)
 	routerNC := natstest.ConnectAs(t, srv, subjects.ServiceRouter)
@@ -344,7 +363,7 @@ func start(t *testing.T, cfg Config) *env {
 }
 
 // stop ends Run and checks that it returned nil in time.
-func (e *env) stop(t *testing.T) {
+func (e *env) stop(t testing.TB) {
 	e.cancel()
 	select {
 	case err, ok := <-e.done:

@@ -79,7 +79,7 @@ const (
 	DefaultMaxMetadataEntries = 64
 	DefaultMaxMetadataBytes   = 16 << 10
 	DefaultMaxRequestBytes    = 4 << 20
-	DefaultWatchRefetch       = 2 * time.Second
+	DefaultWatchRefetch       = 30 * time.Second
 	DefaultStopTimeout        = 10 * time.Second
 	DefaultKeysReload         = 2 * time.Second
 	DefaultMaxConnections     = 4096
@@ -143,8 +143,10 @@ type Config struct {
 	MaxMetadataBytes   int
 	// MaxRequestBytes is the largest gRPC message accepted; default 4 MiB.
 	MaxRequestBytes int
-	// WatchRefetch is how long WatchTask waits without news before it asks
-	// state for the history again; default 2 s.
+	// WatchRefetch is how long a WatchTask stream waits without news before
+	// it asks state for the history again, a safety net for events lost
+	// inside NATS (reconnects and dropped messages are noticed by
+	// themselves, see hub.go); default 30 s.
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
@@ -173,6 +175,8 @@ type Service struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when Run begins to stop
+
+	hub *hub // feeds the WatchTask streams (hub.go)
 }
 
 // New validates cfg, opens the listener and builds the gRPC server.
@@ -283,6 +287,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
 	}
+	s.hub = newHub(s)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),

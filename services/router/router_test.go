@@ -12,9 +12,11 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/grpcretry"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -223,6 +225,12 @@ func TestToStatus(t *testing.T) {
 			t.Fatalf("got field violations %v, want [priority=unknown value 9]", got)
 		}
 	})
+	t.Run("unavailable carries retry info", func(t *testing.T) {
+		err := toStatus(log, "Test", bus.Errorf(bus.CodeUnavailable, "no service answers am.state.task.get"))
+		if got := grpcretry.Pushback(err); got != RetryDelay {
+			t.Fatalf("got retry delay %v, want %v", got, RetryDelay)
+		}
+	})
 	if toStatus(log, "Test", nil) != nil {
 		t.Fatal("toStatus(nil) is not nil")
 	}
@@ -396,6 +404,16 @@ func TestStateUnavailable(t *testing.T) {
 	nc := natstest.ConnectAs(t, srv, subjects.ServiceRouter)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The bus streams exist, as in any deployment: none of them may count
+	// as interest in a request subject (the audit stream once did, and a
+	// request to a state service that was down waited for its timeout).
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
 	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -410,8 +428,13 @@ func TestStateUnavailable(t *testing.T) {
 	defer conn.Close()
 	_, err = agentmeshv1.NewTaskServiceClient(conn).GetTask(testCtx(t), &agentmeshv1.GetTaskRequest{Id: "01ABC"})
 	st := status.Convert(err)
+	// "no service answers" is NATS's no-responders, at once; a timeout
+	// would say "timed out waiting for".
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "no service answers") {
-		t.Fatalf("got %v %q, want Unavailable", st.Code(), st.Message())
+		t.Fatalf("got %v %q, want Unavailable: no service answers", st.Code(), st.Message())
+	}
+	if grpcretry.Pushback(err) <= 0 {
+		t.Errorf("no RetryInfo detail on %v", err)
 	}
 }
 

@@ -2,20 +2,16 @@ package router
 
 import (
 	"context"
-	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// watchBuffer is how many live events a watch holds before NATS drops
-// them; a drop is a gap, which a refetch from state repairs.
-const watchBuffer = 256
 
 // historyPage is the number of events asked of state per request.
 const historyPage = 1000
@@ -23,7 +19,11 @@ const historyPage = 1000
 // watcher follows one task for one WatchTask stream. last is the seq of the
 // last event sent (or the client's cursor); every event goes out once, in
 // order, with no gaps: live events that do not follow last are ignored (seq
-// ≤ last) or trigger a refetch from state (seq > last+1).
+// ≤ last) or trigger a catch-up from state (seq > last+1).
+//
+// Live events reach it through the router's hub (hub.go), which pushes
+// them into the watcher's mailbox and wakes it; an idle watcher is a
+// blocked stream handler, a small struct and a one-slot channel.
 //
 // TOKEN events (streamed model output, published live by the executor with
 // seq 0) are the exception: they are forwarded as they arrive, between the
@@ -34,10 +34,57 @@ const historyPage = 1000
 type watcher struct {
 	s      *Service
 	id     string
+	org    string // the caller's: events of another org are never pushed
 	stream agentmeshv1.TaskService_WatchTaskServer
 	last   int64
 	status agentmeshv1.TaskStatus
 	done   bool // the terminal event has been sent
+
+	// news is when the hub last had something for this watcher (unix ns).
+	news atomic.Int64
+	wake chan struct{} // one slot: "look at the mailbox"
+
+	mu  sync.Mutex
+	box []*agentmeshv1.TaskEvent // live events not yet looked at
+	gap bool                     // events were lost: catch up from state
+}
+
+// push queues a live event (called by the hub).
+func (w *watcher) push(ev *agentmeshv1.TaskEvent) {
+	w.mu.Lock()
+	if len(w.box) >= mailboxCap {
+		w.box, w.gap = nil, true
+	} else {
+		w.box = append(w.box, ev)
+	}
+	w.mu.Unlock()
+	w.news.Store(time.Now().UnixNano())
+	w.signal()
+}
+
+// lost makes the watcher catch up from state (called by the hub).
+func (w *watcher) lost() {
+	w.mu.Lock()
+	w.gap = true
+	w.mu.Unlock()
+	w.news.Store(time.Now().UnixNano())
+	w.signal()
+}
+
+func (w *watcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the mailbox.
+func (w *watcher) take() ([]*agentmeshv1.TaskEvent, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	evs, gap := w.box, w.gap
+	w.box, w.gap = nil, false
+	return evs, gap
 }
 
 func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.TaskService_WatchTaskServer) error {
@@ -48,31 +95,23 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 	if err := checkAfterSeq(req.GetAfterSeq()); err != nil {
 		return err
 	}
-	task, err := s.getTask(ctx, req.GetId())
-	if err != nil {
-		return err
-	}
+
+	// Register with the hub first, so nothing committed after the history
+	// read below can slip between the two. The history read is also the
+	// one read of the task: it answers not_found for a task of another
+	// org, and carries the task's status and last seq.
 	release, err := s.watches.acquire(orgFrom(ctx))
 	if err != nil {
 		return err
 	}
 	defer release()
-
-	// Subscribe first, so nothing committed after the history read below
-	// can slip between the two.
-	ch := make(chan *nats.Msg, watchBuffer)
-	sub, err := s.nc.ChanSubscribe(s.names.TaskEvents(task.GetOrg(), req.GetId()), ch)
-	if err != nil {
-		return fmt.Errorf("subscribe to events of task %s: %w", req.GetId(), err)
+	w := &watcher{s: s, id: req.GetId(), org: orgFrom(ctx), stream: stream, last: req.GetAfterSeq(), wake: make(chan struct{}, 1)}
+	w.news.Store(time.Now().UnixNano())
+	if err := s.hub.add(w); err != nil {
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	tokSub, err := s.nc.ChanSubscribe(s.names.TaskTokens(task.GetOrg(), req.GetId()), ch)
-	if err != nil {
-		return fmt.Errorf("subscribe to tokens of task %s: %w", req.GetId(), err)
-	}
-	defer func() { _ = tokSub.Unsubscribe() }()
+	defer s.hub.remove(w)
 
-	w := &watcher{s: s, id: req.GetId(), stream: stream, last: req.GetAfterSeq(), status: task.GetStatus()}
 	lastSeq, err := w.catchUp(ctx)
 	if err != nil {
 		return err
@@ -80,52 +119,54 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 	if req.GetAfterSeq() > lastSeq {
 		return bus.FieldError("after_seq", "%d is past the task's last event (%d)", req.GetAfterSeq(), lastSeq)
 	}
-	if w.done {
-		return nil
-	}
-
-	idle := time.NewTimer(s.cfg.WatchRefetch)
-	defer idle.Stop()
-	for {
+	for !w.done {
 		select {
 		case <-ctx.Done():
 			return nil // the client went away: nothing to report
 		case <-s.stopping:
 			return status.Errorf(codes.Unavailable, "agentmesh router is shutting down; reconnect with after_seq=%d", w.last)
-		case msg := <-ch:
-			ev := new(agentmeshv1.TaskEvent)
-			if err := bus.DecodeEvent(msg.Data, ev); err != nil {
-				s.log.Warn("malformed task event set aside", "subject", msg.Subject, "err", err)
-				continue
-			}
-			if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
-				if err := w.sendToken(ev); err != nil {
-					return err
-				}
-				continue // live only: not the cursor, not news of the record
-			}
-			switch {
-			case ev.GetSeq() <= w.last:
-				continue
-			case ev.GetSeq() == w.last+1:
-				if err := w.send(ev); err != nil {
-					return err
-				}
-			default: // a gap: the events between are in state
-				if _, err := w.catchUp(ctx); err != nil {
-					return err
-				}
-			}
-		case <-idle.C:
+		case <-w.wake:
+		}
+		evs, gap := w.take()
+		if gap {
 			if _, err := w.catchUp(ctx); err != nil {
 				return err
 			}
+			continue
 		}
+		if err := w.live(ctx, evs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// live sends what the mailbox held, catching up from state on a gap.
+func (w *watcher) live(ctx context.Context, evs []*agentmeshv1.TaskEvent) error {
+	for _, ev := range evs {
 		if w.done {
 			return nil
 		}
-		idle.Reset(s.cfg.WatchRefetch)
+		if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
+			if err := w.sendToken(ev); err != nil {
+				return err
+			}
+			continue // live only: not the cursor, not news of the record
+		}
+		switch {
+		case ev.GetSeq() <= w.last:
+		case ev.GetSeq() == w.last+1:
+			if err := w.send(ev); err != nil {
+				return err
+			}
+		default: // a gap: the events between are in state
+			_, err := w.catchUp(ctx)
+			if err != nil {
+				return err
+			}
+		}
 	}
+	return nil
 }
 
 // catchUp sends every recorded event after w.last, page by page, and
@@ -133,7 +174,7 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 // is terminal and everything has been sent.
 func (w *watcher) catchUp(ctx context.Context) (int64, error) {
 	for {
-		hist, err := w.s.history(ctx, w.id, w.last, historyPage)
+		hist, err := w.s.hub.history(ctx, w.id, w.last, historyPage)
 		if err != nil {
 			return 0, err
 		}
@@ -155,6 +196,9 @@ func (w *watcher) catchUp(ctx context.Context) (int64, error) {
 			st := hist.GetStatus()
 			if len(hist.GetEvents()) == 0 && st == agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
 				st = w.status
+			}
+			if w.status == agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
+				w.status = st // the first read, at the client's cursor
 			}
 			if taskstate.Terminal(st) && w.last >= hist.GetLastSeq() {
 				w.done = true

@@ -235,16 +235,29 @@ func TestWatchClientCancel(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	// The router's connection also holds its request-reply inbox; a watch
-	// holds two subscriptions: the task's events and its live tokens.
+	// Watches hold no NATS subscription of their own: the hub's two feed
+	// them all, so a second watch adds none.
 	during := e.svc.nc.NumSubscriptions()
-	subs := func() error {
-		if n := e.svc.nc.NumSubscriptions(); n != during-2 {
-			return fmt.Errorf("router holds %d subscriptions, want %d", n, during-2)
+	other := e.fake.AddTask(&agentmeshv1.Task{Agent: "helper", Input: "y"})
+	stream2, err := e.tasks.WatchTask(ctx, &agentmeshv1.WatchTaskRequest{Id: other.Id, AfterSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream2.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.svc.nc.NumSubscriptions(); n != during {
+		t.Errorf("router holds %d subscriptions with two watches, %d with one", n, during)
+	}
+	watchers := func() error {
+		e.svc.hub.mu.Lock()
+		defer e.svc.hub.mu.Unlock()
+		if n := len(e.svc.hub.watchers); n != 0 {
+			return fmt.Errorf("hub holds watchers of %d tasks, want 0", n)
 		}
 		return nil
 	}
 	cancel()
-	// The router lets go of the task's events and tokens once the client has gone.
-	poll.Until(t, 5*time.Second, subs)
+	// The router lets go of the watchers once their clients have gone.
+	poll.Until(t, 5*time.Second, watchers)
 }

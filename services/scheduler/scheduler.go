@@ -173,7 +173,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
-	if err := s.dispatch(ctx, ev.TaskId); err != nil {
+	if err := bus.Retry(ctx, dispatchBackoff, func(ctx context.Context) error { return s.dispatch(ctx, ev.TaskId) }); err != nil {
 		s.log.Warn("dispatch failed; will retry", "task", ev.TaskId, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -226,7 +226,7 @@ func (s *Service) dispatchAs(ctx context.Context, taskID, republish string) erro
 }
 
 func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, republish string) error {
-	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), &busv1.WorkItem{Task: task, Attempt: task.Attempt})
+	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), workItem(task))
 	if err != nil {
 		return err
 	}

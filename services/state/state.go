@@ -7,6 +7,7 @@
 // "state", protobuf requests (agentmesh.bus.v1) on <p>.state.<op>:
 //
 //	task.create task.get task.list task.step task.history task.usage
+//	task.history.batch                             (router's WatchTask streams)
 //	task.dispatch task.expire                      (scheduler's intents)
 //	task.start task.complete task.fail task.block task.requeue
 //	                                               (executor's, fenced)
@@ -188,6 +189,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateAppendStep, bus.Handler(s.log, func() *busv1.AppendStepRequest { return &busv1.AppendStepRequest{} }, s.appendStep)},
 		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
 		{subjects.StateUsage, bus.Handler(s.log, func() *busv1.UsageRequest { return &busv1.UsageRequest{} }, s.usage)},
+		{subjects.StateHistoryBatch, bus.Handler(s.log, func() *busv1.HistoryBatchRequest { return &busv1.HistoryBatchRequest{} }, s.historyBatch)},
 		{subjects.StatePutAgent, bus.Handler(s.log, func() *busv1.PutAgentRequest { return &busv1.PutAgentRequest{} }, s.putAgent)},
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
@@ -211,7 +213,7 @@ func (s *Service) addEndpoints() error {
 	}...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
-		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, ep.h), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
+		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
 			return fmt.Errorf("add endpoint %s: %w", ep.op, err)
 		}
 	}

@@ -1,11 +1,24 @@
-// Command ambench is agentmesh's load generator. It starts `agentmesh dev`
-// as a separate process (embedded store, or Postgres from a throwaway
-// cluster), with the scripted model (no latency: one tool call, then a
-// final answer), submits N tasks at concurrency C through the public gRPC
-// API, follows each with WatchTask, and reports tasks/s, submit→completed
-// latency percentiles and the server's peak RSS (VmHWM).
+// Command ambench is agentmesh's load generator. In one run it measures:
 //
-//	go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
+//   - the spawn ceiling of the machine: a tiny static child (./nopchild,
+//     built on the spot) spawned 8 at a time, in spawns/s — the most tasks/s
+//     any design with one process per task could reach here;
+//
+//   - throughput: it starts `agentmesh dev` as a separate process (embedded
+//     store, or Postgres from a throwaway cluster) with the scripted model
+//     (no latency: one tool call, then a final answer), submits N tasks at
+//     concurrency C through the public gRPC API, follows each with
+//     WatchTask, and reports tasks/s, the ratio to the spawn ceiling,
+//     submit→completed percentiles, the server's peak RSS (VmHWM) and the
+//     peak PSS of the server and of all its children (smaps_rollup);
+//
+//   - the concurrency-1 submit→completed p50 (-c1 tasks one at a time);
+//
+//   - in flight (-inflight tasks, a slow model: -latency): a second server
+//     with capacity for all of them; SubmitTask and GetTask p50/p99 while
+//     they are in flight, and the peak PSS of the server and the children.
+//
+//     go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
 package main
 
 import (
@@ -15,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +57,14 @@ func main() {
 		stores   = flag.String("store", "embedded", "embedded, postgres or both")
 		capacity = flag.Int("capacity", 64, "executor capacity (AGENTMESH_CAPACITY)")
 		server   = flag.String("server", "", "load an already running agentmesh at this gRPC address instead of starting one (no RSS figure)")
+		spawnN   = flag.Int("spawn", 2000, "spawns of the tiny static child for the spawn ceiling (0: skip)")
+		spawnPar = flag.Int("spawn-par", 8, "spawns at once for the spawn ceiling")
+		c1       = flag.Int("c1", 200, "tasks run one at a time for the concurrency-1 latency (0: skip)")
+		inflight = flag.Int("inflight", 1000, "tasks in flight at once, with a slow model, for the API latency and memory figures (0: skip)")
+		latency  = flag.Duration("latency", 10*time.Second, "the slow model's latency in the in-flight phase")
+		getFor   = flag.Duration("get-for", 5*time.Second, "how long GetTask/SubmitTask are measured with the tasks in flight")
+		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
+		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
 	)
 	flag.Parse()
 	if *n <= 0 || *c <= 0 {
@@ -69,13 +91,44 @@ func main() {
 		fmt.Println(res)
 		return
 	}
+	ceiling := 0.0
+	if *spawnN > 0 {
+		dir, err := os.MkdirTemp("", "ambench-nop-")
+		if err == nil {
+			var nop string
+			if nop, err = buildNop(dir); err == nil {
+				ceiling, err = spawnCeiling(nop, *spawnN, *spawnPar)
+			}
+			os.RemoveAll(dir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ambench: spawn ceiling: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("spawn ceiling: %.0f spawns/s (a tiny static child, %d at a time, %d spawns)\n", ceiling, *spawnPar, *spawnN)
+	}
 	for _, kind := range kinds {
-		res, err := run(kind, *bin, *n, *c, *warmup, *capacity)
+		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %s: %v\n", kind, err)
 			os.Exit(1)
 		}
 		fmt.Println(res)
+		if ceiling > 0 {
+			tps := float64(res.n) / res.elapsed.Seconds()
+			fmt.Printf("  throughput: %.0f tasks/s against a spawn ceiling of %.0f/s: ratio %.1f%%\n", tps, ceiling, 100*tps/ceiling)
+		}
+		if *c1 > 0 {
+			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)
+		}
+		if *inflight > 0 {
+			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "ambench: %s: in flight: %v\n", kind, err)
+				os.Exit(1)
+			}
+			fmt.Println(ir)
+		}
 	}
 }
 
@@ -85,13 +138,16 @@ type result struct {
 	elapsed            time.Duration
 	p50, p95, p99, max time.Duration
 	peakRSSKiB         int64
+	peakPSSKiB         int64 // server, sampled during the load
+	kidsPSSKiB         int64 // all children together, sampled
+	c1p50, c1p99       time.Duration
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("store=%-8s n=%d c=%d failed=%d  %.0f tasks/s  submit→completed p50=%s p95=%s p99=%s max=%s  server peak RSS=%.1f MiB",
+	return fmt.Sprintf("store=%-8s n=%d c=%d failed=%d  %.0f tasks/s  submit→completed p50=%s p95=%s p99=%s max=%s  server peak RSS=%.1f MiB, peak PSS server %.1f MiB, children %.1f MiB",
 		r.store, r.n, r.c, r.failed, float64(r.n)/r.elapsed.Seconds(),
 		r.p50.Round(10*time.Microsecond), r.p95.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond),
-		float64(r.peakRSSKiB)/1024)
+		float64(r.peakRSSKiB)/1024, float64(r.peakPSSKiB)/1024, float64(r.kidsPSSKiB)/1024)
 }
 
 func freePort() (string, error) {
@@ -103,47 +159,74 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func run(kind, bin string, n, c, warmup, capacity int) (result, error) {
-	dir, err := os.MkdirTemp("", "ambench-")
-	if err != nil {
-		return result{}, err
-	}
-	defer os.RemoveAll(dir)
+// srv is an agentmesh dev process started by ambench.
+type srv struct {
+	addr  string
+	debug string // pprof address, if asked for
+	cmd   *exec.Cmd
+	log   string
+	stop  func()
+}
+
+// startServer starts `bin dev` for a store kind in dir/name, with extra
+// environment; with Postgres, on a fresh throwaway cluster.
+func startServer(kind, bin, dir, name string, extra ...string) (*srv, error) {
 	addr, err := freePort()
 	if err != nil {
-		return result{}, err
+		return nil, err
+	}
+	base := filepath.Join(dir, name)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, err
 	}
 	env := append(os.Environ(),
 		"AGENTMESH_LISTEN="+addr,
-		"AGENTMESH_DATA_DIR="+filepath.Join(dir, "data"),
+		"AGENTMESH_DATA_DIR="+filepath.Join(base, "data"),
 		"AGENTMESH_NATS_LISTEN=off",
 		"AGENTMESH_LOG_LEVEL=warn",
-		"AGENTMESH_CAPACITY="+strconv.Itoa(capacity),
 		"AGENTMESH_MODEL_BASE_URL=",
 		"AGENTMESH_POSTGRES_URL=",
+		"AGENTMESH_SCRIPT=",
 	)
-	if kind == "postgres" {
-		cl, err := pgtest.StartCluster(filepath.Join(dir, "pg"))
-		if err != nil {
-			return result{}, fmt.Errorf("postgres: %w", err)
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
-		defer cl.Stop()
+	}
+	if kind == "postgres" {
+		cl, err := pgtest.StartCluster(filepath.Join(base, "pg"))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		stops = append(stops, cl.Stop)
 		if err := cl.CreateDatabase("bench"); err != nil {
-			return result{}, err
+			stopAll()
+			return nil, err
 		}
 		env = append(env, "AGENTMESH_POSTGRES_URL="+cl.URL("bench"))
 	}
+	env = append(env, extra...)
+	s := &srv{addr: addr, log: filepath.Join(base, "server.log")}
+	for _, kv := range extra {
+		if v, ok := strings.CutPrefix(kv, "AGENTMESH_DEBUG_LISTEN="); ok {
+			s.debug = v
+		}
+	}
 	cmd := exec.Command(bin, "dev")
 	cmd.Env = env
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	logf, err := os.Create(s.log)
 	if err != nil {
-		return result{}, err
+		stopAll()
+		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		return result{}, fmt.Errorf("start %s: %w", bin, err)
+		stopAll()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	defer func() {
+	s.cmd = cmd
+	stops = append(stops, func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -152,15 +235,119 @@ func run(kind, bin string, n, c, warmup, capacity int) (result, error) {
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
 		}
-	}()
-	res, err := loadServer(addr, n, c, warmup)
+		logf.Close()
+	})
+	s.stop = stopAll
+	return s, nil
+}
+
+func (s *srv) fail(err error) error {
+	tail, _ := os.ReadFile(s.log)
+	return fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
+}
+
+func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int) (result, error) {
+	dir, err := os.MkdirTemp("", "ambench-")
 	if err != nil {
-		tail, _ := os.ReadFile(logf.Name())
-		return result{}, fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	extra := []string{"AGENTMESH_CAPACITY=" + strconv.Itoa(capacity)}
+	if profile != "" {
+		dbg, err := freePort()
+		if err != nil {
+			return result{}, err
+		}
+		extra = append(extra, "AGENTMESH_DEBUG_LISTEN="+dbg)
+	}
+	s, err := startServer(kind, bin, dir, "throughput", extra...)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.stop()
+	mem := sampleMem(s.cmd.Process.Pid, 500*time.Millisecond)
+	var profErr chan error
+	if profile != "" {
+		profErr = make(chan error, 1)
+		go func() {
+			time.Sleep(time.Duration(warmup)*20*time.Millisecond + time.Second)
+			profErr <- fetchProfile(s.debug, profile, profSecs)
+		}()
+	}
+	res, err := loadServer(s.addr, n, c, warmup)
+	srvKiB, kidsKiB, _, _ := mem.Stop()
+	if err != nil {
+		return result{}, s.fail(err)
+	}
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			fmt.Fprintf(os.Stderr, "ambench: profile: %v\n", err)
+		} else {
+			fmt.Printf("  CPU profile of the server during the load: %s (go tool pprof -top %s %s)\n", profile, bin, profile)
+		}
+	}
+	if c1 > 0 {
+		conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return result{}, err
+		}
+		lat, _, err := load(agentmeshv1.NewTaskServiceClient(conn), c1, 1)
+		conn.Close()
+		if err != nil {
+			return result{}, s.fail(fmt.Errorf("concurrency 1: %w", err))
+		}
+		res.c1p50, res.c1p99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	}
 	res.store = kind
-	res.peakRSSKiB = peakRSS(cmd.Process.Pid)
+	res.peakRSSKiB = peakRSS(s.cmd.Process.Pid)
+	res.peakPSSKiB, res.kidsPSSKiB = srvKiB, kidsKiB
 	return res, nil
+}
+
+// runInflight starts a server with the slow model and capacity for all
+// the tasks, and runs the in-flight phase on it.
+func runInflight(kind, bin string, n, c int, latency, getFor time.Duration) (inflightResult, error) {
+	dir, err := os.MkdirTemp("", "ambench-inflight-")
+	if err != nil {
+		return inflightResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	script, err := writeSlowScript(dir, latency)
+	if err != nil {
+		return inflightResult{}, err
+	}
+	s, err := startServer(kind, bin, dir, "inflight", "AGENTMESH_CAPACITY="+strconv.Itoa(n+100), "AGENTMESH_SCRIPT="+script)
+	if err != nil {
+		return inflightResult{}, err
+	}
+	defer s.stop()
+	res, err := inflight(s.addr, s.cmd.Process.Pid, n, c, latency, getFor)
+	if err != nil {
+		return res, s.fail(err)
+	}
+	return res, nil
+}
+
+// fetchProfile saves a CPU profile of seconds from a pprof endpoint.
+func fetchProfile(addr, path string, seconds int) error {
+	cl := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
+	resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pprof: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // loadServer runs the warm-up and the measured load against addr.

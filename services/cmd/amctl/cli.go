@@ -18,6 +18,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"github.com/agentmesh/agentmesh/pkg/grpcretry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -310,6 +311,9 @@ func (c *cli) connect() error {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(apiKeyCreds(c.apiKey)),
 		grpc.WithUserAgent("amctl"),
+		// UNAVAILABLE (a service restarting, the database down) is retried
+		// with backoff, bounded by the tries and by --timeout.
+		grpc.WithChainUnaryInterceptor(grpcretry.Unary(grpcretry.Default)),
 	)
 	if err != nil {
 		return fmt.Errorf("cannot reach agentmesh at %s: %v", c.server, err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -55,9 +57,16 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	if err := c.connect(); err != nil {
 		return err
 	}
+	// A submit that is retried (UNAVAILABLE: its reply may have been lost
+	// after the commit) must not create a second task: without a key of
+	// the user's, amctl makes one for this submit.
+	key, autoKey := *idem, false
+	if key == "" {
+		key, autoKey = newIdempotencyKey(), true
+	}
 	sreq := &agentmeshv1.SubmitTaskRequest{
 		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
-		Priority: p, Metadata: meta, IdempotencyKey: *idem,
+		Priority: p, Metadata: meta, IdempotencyKey: key,
 	}
 	if err := g.apply(sreq); err != nil {
 		return err
@@ -75,7 +84,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 		}
 	} else {
 		verb := "submitted"
-		if !resp.GetCreated() {
+		if !resp.GetCreated() && !autoKey {
 			verb = "already submitted (same idempotency key)"
 		}
 		fmt.Fprintf(c.stdout, "task %s %s to agent %s\n", task.GetId(), verb, task.GetAgent())
@@ -470,4 +479,11 @@ func ago(ts *timestamppb.Timestamp) string {
 		return strconv.Itoa(int(d.Hours())) + "h ago"
 	}
 	return ts.AsTime().Local().Format("2006-01-02")
+}
+
+// newIdempotencyKey returns a fresh random key for one submit.
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "amctl-" + hex.EncodeToString(b[:])
 }

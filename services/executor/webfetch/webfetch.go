@@ -176,7 +176,15 @@ type Args struct {
 	Headers  map[string]string `json:"headers,omitempty"`
 	Body     string            `json:"body,omitempty"`
 	MaxBytes int64             `json:"max_bytes,omitempty"`
+	// IdempotencyKey, set by the executor (never by the model: it is not
+	// read from the arguments), is sent as the Idempotency-Key header, so a
+	// server can tell a repeated call (a resumed task) from a new one.
+	IdempotencyKey string `json:"-"`
 }
+
+// HeaderIdempotencyKey carries Args.IdempotencyKey (the IETF draft
+// "The Idempotency-Key HTTP Header Field", as Stripe and others use it).
+const HeaderIdempotencyKey = "Idempotency-Key"
 
 // Result is one fetch's outcome. Format renders it for the model; the
 // executor records Bytes, Truncated and Size in the audit.
@@ -201,11 +209,12 @@ type Result struct {
 
 // Run is the tools.Func of web_fetch: it parses args, fetches and returns
 // Result.Format. Refused and failed fetches are errors the model can read.
-func (f *Fetcher) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (string, error) {
+func (f *Fetcher) Run(ctx context.Context, env tools.Env, args json.RawMessage) (string, error) {
 	var a Args
 	if err := json.Unmarshal(args, &a); err != nil {
 		return "", fmt.Errorf("web_fetch: %w: %w", tools.ErrInvalidArguments, err)
 	}
+	a.IdempotencyKey = env.IdempotencyKey
 	res, err := f.Fetch(ctx, a)
 	if err != nil {
 		return "", err
@@ -247,6 +256,9 @@ func (f *Fetcher) Fetch(ctx context.Context, a Args) (*Result, error) {
 	}
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", f.cfg.UserAgent)
+	}
+	if a.IdempotencyKey != "" {
+		req.Header.Set(HeaderIdempotencyKey, a.IdempotencyKey)
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {

@@ -306,7 +306,7 @@ func (s *Store) forgetHead(id string) {
 func DecodeTask(b []byte) (*agentmeshv1.Task, error) {
 	t := &agentmeshv1.Task{}
 	if err := proto.Unmarshal(b, t); err != nil {
-		return nil, store.Internal("decode task", err)
+		return nil, kvError("decode task", err)
 	}
 	return t, nil
 }
@@ -315,10 +315,10 @@ func DecodeTask(b []byte) (*agentmeshv1.Task, error) {
 func DecodeEvent(b []byte) (*agentmeshv1.TaskEvent, error) {
 	ev := &agentmeshv1.TaskEvent{}
 	if err := proto.Unmarshal(b, ev); err != nil {
-		return nil, store.Internal("decode event", err)
+		return nil, kvError("decode event", err)
 	}
 	if ev.Seq <= 0 {
-		return nil, store.Internal("decode event", fmt.Errorf("event without a seq"))
+		return nil, kvError("decode event", fmt.Errorf("event without a seq"))
 	}
 	return ev, nil
 }
@@ -326,7 +326,7 @@ func DecodeEvent(b []byte) (*agentmeshv1.TaskEvent, error) {
 func marshal(m proto.Message) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, store.Internal("marshal", err)
+		return nil, kvError("marshal", err)
 	}
 	return b, nil
 }
@@ -351,7 +351,7 @@ func (s *Store) appendEvent(ctx context.Context, ev *agentmeshv1.TaskEvent, afte
 		return 0, bus.Errorf(bus.CodeConflict, "task %s: event %d lost a race", ev.TaskId, ev.Seq)
 	}
 	if err != nil {
-		return 0, store.Internal("append event", err)
+		return 0, kvError("append event", err)
 	}
 	return ack.Sequence, nil
 }
@@ -392,7 +392,7 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 				}
 				// The key was released or reclaimed: try to claim it again.
 			default:
-				return nil, nil, false, store.Internal("claim idempotency key", err)
+				return nil, nil, false, kvError("claim idempotency key", err)
 			}
 		}
 	}
@@ -419,7 +419,7 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	rev, err := s.tasks.Create(ctx, task.Id, data)
 	if err != nil {
 		release()
-		return nil, nil, false, store.Internal("create task "+task.Id, err)
+		return nil, nil, false, kvError("create task "+task.Id, err)
 	}
 	s.taskIndex.put(task.Id, task, rev)
 	s.setHead(task.Id, head{seq: events[1].Seq, streamSeq: s2}, false)
@@ -437,7 +437,7 @@ func (s *Store) awaitKeyed(ctx context.Context, key string) (*agentmeshv1.Task, 
 			return nil, nil
 		}
 		if err != nil {
-			return nil, store.Internal("read idempotency key", err)
+			return nil, kvError("read idempotency key", err)
 		}
 		id := string(e.Value())
 		task, err := s.GetTask(ctx, id)
@@ -451,7 +451,7 @@ func (s *Store) awaitKeyed(ctx context.Context, key string) (*agentmeshv1.Task, 
 			// Its creator died between claiming the key and creating the task.
 			err := s.idem.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
 			if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				return nil, store.Internal("reclaim idempotency key", err)
+				return nil, kvError("reclaim idempotency key", err)
 			}
 			return nil, nil
 		}
@@ -482,7 +482,7 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 		return nil, 0, 0, store.TaskNotFound(id)
 	}
 	if err != nil {
-		return nil, 0, 0, store.Internal("get task "+id, err)
+		return nil, 0, 0, kvError("get task "+id, err)
 	}
 	cur, err := DecodeTask(e.Value())
 	if err != nil {
@@ -494,7 +494,7 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 	}
 	last, err := s.hist.GetLastMsgForSubject(ctx, s.names.StoreHistory(id))
 	if err != nil {
-		return nil, 0, 0, store.Internal("task "+id+": read history head", err)
+		return nil, 0, 0, kvError("task "+id+": read history head", err)
 	}
 	hev, err := DecodeEvent(last.Data)
 	if err != nil {
@@ -502,7 +502,7 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 	}
 	switch {
 	case hev.Seq < cur.LastEventSeq:
-		return nil, 0, 0, store.Internal("task "+id, fmt.Errorf("history ends at %d, record is at %d", hev.Seq, cur.LastEventSeq))
+		return nil, 0, 0, kvError("task "+id, fmt.Errorf("history ends at %d, record is at %d", hev.Seq, cur.LastEventSeq))
 	case hev.Seq > cur.LastEventSeq:
 		missing := []*agentmeshv1.TaskEvent{hev}
 		if hev.Seq > cur.LastEventSeq+1 {
@@ -513,7 +513,7 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 		}
 		for _, ev := range missing {
 			if ev.Seq != cur.LastEventSeq+1 {
-				return nil, 0, 0, store.Internal("task "+id, fmt.Errorf("history has event %d after %d", ev.Seq, cur.LastEventSeq))
+				return nil, 0, 0, kvError("task "+id, fmt.Errorf("history has event %d after %d", ev.Seq, cur.LastEventSeq))
 			}
 			cur = taskstate.Apply(cur, ev)
 		}
@@ -593,9 +593,13 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 	})
 }
 
-// AppendStep checkpoints a step (see store.Store).
+// AppendStep checkpoints a step (see store.Store). It is idempotent on
+// (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	write := func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return s.write(ctx, taskID, plan)
+	}
+	return store.AppendStepOnce(ctx, s.History, taskID, attempt, step, write, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 		return store.PlanStep(cur, attempt, step, s.now())
 	})
 }
@@ -624,7 +628,7 @@ func (s *Store) history(ctx context.Context, taskID string, afterSeq int64, limi
 		want := min(afterSeq+int64(limit)-seen, 1024)
 		msgs, more, err := s.directBatch(ctx, subj, from, int(max(want, 1)))
 		if err != nil {
-			return nil, store.Internal("read history of "+taskID, err)
+			return nil, kvError("read history of "+taskID, err)
 		}
 		for _, m := range msgs {
 			from, seen = m.seq+1, seen+1
@@ -787,7 +791,7 @@ func decodeAgentKey(key string) (org, name string, ok bool) {
 func DecodeAgent(b []byte) (*agentmeshv1.Agent, error) {
 	a := &agentmeshv1.Agent{}
 	if err := proto.Unmarshal(b, a); err != nil {
-		return nil, store.Internal("decode agent", err)
+		return nil, kvError("decode agent", err)
 	}
 	return a, nil
 }
@@ -798,7 +802,7 @@ func (s *Store) getAgent(ctx context.Context, org, name string) (*agentmeshv1.Ag
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, store.Internal("get agent", err)
+		return nil, 0, kvError("get agent", err)
 	}
 	a, err := DecodeAgent(e.Value())
 	if err != nil {
@@ -837,7 +841,7 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 			continue // lost a race: re-read, let PlanAgent decide again
 		}
 		if err != nil {
-			return nil, store.Internal("put agent", err)
+			return nil, kvError("put agent", err)
 		}
 		s.agentIndex.put(store.AgentPos(next.Org, next.Name), next, nrev)
 		return next, nil
@@ -905,7 +909,7 @@ func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
 			continue
 		}
 		if err != nil {
-			return store.Internal("delete agent", err)
+			return kvError("delete agent", err)
 		}
 		// The delete marker's revision is not returned; rev+1 orders it
 		// after the put we read, and the watcher confirms it.

@@ -52,6 +52,8 @@ const maxRetries = 64
 type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	// cache saves the read before a write (see writeCache).
+	cache writeCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -108,7 +110,7 @@ func (s *Store) Close() error {
 func marshal(m proto.Message) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, store.Internal("marshal", err)
+		return nil, dbError("marshal", err)
 	}
 	return b, nil
 }
@@ -116,7 +118,7 @@ func marshal(m proto.Message) ([]byte, error) {
 func decodeTask(b []byte) (*agentmeshv1.Task, error) {
 	t := &agentmeshv1.Task{}
 	if err := proto.Unmarshal(b, t); err != nil {
-		return nil, store.Internal("decode task", err)
+		return nil, dbError("decode task", err)
 	}
 	return t, nil
 }
@@ -170,7 +172,7 @@ SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
 		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2,
 		graphCols(task)[0], graphCols(task)[1], graphCols(task)[2], graphCols(task)[3], graphCols(task)[4])
 	if err != nil {
-		return nil, nil, false, store.Internal("create task", err)
+		return nil, nil, false, dbError("create task", err)
 	}
 	if tag.RowsAffected() == 0 {
 		// Another create with the same key won.
@@ -180,6 +182,7 @@ SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
 		}
 		return cur, nil, false, nil
 	}
+	s.cache.put(task)
 	return task, events, true, nil
 }
 
@@ -190,7 +193,7 @@ func (s *Store) byKey(ctx context.Context, org, key string) (*agentmeshv1.Task, 
 		return nil, bus.Errorf(bus.CodeNotFound, "no task with idempotency key %q", key)
 	}
 	if err != nil {
-		return nil, store.Internal("get task by idempotency key", err)
+		return nil, dbError("get task by idempotency key", err)
 	}
 	return decodeTask(data)
 }
@@ -203,7 +206,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, erro
 		return nil, store.TaskNotFound(id)
 	}
 	if err != nil {
-		return nil, store.Internal("get task", err)
+		return nil, dbError("get task", err)
 	}
 	return decodeTask(data)
 }
@@ -257,11 +260,11 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 	sqlText += " ORDER BY id DESC LIMIT " + arg(n+1)
 	rows, err := s.pool.Query(ctx, sqlText, args...)
 	if err != nil {
-		return nil, "", store.Internal("list tasks", err)
+		return nil, "", dbError("list tasks", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, "", store.Internal("list tasks", err)
+		return nil, "", dbError("list tasks", err)
 	}
 	tasks := make([]*agentmeshv1.Task, 0, min(len(datas), n))
 	for _, d := range datas[:min(len(datas), n)] {
@@ -282,11 +285,20 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 // read, plan, update-if-unchanged plus insert the event, in one statement.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 	for range maxRetries {
-		cur, err := s.GetTask(ctx, id)
-		if err != nil {
-			return nil, nil, err
+		cur, cached := s.cache.get(id), true
+		if cur == nil {
+			var err error
+			if cur, err = s.GetTask(ctx, id); err != nil {
+				return nil, nil, err
+			}
+			cached = false
 		}
 		next, ev, err := plan(cur)
+		if err != nil && cached {
+			// The cached row may be behind: decide on a fresh read.
+			s.cache.forget(id)
+			continue
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -315,15 +327,18 @@ SELECT u.id, $5, $8, $9, $10 FROM u`,
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
+				s.cache.forget(id)
 				continue
 			}
-			return nil, nil, store.Internal("write task "+id, err)
+			return nil, nil, dbError("write task "+id, err)
 		}
 		if tag.RowsAffected() == 1 {
+			s.cache.put(next)
 			return next, ev, nil
 		}
+		s.cache.forget(id) // another writer got there first: re-read
 		if err := ctx.Err(); err != nil {
-			return nil, nil, store.Internal("write task "+id, err)
+			return nil, nil, dbError("write task "+id, err)
 		}
 	}
 	return nil, nil, bus.Errorf(bus.CodeConflict, "task %s: too much contention, retry", id)
@@ -336,9 +351,13 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 	})
 }
 
-// AppendStep checkpoints a step (see store.Store).
+// AppendStep checkpoints a step (see store.Store). It is idempotent on
+// (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	write := func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return s.write(ctx, taskID, plan)
+	}
+	return store.AppendStepOnce(ctx, s.History, taskID, attempt, step, write, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 		return store.PlanStep(cur, attempt, step, s.now())
 	})
 }
@@ -377,15 +396,15 @@ SELECT count(*), COALESCE(sum(prompt_tokens), 0)::bigint, COALESCE(sum(completio
        COALESCE(sum(total_tokens), 0)::bigint, COALESCE(sum(cost_usd), 0)::double precision
 FROM tasks WHERE `+cond+` AND total_tokens IS NOT NULL`, args...).Scan(&n, &sum.PromptTokens, &sum.CompletionTokens, &sum.TotalTokens, &sum.CostUsd)
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT data FROM tasks WHERE `+cond+` AND total_tokens IS NULL`, args...)
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, 0, store.Internal("usage", err)
+		return nil, 0, dbError("usage", err)
 	}
 	for _, d := range datas {
 		t, err := decodeTask(d)
@@ -405,11 +424,11 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 	}
 	rows, err := s.pool.Query(ctx, `SELECT data FROM task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, taskID, afterSeq, limit)
 	if err != nil {
-		return nil, store.Internal("history", err)
+		return nil, dbError("history", err)
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
-		return nil, store.Internal("history", err)
+		return nil, dbError("history", err)
 	}
 	if len(datas) == 0 {
 		var one int
@@ -418,7 +437,7 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 			return nil, store.TaskNotFound(taskID)
 		}
 		if err != nil {
-			return nil, store.Internal("history", err)
+			return nil, dbError("history", err)
 		}
 		return nil, nil
 	}
@@ -426,7 +445,7 @@ func (s *Store) History(ctx context.Context, taskID string, afterSeq int64, limi
 	for i, d := range datas {
 		ev := &agentmeshv1.TaskEvent{}
 		if err := proto.Unmarshal(d, ev); err != nil {
-			return nil, store.Internal("decode event", err)
+			return nil, dbError("decode event", err)
 		}
 		events[i] = ev
 	}
@@ -440,11 +459,11 @@ func (s *Store) getAgent(ctx context.Context, org, name string) (*agentmeshv1.Ag
 		return nil, nil
 	}
 	if err != nil {
-		return nil, store.Internal("get agent", err)
+		return nil, dbError("get agent", err)
 	}
 	a := &agentmeshv1.Agent{}
 	if err := proto.Unmarshal(data, a); err != nil {
-		return nil, store.Internal("decode agent", err)
+		return nil, dbError("decode agent", err)
 	}
 	a.Org = org
 	return a, nil
@@ -481,7 +500,7 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 				next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
 		}
 		if err != nil {
-			return nil, store.Internal("put agent", err)
+			return nil, dbError("put agent", err)
 		}
 		if tag.RowsAffected() == 1 {
 			return next, nil
@@ -516,7 +535,7 @@ func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmes
 		ORDER BY name COLLATE "C", org COLLATE "C" LIMIT $5`,
 		q.Org, q.Skill, afterName, afterOrg, n+1)
 	if err != nil {
-		return nil, "", store.Internal("list agents", err)
+		return nil, "", dbError("list agents", err)
 	}
 	type row struct {
 		Org  string
@@ -524,13 +543,13 @@ func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmes
 	}
 	datas, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
-		return nil, "", store.Internal("list agents", err)
+		return nil, "", dbError("list agents", err)
 	}
 	agents := make([]*agentmeshv1.Agent, 0, min(len(datas), n))
 	for _, d := range datas[:min(len(datas), n)] {
 		a := &agentmeshv1.Agent{}
 		if err := proto.Unmarshal(d.Data, a); err != nil {
-			return nil, "", store.Internal("decode agent", err)
+			return nil, "", dbError("decode agent", err)
 		}
 		a.Org = d.Org
 		agents = append(agents, a)
@@ -547,7 +566,7 @@ func (s *Store) ListAgents(ctx context.Context, q store.AgentQuery) ([]*agentmes
 func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM agents WHERE org = $1 AND name = $2`, org, name)
 	if err != nil {
-		return store.Internal("delete agent", err)
+		return dbError("delete agent", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return store.AgentNotFound(name)

@@ -39,7 +39,10 @@ type Store interface {
 	// tr.From when set, and the attempt (fencing) when tr.Attempt > 0.
 	Transition(ctx context.Context, tr Transition) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
 	// AppendStep checkpoints a step of a running task whose attempt equals
-	// attempt, appending one step event.
+	// attempt, appending one step event. It is idempotent on (task,
+	// attempt, step index): when the history already holds a step of this
+	// attempt with step.Index, it returns the task and that event and
+	// appends nothing (see CommittedStep).
 	AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
 	// History returns the task's events with seq > afterSeq, oldest first,
 	// at most limit (0 means MaxPageSize). not_found for an unknown task.

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentTransitions", testConcurrentTransitions},
 		{"ConcurrentSteps", testConcurrentSteps},
 		{"AppendStep", testAppendStep},
+		{"StepIdempotent", testStepIdempotent},
 		{"History", testHistory},
 		{"ListTasksFilters", testListFilters},
 		{"ListTasksPagination", testListPagination},

@@ -1016,8 +1016,12 @@ type Task struct {
 	// The parents' outcomes, in the order they finished. Their results reach
 	// the agent as context before its input.
 	DependencyResults []*DependencyResult `protobuf:"bytes,70,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// One past the highest step index checkpointed (any attempt). A step
+	// whose index is below it may be a retry of a step already committed:
+	// step writes are idempotent on (task, attempt, step index).
+	NextStepIndex int32 `protobuf:"varint,80,opt,name=next_step_index,json=nextStepIndex,proto3" json:"next_step_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1307,6 +1311,13 @@ func (x *Task) GetDependencyResults() []*DependencyResult {
 		return x.DependencyResults
 	}
 	return nil
+}
+
+func (x *Task) GetNextStepIndex() int32 {
+	if x != nil {
+		return x.NextStepIndex
+	}
+	return 0
 }
 
 // ToolCall is a model's request to run a tool.
@@ -3204,7 +3215,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xec\f\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\x94\r\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3254,7 +3265,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"queue_wait\x18D \x01(\v2\x19.google.protobuf.DurationR\tqueueWait\x124\n" +
 	"\brun_time\x18E \x01(\v2\x19.google.protobuf.DurationR\arunTime\x12M\n" +
-	"\x12dependency_results\x18F \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
+	"\x12dependency_results\x18F \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x12&\n" +
+	"\x0fnext_step_index\x18P \x01(\x05R\rnextStepIndex\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +

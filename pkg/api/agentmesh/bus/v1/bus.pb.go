@@ -1678,7 +1678,9 @@ func (x *MatchResponse) GetCandidates() []*MatchCandidate {
 // WorkItem is a dispatch of one attempt of a task to the executors.
 type WorkItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Task  *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The task's id, org and agent only: the executor reads the task from
+	// state with its move to running.
+	Task *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// The fencing token: the attempt the executor must present to state.
 	Attempt       int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields

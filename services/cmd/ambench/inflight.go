@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// inflightResult is the in-flight phase: n tasks whose model answers after
+// latency, all running at once (capacity n), and the API's latency and
+// the memory of server and children meanwhile.
+type inflightResult struct {
+	n                    int
+	latency              time.Duration
+	rampP50, rampP99     time.Duration // SubmitTask while the n go in
+	submitP50, submitP99 time.Duration // SubmitTask with n in flight
+	getP50, getP99       time.Duration // GetTask with n in flight
+	submits, gets        int
+	serverKiB, kidsKiB   int64
+	totalKiB             int64
+	procs                int
+	completed, failed    int
+}
+
+func (r inflightResult) String() string {
+	mib := func(k int64) string { return fmt.Sprintf("%.0f MiB", float64(k)/1024) }
+	return fmt.Sprintf("  in flight: %d tasks, model latency %s: SubmitTask p50=%s p99=%s (%d calls), GetTask p50=%s p99=%s (%d calls); "+
+		"ramp-up SubmitTask p50=%s p99=%s\n"+
+		"  peak PSS: server %s, children %s (%d processes at most), together %s; %d completed, %d failed",
+		r.n, r.latency, ms(r.submitP50), ms(r.submitP99), r.submits, ms(r.getP50), ms(r.getP99), r.gets,
+		ms(r.rampP50), ms(r.rampP99), mib(r.serverKiB), mib(r.kidsKiB), r.procs, mib(r.totalKiB), r.completed, r.failed)
+}
+
+func ms(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+}
+
+// writeSlowScript writes a scripted-model script whose every answer takes
+// latency.
+func writeSlowScript(dir string, latency time.Duration) (string, error) {
+	p := filepath.Join(dir, "slow-script.json")
+	s := `{"model": "scripted", "scenarios": [{"turns": [{"content": "a slow answer", "delay_ms": ` + strconv.FormatInt(latency.Milliseconds(), 10) + `}]}]}`
+	return p, os.WriteFile(p, []byte(s), 0o644)
+}
+
+// inflight loads a server started with the slow script and capacity n.
+func inflight(addr string, pid int, n, c int, latency, getFor time.Duration) (inflightResult, error) {
+	res := inflightResult{n: n, latency: latency}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	if err := waitHealthy(conn, 60*time.Second); err != nil {
+		return res, fmt.Errorf("server not healthy: %w", err)
+	}
+	tasks := agentmeshv1.NewTaskServiceClient(conn)
+	mem := sampleMem(pid, 250*time.Millisecond)
+	stopped := false
+	defer func() {
+		if !stopped {
+			mem.Stop()
+		}
+	}()
+
+	submit := func(i int) (string, time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		resp, err := tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "in flight " + strconv.Itoa(i)})
+		if err != nil {
+			return "", 0, fmt.Errorf("submit: %w", err)
+		}
+		return resp.Task.Id, time.Since(t0), nil
+	}
+
+	// Ramp-up: n tasks from c submitters.
+	ids := make([]string, n)
+	ramp := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	next := make(chan int)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				id, d, err := submit(i)
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i], ramp[i] = id, d
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	res.rampP50, res.rampP99 = percentile(ramp, 0.50), percentile(ramp, 0.99)
+
+	// With n in flight: GetTask from 8 readers and SubmitTask from 2
+	// writers for getFor (well within the model's latency).
+	var (
+		mu      sync.Mutex
+		gets    []time.Duration
+		submits []time.Duration
+		extra   []string
+	)
+	deadline := time.Now().Add(getFor)
+	errs = make(chan error, 10)
+	for r := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				if r < 2 {
+					id, d, err := submit(n + r*100000 + i)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					submits, extra = append(submits, d), append(extra, id)
+					mu.Unlock()
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				t0 := time.Now()
+				_, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: ids[rand.IntN(n)]})
+				d := time.Since(t0)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("get: %w", err)
+					return
+				}
+				mu.Lock()
+				gets = append(gets, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	res.submits, res.gets = len(submits), len(gets)
+	res.submitP50, res.submitP99 = percentile(submits, 0.50), percentile(submits, 0.99)
+	res.getP50, res.getP99 = percentile(gets, 0.50), percentile(gets, 0.99)
+
+	// Every task ends (the model answers after latency).
+	all := append(ids, extra...)
+	end := time.Now().Add(3*latency + 2*time.Minute)
+	for _, id := range all {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			resp, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: id})
+			cancel()
+			if err == nil && taskstate.Terminal(resp.Task.Status) {
+				if resp.Task.Status == taskstate.Completed {
+					res.completed++
+				} else {
+					res.failed++
+				}
+				break
+			}
+			if time.Now().After(end) {
+				return res, fmt.Errorf("task %s did not end in time (%v)", id, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	res.serverKiB, res.kidsKiB, res.totalKiB, res.procs = mem.Stop()
+	stopped = true
+	return res, nil
+}

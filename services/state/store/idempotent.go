@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Step checkpoints are idempotent on (task, attempt, step index): an
+// executor that did not hear the answer to a checkpoint (the state service
+// restarted, the bus dropped the reply) sends the same step again, and the
+// store answers with the step already committed instead of appending it a
+// second time. Both stores use CommittedStep inside their write loop, so a
+// retry that races with its original (the original commits first, or the
+// retry does) still ends with one event.
+
+// ErrStepCommitted is returned by a plan function to say the step is
+// already in the history; the store then returns that event without
+// writing.
+var ErrStepCommitted = errors.New("step already committed")
+
+// recentSteps is how many of a task's newest events are read first when
+// looking for a committed step: a retry is nearly always of the last one.
+const recentSteps = 16
+
+// HistoryFunc reads a task's history (Store.History).
+type HistoryFunc func(ctx context.Context, taskID string, afterSeq int64, limit int) ([]*agentmeshv1.TaskEvent, error)
+
+// CommittedStep returns the step event of cur's history with the given
+// attempt and the step's index, or nil when there is none. It reads
+// nothing in the common case: a step whose index is at or past the task's
+// NextStepIndex cannot have been committed, and neither can a step of an
+// attempt that is not the task's current one (the plan refuses it as
+// stale).
+func CommittedStep(ctx context.Context, history HistoryFunc, cur *agentmeshv1.Task, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.TaskEvent, error) {
+	if step == nil || cur.Attempt != attempt || step.Index >= cur.NextStepIndex {
+		return nil, nil
+	}
+	match := func(evs []*agentmeshv1.TaskEvent) *agentmeshv1.TaskEvent {
+		for i := len(evs) - 1; i >= 0; i-- {
+			ev := evs[i]
+			if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STEP && ev.Attempt == attempt && ev.GetStep().GetIndex() == step.Index {
+				return ev
+			}
+		}
+		return nil
+	}
+	from := max(cur.LastEventSeq-recentSteps, 0)
+	evs, err := history(ctx, cur.Id, from, recentSteps)
+	if err != nil {
+		return nil, err
+	}
+	if ev := match(evs); ev != nil || from == 0 {
+		return ev, nil
+	}
+	for after := int64(0); after < from; {
+		evs, err := history(ctx, cur.Id, after, MaxPageSize)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		if ev := match(evs); ev != nil {
+			return ev, nil
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	return nil, nil
+}
+
+// AppendStepOnce runs a store's AppendStep write loop with the idempotency
+// check: write runs plan with compare-and-set, re-running it on conflict.
+func AppendStepOnce(ctx context.Context, history HistoryFunc, taskID string, attempt int32, step *agentmeshv1.Step,
+	write func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error),
+	plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error),
+) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	var (
+		dup     *agentmeshv1.TaskEvent
+		dupTask *agentmeshv1.Task
+	)
+	t, ev, err := write(func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		got, err := CommittedStep(ctx, history, cur, attempt, step)
+		if err != nil {
+			return nil, nil, err
+		}
+		if got != nil {
+			dup, dupTask = got, proto.Clone(cur).(*agentmeshv1.Task)
+			return nil, nil, ErrStepCommitted
+		}
+		return plan(cur)
+	})
+	if errors.Is(err, ErrStepCommitted) {
+		return dupTask, dup, nil
+	}
+	return t, ev, err
+}
