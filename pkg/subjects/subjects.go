@@ -206,6 +206,10 @@ func (n Names) StoreBucket(name string) string {
 	return n.streamPrefix() + "_STORE_" + strings.ToUpper(name)
 }
 
+// SchedulerBucket names the KV bucket that holds the scheduler replicas'
+// leader lease.
+func (n Names) SchedulerBucket() string { return n.streamPrefix() + "_SCHEDULER" }
+
 // StoreHistoryStream names the embedded store's history stream.
 func (n Names) StoreHistoryStream() string { return n.streamPrefix() + "_STORE_HISTORY" }
 

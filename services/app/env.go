@@ -53,6 +53,12 @@ func EnvVars() []Env {
 		{"AGENTMESH_TASK_MEMORY", "512MiB", []string{"dev", "executor"}, "memory limit of a task's whole process tree (strict isolation), e.g. 512MiB, 1G"},
 		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
+		{"AGENTMESH_ORG_MAX_CONCURRENCY", "0", []string{"dev", "scheduler"}, "tasks one org may run at once across the cluster; 0 = no limit (orgs still share capacity fairly)"},
+		{"AGENTMESH_ORG_LIMITS", "", []string{"dev", "scheduler"}, "per-org overrides of AGENTMESH_ORG_MAX_CONCURRENCY, e.g. acme=50,globex=5"},
+		{"AGENTMESH_PRIORITY_AGING", "1m", []string{"dev", "scheduler"}, "a waiting task gains one priority level per this much waiting (anti-starvation); negative = no aging"},
+		{"AGENTMESH_SCHEDULER_LEASE", "6s", []string{"dev", "scheduler"}, "leader lease of the scheduler replicas: a dead leader is replaced within about this long"},
+		{"AGENTMESH_NODE_LABELS", "", []string{"dev", "executor"}, "labels of this executor node in its heartbeats, e.g. zone=a,gpu=none"},
+		{"AGENTMESH_DRAIN_GRACE", "10s", []string{"dev", "executor"}, "on SIGTERM the executor takes no new work and lets running tasks finish for this long, then hands the rest back to the queue"},
 		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, /etc, /proc (e.g. where MCP servers are installed), comma-separated"},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT", "", []string{"*"}, "OTLP endpoint for traces (standard OpenTelemetry variable); unset = no export"},
 	}

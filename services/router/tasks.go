@@ -76,6 +76,8 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		IdempotencyKey: req.GetIdempotencyKey(),
 		AgentSpec:      match.GetAgent(),
 		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
+		RetryPolicy:    req.GetRetryPolicy(),
+		QueueTimeout:   req.GetQueueTimeout(),
 	}}, &created)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)

@@ -100,6 +100,12 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 	if err := printable("idempotency_key", req.GetIdempotencyKey()); err != nil {
 		return 0, err
 	}
+	if err := taskstate.ValidateRetryPolicy("retry_policy", req.GetRetryPolicy()); err != nil {
+		return 0, err
+	}
+	if err := taskstate.ValidateQueueTimeout("queue_timeout", req.GetQueueTimeout()); err != nil {
+		return 0, err
+	}
 	return prio, nil
 }
 
@@ -257,6 +263,12 @@ func validateAgent(a *agentmeshv1.Agent) error {
 	}
 	if a.GetMaxSteps() < 0 {
 		return bus.FieldError("agent.max_steps", "must not be negative")
+	}
+	if err := taskstate.ValidateRetryPolicy("agent.retry_policy", a.GetRetryPolicy()); err != nil {
+		return err
+	}
+	if err := taskstate.ValidateQueueTimeout("agent.queue_timeout", a.GetQueueTimeout()); err != nil {
+		return err
 	}
 	return checkSkills("agent.skills", a.GetSkills())
 }

@@ -171,29 +171,34 @@ const (
 	FailureKind_FAILURE_KIND_APPROVAL FailureKind = 6
 	// The agent process crashed or the platform failed.
 	FailureKind_FAILURE_KIND_INTERNAL FailureKind = 7
+	// The executor node running the attempt was lost (it stopped sending
+	// heartbeats, or its work was redelivered).
+	FailureKind_FAILURE_KIND_EXECUTOR_LOST FailureKind = 45
 )
 
 // Enum value maps for FailureKind.
 var (
 	FailureKind_name = map[int32]string{
-		0: "FAILURE_KIND_UNSPECIFIED",
-		1: "FAILURE_KIND_AGENT",
-		2: "FAILURE_KIND_MODEL",
-		3: "FAILURE_KIND_BUDGET",
-		4: "FAILURE_KIND_RESOURCE",
-		5: "FAILURE_KIND_TIMEOUT",
-		6: "FAILURE_KIND_APPROVAL",
-		7: "FAILURE_KIND_INTERNAL",
+		0:  "FAILURE_KIND_UNSPECIFIED",
+		1:  "FAILURE_KIND_AGENT",
+		2:  "FAILURE_KIND_MODEL",
+		3:  "FAILURE_KIND_BUDGET",
+		4:  "FAILURE_KIND_RESOURCE",
+		5:  "FAILURE_KIND_TIMEOUT",
+		6:  "FAILURE_KIND_APPROVAL",
+		7:  "FAILURE_KIND_INTERNAL",
+		45: "FAILURE_KIND_EXECUTOR_LOST",
 	}
 	FailureKind_value = map[string]int32{
-		"FAILURE_KIND_UNSPECIFIED": 0,
-		"FAILURE_KIND_AGENT":       1,
-		"FAILURE_KIND_MODEL":       2,
-		"FAILURE_KIND_BUDGET":      3,
-		"FAILURE_KIND_RESOURCE":    4,
-		"FAILURE_KIND_TIMEOUT":     5,
-		"FAILURE_KIND_APPROVAL":    6,
-		"FAILURE_KIND_INTERNAL":    7,
+		"FAILURE_KIND_UNSPECIFIED":   0,
+		"FAILURE_KIND_AGENT":         1,
+		"FAILURE_KIND_MODEL":         2,
+		"FAILURE_KIND_BUDGET":        3,
+		"FAILURE_KIND_RESOURCE":      4,
+		"FAILURE_KIND_TIMEOUT":       5,
+		"FAILURE_KIND_APPROVAL":      6,
+		"FAILURE_KIND_INTERNAL":      7,
+		"FAILURE_KIND_EXECUTOR_LOST": 45,
 	}
 )
 
@@ -862,6 +867,18 @@ type Task struct {
 	// The approval the task waits for (status blocked).
 	PendingApproval *Approval   `protobuf:"bytes,24,opt,name=pending_approval,json=pendingApproval,proto3" json:"pending_approval,omitempty"`
 	FailureKind     FailureKind `protobuf:"varint,25,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	// Retry policy of this task (overrides the agent's field by field).
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// A task waiting in the queue longer than this fails (kind TIMEOUT);
+	// unset takes the agent's; 0 = no limit.
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Failed attempts that were retried.
+	RetryCount int32 `protobuf:"varint,47,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	// While queued for a retry: not dispatched before this time.
+	NextRetryAt *timestamppb.Timestamp `protobuf:"bytes,48,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
+	// Why the last retried attempt failed (the history keeps every one).
+	LastError       string      `protobuf:"bytes,49,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastFailureKind FailureKind `protobuf:"varint,50,opt,name=last_failure_kind,json=lastFailureKind,proto3,enum=agentmesh.v1.FailureKind" json:"last_failure_kind,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1067,6 +1084,48 @@ func (x *Task) GetPendingApproval() *Approval {
 func (x *Task) GetFailureKind() FailureKind {
 	if x != nil {
 		return x.FailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *Task) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *Task) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+func (x *Task) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *Task) GetNextRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRetryAt
+	}
+	return nil
+}
+
+func (x *Task) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Task) GetLastFailureKind() FailureKind {
+	if x != nil {
+		return x.LastFailureKind
 	}
 	return FailureKind_FAILURE_KIND_UNSPECIFIED
 }
@@ -1359,7 +1418,17 @@ type TaskEvent struct {
 	Approval    *Approval   `protobuf:"bytes,13,opt,name=approval,proto3" json:"approval,omitempty"`
 	FailureKind FailureKind `protobuf:"varint,14,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
 	// EVENT_TYPE_TOKEN: a piece of model output.
-	Token         string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
+	// Status events: the task's agent and priority, so the scheduler can
+	// queue it without reading the task.
+	Agent    string   `protobuf:"bytes,45,opt,name=agent,proto3" json:"agent,omitempty"`
+	Priority Priority `protobuf:"varint,46,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	// To queued for a retry: not dispatched before this time.
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// To queued: the task's effective queue timeout (0 = none).
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,48,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// To queued for a retry: the task's retry count after this event.
+	RetryCount    int32 `protobuf:"varint,49,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1499,6 +1568,41 @@ func (x *TaskEvent) GetToken() string {
 	return ""
 }
 
+func (x *TaskEvent) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *TaskEvent) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskEvent) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
 type SubmitTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
@@ -1512,7 +1616,12 @@ type SubmitTaskRequest struct {
 	// A retried submit with the same key returns the first task.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Bounds of this task; unset fields take the agent's budget.
-	Budget        *Budget `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
+	Budget *Budget `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Overrides the agent's retry policy field by field.
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Fail the task (kind TIMEOUT) if it waits queued longer than this;
+	// unset takes the agent's; 1s to 30 days.
+	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1599,6 +1708,20 @@ func (x *SubmitTaskRequest) GetIdempotencyKey() string {
 func (x *SubmitTaskRequest) GetBudget() *Budget {
 	if x != nil {
 		return x.Budget
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
 	}
 	return nil
 }
@@ -2504,8 +2627,12 @@ type Agent struct {
 	ToolPolicies map[string]ToolPolicy `protobuf:"bytes,14,rep,name=tool_policies,json=toolPolicies,proto3" json:"tool_policies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=agentmesh.v1.ToolPolicy"`
 	// How long a pending approval waits before the task fails; 0 = 1 hour.
 	ApprovalTimeout *durationpb.Duration `protobuf:"bytes,15,opt,name=approval_timeout,json=approvalTimeout,proto3" json:"approval_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Default retry policy of the agent's tasks (unset: the defaults).
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Default queue timeout of the agent's tasks; unset or 0 = no limit.
+	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Agent) Reset() {
@@ -2643,6 +2770,123 @@ func (x *Agent) GetApprovalTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Agent) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *Agent) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+// RetryPolicy says how a task that failed for a transient reason runs
+// again. On an agent it is the default of the agent's tasks; on a task it
+// overrides the agent's field by field (zero fields inherit). A retried
+// attempt resumes from the task's last checkpoint: no model turn that was
+// answered is asked again.
+//
+// Defaults (pkg/taskstate.DefaultRetryPolicy): 4 attempts (3 retries),
+// initial backoff 2s, multiplier 2, max backoff 2m, jitter 0.2, retry_on
+// MODEL, INTERNAL, EXECUTOR_LOST and TIMEOUT.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts that may fail before the task fails for good, counting the
+	// first (1 = never retry). 0 inherits; at most 100.
+	MaxAttempts int32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Wait before the first retry. 0 inherits; 10ms to 24h.
+	InitialBackoff *durationpb.Duration `protobuf:"bytes,2,opt,name=initial_backoff,json=initialBackoff,proto3" json:"initial_backoff,omitempty"`
+	// Each further retry waits this many times longer. 0 inherits; 1 to 10.
+	Multiplier float64 `protobuf:"fixed64,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// Cap of the wait. 0 inherits; at least initial_backoff, at most 24h.
+	MaxBackoff *durationpb.Duration `protobuf:"bytes,4,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
+	// Spread of the wait: a retry waits backoff × (1 ± jitter·u), u in
+	// [0, 1). 0 inherits; at most 1. A negative value means none.
+	Jitter float64 `protobuf:"fixed64,5,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	// The failure kinds that retry; empty inherits. Only MODEL, INTERNAL,
+	// EXECUTOR_LOST and TIMEOUT may retry: budget, resource, approval and
+	// agent (policy) failures and cancellation never do.
+	RetryOn       []FailureKind `protobuf:"varint,6,rep,packed,name=retry_on,json=retryOn,proto3,enum=agentmesh.v1.FailureKind" json:"retry_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetInitialBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.InitialBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.MaxBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetRetryOn() []FailureKind {
+	if x != nil {
+		return x.RetryOn
+	}
+	return nil
+}
+
 var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
@@ -2681,7 +2925,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
-	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xba\b\n" +
+	"\aattempt\x18\x10 \x01(\x05R\aattempt\"\xff\n" +
+	"\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -2714,7 +2959,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x04node\x18\x16 \x01(\tR\x04node\x12,\n" +
 	"\x06budget\x18\x17 \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12A\n" +
 	"\x10pending_approval\x18\x18 \x01(\v2\x16.agentmesh.v1.ApprovalR\x0fpendingApproval\x12<\n" +
-	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x1a;\n" +
+	"\ffailure_kind\x18\x19 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12\x1f\n" +
+	"\vretry_count\x18/ \x01(\x05R\n" +
+	"retryCount\x12>\n" +
+	"\rnext_retry_at\x180 \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x181 \x01(\tR\tlastError\x12E\n" +
+	"\x11last_failure_kind\x182 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\x0flastFailureKind\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -2746,7 +2999,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xa0\x04\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\x86\x06\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -2764,7 +3017,14 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x04node\x18\f \x01(\tR\x04node\x122\n" +
 	"\bapproval\x18\r \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
 	"\ffailure_kind\x18\x0e \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x14\n" +
-	"\x05token\x18\x0f \x01(\tR\x05token\"\x91\x03\n" +
+	"\x05token\x18\x0f \x01(\tR\x05token\x12\x14\n" +
+	"\x05agent\x18- \x01(\tR\x05agent\x122\n" +
+	"\bpriority\x18. \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x129\n" +
+	"\n" +
+	"not_before\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12>\n" +
+	"\rqueue_timeout\x180 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12\x1f\n" +
+	"\vretry_count\x181 \x01(\x05R\n" +
+	"retryCount\"\x8f\x04\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -2773,7 +3033,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\bpriority\x18\x05 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12I\n" +
 	"\bmetadata\x18\x06 \x03(\v2-.agentmesh.v1.SubmitTaskRequest.MetadataEntryR\bmetadata\x12'\n" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12,\n" +
-	"\x06budget\x18\b \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x1a;\n" +
+	"\x06budget\x18\b \x01(\v2\x14.agentmesh.v1.BudgetR\x06budget\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -2836,7 +3098,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xec\x06\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -2856,10 +3118,22 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\vmcp_servers\x18\r \x03(\v2\x17.agentmesh.v1.McpServerR\n" +
 	"mcpServers\x12J\n" +
 	"\rtool_policies\x18\x0e \x03(\v2%.agentmesh.v1.Agent.ToolPoliciesEntryR\ftoolPolicies\x12D\n" +
-	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x1aY\n" +
+	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01*\xf4\x01\n" +
+	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12B\n" +
+	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\x01R\n" +
+	"multiplier\x12:\n" +
+	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxBackoff\x12\x16\n" +
+	"\x06jitter\x18\x05 \x01(\x01R\x06jitter\x124\n" +
+	"\bretry_on\x18\x06 \x03(\x0e2\x19.agentmesh.v1.FailureKindR\aretryOn*\xf4\x01\n" +
 	"\n" +
 	"TaskStatus\x12\x1b\n" +
 	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2877,7 +3151,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*\xdf\x01\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\xff\x01\n" +
 	"\vFailureKind\x12\x1c\n" +
 	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
@@ -2886,7 +3160,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15FAILURE_KIND_RESOURCE\x10\x04\x12\x18\n" +
 	"\x14FAILURE_KIND_TIMEOUT\x10\x05\x12\x19\n" +
 	"\x15FAILURE_KIND_APPROVAL\x10\x06\x12\x19\n" +
-	"\x15FAILURE_KIND_INTERNAL\x10\a*\xbe\x01\n" +
+	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1e\n" +
+	"\x1aFAILURE_KIND_EXECUTOR_LOST\x10-*\xbe\x01\n" +
 	"\fToolDecision\x12\x1d\n" +
 	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_DECISION_ALLOWED\x10\x01\x12\x1a\n" +
@@ -2942,7 +3217,7 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
@@ -2976,87 +3251,102 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*ModelSettings)(nil),          // 29: agentmesh.v1.ModelSettings
 	(*McpServer)(nil),              // 30: agentmesh.v1.McpServer
 	(*Agent)(nil),                  // 31: agentmesh.v1.Agent
-	nil,                            // 32: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 33: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 34: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 35: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),            // 32: agentmesh.v1.RetryPolicy
+	nil,                            // 33: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 34: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 35: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 36: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 38: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	36, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	37, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,  // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	37, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	37, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	37, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	38, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	38, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	38, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	32, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	33, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,  // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	37, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	37, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	37, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	38, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	38, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	38, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	8,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
 	31, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
 	9,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
 	10, // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
 	2,  // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
-	5,  // 17: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	12, // 18: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	8,  // 19: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	36, // 20: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 21: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	6,  // 22: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	37, // 23: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 24: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 25: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	13, // 26: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	10, // 27: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,  // 28: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	1,  // 29: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	33, // 30: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	9,  // 31: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	11, // 32: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	11, // 33: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 34: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	37, // 35: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 36: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	11, // 37: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	11, // 38: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	14, // 39: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 40: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	14, // 41: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	37, // 42: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 43: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	8,  // 44: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	34, // 45: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	29, // 46: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	37, // 47: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	37, // 48: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 49: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	30, // 50: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	35, // 51: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	36, // 52: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	7,  // 53: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	15, // 54: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	17, // 55: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	19, // 56: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	21, // 57: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	23, // 58: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	25, // 59: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	27, // 60: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	16, // 61: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	18, // 62: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	20, // 63: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	22, // 64: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	24, // 65: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	26, // 66: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	28, // 67: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	61, // [61:68] is the sub-list for method output_type
-	54, // [54:61] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	32, // 17: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	37, // 18: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	38, // 19: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
+	5,  // 21: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	12, // 22: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	8,  // 23: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	37, // 24: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,  // 25: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	6,  // 26: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	38, // 27: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 28: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,  // 29: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	13, // 30: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	10, // 31: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,  // 32: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	1,  // 33: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	38, // 34: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	37, // 35: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	1,  // 36: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	34, // 37: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	9,  // 38: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	32, // 39: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	37, // 40: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	11, // 41: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	11, // 42: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,  // 43: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	38, // 44: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	38, // 45: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	11, // 46: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	11, // 47: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	14, // 48: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,  // 49: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	14, // 50: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	38, // 51: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	38, // 52: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	8,  // 53: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	35, // 54: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	29, // 55: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	38, // 56: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	38, // 57: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 58: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	30, // 59: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	36, // 60: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	37, // 61: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	32, // 62: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	37, // 63: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	37, // 64: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	37, // 65: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,  // 66: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	7,  // 67: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	15, // 68: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	17, // 69: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	19, // 70: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	21, // 71: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	23, // 72: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	25, // 73: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	27, // 74: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	16, // 75: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	18, // 76: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	20, // 77: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	22, // 78: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	24, // 79: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	26, // 80: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	28, // 81: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	75, // [75:82] is the sub-list for method output_type
+	68, // [68:75] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -3071,7 +3361,7 @@ func file_agentmesh_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
