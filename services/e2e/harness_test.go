@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 const testScript = `{
   "scenarios": [
     {"match": "^slow", "turns": [{"delay_ms": 30000, "content": "too late"}]},
+    {"match": "^flaky", "turns": [
+      {"content": "Let me echo that.", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+      {"status": 503, "times": 5, "content": "recovered: {{last_tool_result}}"}
+    ]},
     {"turns": [
       {"content": "Let me echo that.", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
       {"content": "final answer: {{last_tool_result}}"}
@@ -84,6 +88,7 @@ func start(t *testing.T, o opts) *env {
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
+	cfg.Executor.DrainGrace = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {
