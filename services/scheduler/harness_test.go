@@ -25,7 +25,7 @@ import (
 var names = subjects.Must("")
 
 // runScheduler runs s until the test ends and waits until it leads.
-func runScheduler(t *testing.T, s *Service) {
+func runScheduler(t testing.TB, s *Service) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

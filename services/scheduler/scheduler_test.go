@@ -29,7 +29,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // setup runs a real NATS server and the real state service, and returns a
 // scheduler that is built (consumer created) but not running, so the test
 // drives dispatch and reconcile itself.
-func setup(t *testing.T, cfg Config) (*Service, *nats.Conn, jetstream.JetStream) {
+func setup(t testing.TB, cfg Config) (*Service, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
