@@ -117,6 +117,15 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 		row("attempt", fmt.Sprint(t.GetAttempt()))
 	}
 	row("node", t.GetNode())
+	if t.GetRetryCount() > 0 {
+		row("retries", fmt.Sprint(t.GetRetryCount()))
+	}
+	if t.GetNextRetryAt() != nil && t.GetStatus() == taskstate.Queued {
+		row("next retry", when(t.GetNextRetryAt()))
+	}
+	if t.GetLastError() != "" {
+		row("last failure", taskstate.KindName(t.GetLastFailureKind())+": "+clip(t.GetLastError(), 200))
+	}
 	if t.GetStepCount() > 0 {
 		row("steps", fmt.Sprint(t.GetStepCount()))
 	}

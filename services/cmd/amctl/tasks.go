@@ -33,6 +33,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	idem := fs.String("idempotency-key", "", "a retried submit with the same key returns the first task")
 	wait := fs.Bool("wait", false, "follow the task until it ends and print its answer")
 	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
+	sched := addScheduleFlags(fs.FlagSet)
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -48,14 +49,18 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return usagef("--priority: %v", err)
 	}
+	req := &agentmeshv1.SubmitTaskRequest{
+		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
+		Priority: p, Metadata: meta, IdempotencyKey: *idem,
+	}
+	if err := sched.apply(req); err != nil {
+		return err
+	}
 	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
-	resp, err := c.tasks.SubmitTask(cctx, &agentmeshv1.SubmitTaskRequest{
-		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
-		Priority: p, Metadata: meta, IdempotencyKey: *idem,
-	})
+	resp, err := c.tasks.SubmitTask(cctx, req)
 	cancel()
 	if err != nil {
 		return err
