@@ -173,7 +173,9 @@ func withOrg(o string) taskOpt { return func(t *agentmeshv1.Task) { t.Org = o } 
 func withAgent(a string) taskOpt {
 	return func(t *agentmeshv1.Task) { t.Agent = a }
 }
-func withPriority(p agentmeshv1.Priority) taskOpt { return func(t *agentmeshv1.Task) { t.Priority = p } }
+func withPriority(p agentmeshv1.Priority) taskOpt {
+	return func(t *agentmeshv1.Task) { t.Priority = p }
+}
 func withQueueTimeout(d time.Duration) taskOpt {
 	return func(t *agentmeshv1.Task) { t.QueueTimeout = durationpb.New(d) }
 }
