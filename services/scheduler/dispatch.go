@@ -376,3 +376,14 @@ func (s *Service) orgLimit(org string) int {
 // agentLimit is the limit of an agent the model meets first in a task
 // event: unknown (-1) until read from the record.
 func (s *Service) agentLimit(string) int { return -1 }
+
+// Reprioritize tells the leader's queue that a queued task's priority
+// changed (the record is already changed): it is re-ordered at once.
+func (s *Service) Reprioritize(taskID string, p agentmeshv1.Priority) {
+	s.mu.Lock()
+	ok := s.m.reprioritize(taskID, p)
+	s.mu.Unlock()
+	if ok {
+		s.wake()
+	}
+}

@@ -555,3 +555,18 @@ func asTime(ts interface{ AsTime() time.Time }) time.Time {
 	}
 	return t
 }
+
+// reprioritize moves a task to another priority level; a waiting task is
+// queued again at the tail of its new level (its wait, and so its aging,
+// is kept). For UpdateTask's priority change.
+func (m *model) reprioritize(id string, p agentmeshv1.Priority) bool {
+	e := m.tasks[id]
+	if e == nil {
+		return false
+	}
+	e.prio = p
+	if e.state == stWaiting {
+		m.setState(e, stWaiting, "")
+	}
+	return true
+}
