@@ -252,3 +252,53 @@ func benchWorkers() int {
 	n, _ := strconv.Atoi(os.Getenv("AGENTMESH_BENCH_WORKERS"))
 	return n
 }
+
+// BenchmarkStateCeiling is the ceiling the scheduler dispatches under: 64
+// clients moving queued tasks to assigned in the state service directly
+// and publishing a work item each (what one dispatch costs on the bus),
+// with no scheduler at all.
+func BenchmarkStateCeiling(b *testing.B) {
+	_, nc, js := setup(b, Config{})
+	createMany(b, nc, b.N)
+	var ids []string
+	for token := ""; ; {
+		var resp busv1.ListTasksResponse
+		if err := bus.Request(context.Background(), nc, names.State(subjects.StateListTasks), &busv1.ListTasksRequest{PageSize: 1000, PageToken: token}, &resp); err != nil {
+			b.Fatal(err)
+		}
+		for _, t := range resp.Tasks {
+			ids = append(ids, t.Id)
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ids) {
+					return
+				}
+				var tr busv1.TransitionResponse
+				if err := bus.Request(context.Background(), nc, names.State(subjects.StateTransition), &busv1.TransitionRequest{
+					TaskId: ids[i], From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
+				}, &tr); err != nil {
+					b.Error(err)
+					return
+				}
+				data, _ := proto.Marshal(&busv1.WorkItem{Task: tr.Task, Attempt: tr.Task.Attempt})
+				if _, err := js.Publish(context.Background(), names.Work(tr.Task.Agent), data); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(len(ids))/b.Elapsed().Seconds(), "tasks/s")
+}

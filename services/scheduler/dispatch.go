@@ -313,7 +313,9 @@ func (s *Service) do(ctx context.Context, j job) {
 		if err := s.dispatch(ctx, j.task); err != nil {
 			s.log.Warn("dispatch failed; will retry", "task", j.task, "err", err)
 			sleep(ctx, 200*time.Millisecond)
-			s.wake()
+			// Learn whether the move happened (a lost reply) or not: a task
+			// the record still shows queued goes back to waiting.
+			_ = s.refresh(ctx, j.task)
 		}
 	case jobExpire:
 		s.finishWith(ctx, j.task, &busv1.TransitionRequest{
