@@ -246,6 +246,7 @@ func (s *Service) serve(term context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	reconciling := make(chan struct{}, 1)
+	defer func() { reconciling <- struct{}{} }() // wait for a reconcile under way
 	for {
 		now := time.Now()
 		var out []job
