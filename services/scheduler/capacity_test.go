@@ -224,3 +224,28 @@ func runSchedulerNoWait(t *testing.T, s *Service) {
 	go func() { _ = s.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
+
+// Two replicas run; only the lease holder dispatches, so an agent's cap
+// holds across them even when several orgs tie for the next slot (each
+// replica would break the tie its own way).
+func TestTwoSchedulersNeverOverDispatch(t *testing.T) {
+	const limit = 3
+	s1, nc, _ := setup(t, Config{LeaseTTL: time.Second})
+	s2, err := New(context.Background(), Config{LeaseTTL: time.Second}, Deps{NC: nc, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAgent(t, nc, &agentmeshv1.Agent{Name: "capped", MaxConcurrency: limit})
+	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 8, hold: 5 * time.Millisecond})
+	startFakeExecutor(t, nc, fakeExecutor{node: "n2", capacity: 8, hold: 5 * time.Millisecond})
+	runSchedulerNoWait(t, s1)
+	runSchedulerNoWait(t, s2)
+	var ids []string
+	for i := range 200 {
+		ids = append(ids, submit(t, nc, withAgent("capped"), withOrg(fmt.Sprintf("org-%d", i%10))).Id)
+	}
+	waitAll(t, nc, ids, taskstate.Completed, 120*time.Second)
+	if got := maxOverlap(runningIntervals(t, nc, ids)); got > limit {
+		t.Fatalf("up to %d tasks of the agent ran at once with two scheduler replicas, want at most %d", got, limit)
+	}
+}
