@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -54,7 +56,7 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	spawn(t, bin, "registry", common...)
 	schedEnv := append([]string{"AGENTMESH_SCHEDULER_LEASE=1s"}, common...)
 	scheds := []*proc{spawn(t, bin, "scheduler", schedEnv...), spawn(t, bin, "scheduler", schedEnv...)}
-	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr}, common...)...)
+	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr, "AGENTMESH_API_KEYS=ka=alpha,kb=beta,kc=gamma"}, common...)...)
 	execEnv := func(node string) []string {
 		return append([]string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted",
 			"AGENTMESH_NODE=" + node, "AGENTMESH_CAPACITY=4", "AGENTMESH_DRAIN_GRACE=20s"}, common...)
@@ -62,12 +64,22 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	exec1 := spawn(t, bin, "executor", execEnv("node-1")...)
 	spawn(t, bin, "executor", execEnv("node-2")...)
 
-	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	// Three orgs submit: each replica would break ties between them its own
+	// way, so two leaders at once would over-dispatch.
+	var orgs []*env
+	for _, key := range []string{"ka", "kb", "kc"} {
+		conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				return invoker(metadata.AppendToOutgoingContext(ctx, "x-api-key", key), method, req, reply, cc, opts...)
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		orgs = append(orgs, &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)})
 	}
-	defer conn.Close()
-	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	e := orgs[0]
+	owner := map[string]*env{}
 	poll.Until(t, 60*time.Second, func() error {
 		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 			Name: "capped", MaxConcurrency: limit,
@@ -79,12 +91,15 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	})
 	var ids []string
 	for i := range tasks {
-		ids = append(ids, e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("task %d", i), Agent: "capped"}).Id)
+		o := orgs[i%len(orgs)]
+		id := o.submit(t, &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("task %d", i), Agent: "capped"}).Id
+		ids = append(ids, id)
+		owner[id] = o
 	}
 
 	// Kill the leader once a few tasks are done and the rest still wait.
 	poll.Until(t, 60*time.Second, func() error {
-		if n := countStatus(t, e, ids, taskstate.Completed); n < 3 {
+		if n := countStatus(t, owner, ids, taskstate.Completed); n < 3 {
 			return fmt.Errorf("%d tasks completed", n)
 		}
 		return nil
@@ -103,14 +118,14 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = scheds[leader].cmd.Wait()
-	if n := countStatus(t, e, ids, taskstate.Completed); n >= tasks-limit {
+	if n := countStatus(t, owner, ids, taskstate.Completed); n >= tasks-limit {
 		t.Fatalf("%d of %d tasks already completed at the kill; the test needs queued work", n, tasks)
 	}
 
 	// SIGTERM an executor while it runs tasks: it drains.
 	poll.Until(t, 60*time.Second, func() error {
 		for _, id := range ids {
-			resp, err := e.tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: id})
+			resp, err := owner[id].tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: id})
 			if err == nil && resp.Task.Status == taskstate.Running && resp.Task.Node == "node-1" {
 				return nil
 			}
@@ -124,7 +139,7 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	go func() { _ = exec1.cmd.Wait(); close(exited) }()
 
 	for _, id := range ids {
-		e.waitStatus(t, id, taskstate.Completed, 120*time.Second)
+		owner[id].waitStatus(t, id, taskstate.Completed, 120*time.Second)
 	}
 	select {
 	case <-exited:
@@ -143,17 +158,17 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 
 	var iv []span
 	for _, id := range ids {
-		iv = append(iv, runningSpans(t, e, id)...)
+		iv = append(iv, runningSpans(t, owner[id], id)...)
 	}
 	if got := deepest(iv); got > limit {
 		t.Fatalf("up to %d tasks of the agent ran at once across the failover, want at most %d", got, limit)
 	}
 }
 
-func countStatus(t *testing.T, e *env, ids []string, want agentmeshv1.TaskStatus) int {
+func countStatus(t *testing.T, owner map[string]*env, ids []string, want agentmeshv1.TaskStatus) int {
 	n := 0
 	for _, id := range ids {
-		resp, err := e.tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: id})
+		resp, err := owner[id].tasks.GetTask(ctxShort(t), &agentmeshv1.GetTaskRequest{Id: id})
 		if err == nil && resp.Task.Status == want {
 			n++
 		}
