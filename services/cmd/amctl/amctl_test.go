@@ -518,6 +518,8 @@ func TestUsageErrors(t *testing.T) {
 		{"submit with both", []string{"submit", "--agent", "a", "--skill", "s", "hi"}, "not both"},
 		{"bad priority", []string{"submit", "--agent", "a", "--priority", "urgent", "hi"}, `unknown priority "urgent"`},
 		{"negative retries", []string{"submit", "--agent", "a", "--retries", "-2", "hi"}, "--retries: -2 is out of range"},
+		{"agent retries", []string{"agents", "create", "x", "--retries", "500"}, "--retries: 500 is out of range"},
+		{"agent queue timeout", []string{"agents", "create", "x", "--queue-timeout", "-1s"}, "--queue-timeout: -1s is out of range"},
 		{"tiny queue timeout", []string{"submit", "--agent", "a", "--queue-timeout", "1ms", "hi"}, "--queue-timeout: 1ms is out of range"},
 		{"negative cost", []string{"submit", "--agent", "a", "--max-cost", "-1", "hi"}, "--max-cost: must be a number ≥ 0"},
 		{"bad meta", []string{"submit", "--agent", "a", "--meta", "novalue", "hi"}, `"novalue" is not key=value`},
@@ -577,5 +579,20 @@ func TestSubmitScheduleFlags(t *testing.T) {
 	s.mu.Unlock()
 	if plain.RetryPolicy != nil || plain.QueueTimeout != nil || plain.Budget != nil {
 		t.Errorf("plain submit overrides: retry %v, queue timeout %v, budget %v", plain.RetryPolicy, plain.QueueTimeout, plain.Budget)
+	}
+}
+
+func TestAgentRetryFlags(t *testing.T) {
+	addr := serve(t, newServer())
+	code, out, errOut := amctl(t, addr, "agents", "create", "careful", "--max-concurrency", "2", "--retries", "5", "--queue-timeout", "10m", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d stderr %q", code, errOut)
+	}
+	got := &agentmeshv1.Agent{}
+	if err := protojson.Unmarshal([]byte(out), got); err != nil {
+		t.Fatalf("stdout is not an agent: %v\n%s", err, out)
+	}
+	if got.MaxConcurrency != 2 || got.GetRetryPolicy().GetMaxAttempts() != 6 || got.GetQueueTimeout().AsDuration() != 10*time.Minute {
+		t.Fatalf("created %v, want max_concurrency 2, 6 attempts, queue timeout 10m", got)
 	}
 }

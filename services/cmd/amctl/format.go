@@ -182,6 +182,12 @@ func printAgent(w io.Writer, a *agentmeshv1.Agent) {
 	row("skills", strings.Join(a.GetSkills(), ", "))
 	row("max concurrency", limitOf(a.GetMaxConcurrency()))
 	row("max steps", limitOf(a.GetMaxSteps()))
+	if p := a.GetRetryPolicy(); p.GetMaxAttempts() > 0 {
+		row("retries", fmt.Sprint(p.GetMaxAttempts()-1))
+	}
+	if d := a.GetQueueTimeout().AsDuration(); d > 0 {
+		row("queue timeout", d.String())
+	}
 	row("version", fmt.Sprint(a.GetVersion()))
 	row("created", when(a.GetCreatedAt()))
 	row("updated", when(a.GetUpdatedAt()))
