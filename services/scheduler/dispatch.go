@@ -43,8 +43,8 @@ func (s *Service) lead(term context.Context) {
 		if err == nil {
 			s.leader.Store(true)
 			s.serve(term)
-			cc.Stop()
 			s.leader.Store(false)
+			cc.Stop()
 			break
 		}
 		if term.Err() == nil {
@@ -307,6 +307,9 @@ func (s *Service) serve(term context.Context) {
 
 // do runs one job.
 func (s *Service) do(ctx context.Context, j job) {
+	if j.kind != jobAgent && !s.leader.Load() {
+		return // decided by a term that has ended: the next leader decides again
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	switch j.kind {
