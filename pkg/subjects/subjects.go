@@ -30,6 +30,10 @@
 //
 // Together the three streams hold everything said under <p>.>, except the
 // live token stream (<p>.live.>), whose text the following step stores.
+//
+// KV bucket <P>_SCHEDULER holds the scheduler replicas' leader lease (key
+// "leader", the bucket's TTL is the lease); the leader follows the events
+// stream with an ordered (ephemeral) consumer.
 package subjects
 
 import (
