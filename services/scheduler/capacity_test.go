@@ -249,3 +249,40 @@ func TestTwoSchedulersNeverOverDispatch(t *testing.T) {
 		t.Fatalf("up to %d tasks of the agent ran at once with two scheduler replicas, want at most %d", got, limit)
 	}
 }
+
+// Raising an agent's max_concurrency takes effect at once (the agent's
+// event reaches the leader).
+func TestAgentLimitChangeTakesEffect(t *testing.T) {
+	s, nc, _ := setup(t, Config{})
+	putAgent(t, nc, &agentmeshv1.Agent{Name: "grow", MaxConcurrency: 1})
+	gate := make(chan struct{})
+	defer close(gate)
+	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 8, gate: gate})
+	runScheduler(t, s)
+	var ids []string
+	for range 6 {
+		ids = append(ids, submit(t, nc, withAgent("grow")).Id)
+	}
+	running := func(want int) {
+		t.Helper()
+		poll.Until(t, 10*time.Second, func() error {
+			n := 0
+			for _, id := range ids {
+				if getTask(t, nc, id).Status == taskstate.Running {
+					n++
+				}
+			}
+			if n != want {
+				return fmt.Errorf("%d running, want %d", n, want)
+			}
+			return nil
+		})
+	}
+	running(1)
+	if err := bus.Request(context.Background(), nc, names.State(subjects.StatePutAgent), &busv1.PutAgentRequest{
+		Agent: &agentmeshv1.Agent{Name: "grow", MaxConcurrency: 3},
+	}, &busv1.PutAgentResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	running(3)
+}
