@@ -292,6 +292,9 @@ func level(p agentmeshv1.Priority) int {
 
 // remove forgets e (it finished, or is blocked).
 func (m *model) remove(e *entry) {
+	if e == nil {
+		return
+	}
 	m.setState(e, 0, "")
 	e.gen++
 	delete(m.tasks, e.id)

@@ -109,17 +109,25 @@ func workFor(t *testing.T, js jetstream.JetStream, id string) []int32 {
 
 func TestReconcileDispatchesQueuedTaskWhoseEventWasLost(t *testing.T) {
 	s, nc, js := setup(t, Config{QueuedGrace: time.Nanosecond, AssignedGrace: time.Hour, ReconcileInterval: time.Hour})
-	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 4, hold: time.Hour})
-	runScheduler(t, s)
-	// The scheduler leads and its model is built; the task it has not
-	// heard of (its queued event lost) must come from the record.
+	runScheduler(t, s) // no executor yet: the task waits in the model
 	task := createTask(t, nc)
+	poll.Until(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.m.tasks[task.Id] == nil {
+			return fmt.Errorf("task not in the model yet")
+		}
+		return nil
+	})
+	// Forget it, as if its queued event had never come: reconcile must
+	// find it in the record.
 	s.mu.Lock()
-	s.m.remove(s.m.tasks[task.Id]) // as if the queued event never came
+	s.m.remove(s.m.tasks[task.Id])
 	s.mu.Unlock()
 	if n, err := s.Reconcile(context.Background()); err != nil || n < 1 {
 		t.Fatalf("Reconcile = %d, %v; want at least 1 task found", n, err)
 	}
+	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 4, hold: time.Hour})
 	poll.Until(t, 10*time.Second, func() error {
 		if a := workFor(t, js, task.Id); len(a) == 0 {
 			return fmt.Errorf("no work published")
