@@ -130,6 +130,10 @@ test: ## run every test with the race detector (CI=true: a test that finds no Po
 bench: build ## build, then run the load generator (BENCH_ARGS) against bin/agentmesh; figures go in docs/benchmarks.md
 	go run ./services/cmd/ambench $(BENCH_ARGS)
 
+.PHONY: bench-scheduler
+bench-scheduler: ## the scheduler alone (real NATS and store; an acking consumer for executors); AGENTMESH_BENCH_DEPTH=100000 adds the deep-queue case
+	go test -run '^$$' -bench 'Dispatch|SlotFree|ModelMemory|StateCeiling' -benchtime 5000x -timeout 30m ./services/scheduler/
+
 .PHONY: dev
 dev: ## run everything in one process: embedded NATS + store, scripted model, gRPC API on :7400
 	go run ./services/cmd/agentmesh dev $(DEV_ARGS)

@@ -84,15 +84,23 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
 		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent), n.Audit(n.RegistryAll()))
 	case ServiceScheduler:
-		// Consumes queued events through its own durable consumer (which
-		// it creates), publishes work, and moves tasks only by its intents.
-		p.Sub = []string{inbox}
-		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateResolveDependency),
+		// The leader follows the task and agent events with an ordered
+		// (ephemeral) consumer and hears executor heartbeats; the replicas
+		// share a leader lease in their own KV bucket (which they create);
+		// the resolver consumes terminal events through its own durable
+		// consumer. It publishes work and moves tasks only by its intents.
+		lease := "KV_" + n.SchedulerBucket()
+		p.Sub = []string{inbox, n.Heartbeats()}
+		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateTimeout, StateLost,
+			StateResolveDependency, StateGetAgent, StateListAgents),
 			n.WorkAll(),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
+			"$KV."+n.SchedulerBucket()+".>",
 		)
-		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerScheduler)...)
+		p.Pub = append(p.Pub, streamAdmin(lease)...)
+		p.Pub = append(p.Pub, streamReader(lease)...)
+		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerResolver)...)
 	case ServiceExecutor:
 		// Pulls work through the executors' durable consumer (which it

@@ -42,6 +42,10 @@
 // stream captures a request subject (<p>.state.>, <p>.registry.>): a stream
 // counts as interest, and a request to a service that is down must fail at
 // once with "no responders", not wait for its timeout.
+//
+// KV bucket <P>_SCHEDULER holds the scheduler replicas' leader lease (key
+// "leader", the bucket's TTL is the lease); the leader follows the events
+// stream with an ordered (ephemeral) consumer.
 package subjects
 
 import (
@@ -101,10 +105,12 @@ const (
 	// scheduler
 	StateDispatch = "task.dispatch" // queued → assigned, a new attempt
 	StateExpire   = "task.expire"   // blocked → failed, approval expired
+	StateTimeout  = "task.timeout"  // queued → failed, queue timeout (TIMEOUT)
+	StateLost     = "task.lost"     // running → failed, node lost (EXECUTOR_LOST; retried by policy)
 	// executor, fenced by the attempt
 	StateStart    = "task.start"    // assigned → running
 	StateComplete = "task.complete" // running → completed
-	StateFail     = "task.fail"     // running → failed
+	StateFail     = "task.fail"     // assigned/running → failed (retried by policy when transient)
 	StateBlock    = "task.block"    // running → blocked on a pending approval
 	StateRequeue  = "task.requeue"  // assigned/running → queued (hand back)
 	// router, scoped to the caller's org
@@ -300,6 +306,10 @@ func (n Names) AuditAll() string { return n.prefix + ".audit.>" }
 func (n Names) StoreBucket(name string) string {
 	return n.streamPrefix() + "_STORE_" + strings.ToUpper(name)
 }
+
+// SchedulerBucket names the KV bucket that holds the scheduler replicas'
+// leader lease.
+func (n Names) SchedulerBucket() string { return n.streamPrefix() + "_SCHEDULER" }
 
 // StoreHistoryStream names the embedded store's history stream.
 func (n Names) StoreHistoryStream() string { return n.streamPrefix() + "_STORE_HISTORY" }

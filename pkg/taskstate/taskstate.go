@@ -130,6 +130,7 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 		if ev.Status == Running && t.StartedAt == nil {
 			t.StartedAt = ev.Time
 		}
+		applyRetry(t, ev)
 		// An approval requested with the move to blocked is pending until
 		// the task leaves blocked.
 		if ev.Status == Blocked && ev.Approval != nil {

@@ -316,10 +316,19 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
+	labels, err := parseLabels(s.str("AGENTMESH_NODE_LABELS"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_NODE_LABELS: %w", err)}
+	}
+	drain, err := s.duration("AGENTMESH_DRAIN_GRACE")
+	if err != nil {
+		return executor.Config{}, err
+	}
 	return executor.Config{
 		Prefix:   s.str("AGENTMESH_PREFIX"),
 		Node:     s.str("AGENTMESH_NODE"),
 		Capacity: capacity,
+		Labels:   labels, DrainGrace: drain,
 		WallTime: wall,
 		AckWait:  ackWait,
 		MaxSteps: steps,
@@ -418,6 +427,10 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	schedCfg, err := s.schedulerConfig()
+	if err != nil {
+		return err
+	}
 	dataDir, err := filepath.Abs(s.str("AGENTMESH_DATA_DIR"))
 	if err != nil {
 		return err
@@ -431,6 +444,7 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		Prefix: s.str("AGENTMESH_PREFIX"), DataDir: filepath.Join(dataDir, "nats"),
 		PostgresURL: s.str("AGENTMESH_POSTGRES_URL"),
 		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
+		Scheduler:  schedCfg,
 		NATSPort:   -1,
 		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
 		State:      state.Config{Retention: retention},
@@ -602,7 +616,12 @@ func runService(ctx context.Context, name string, args []string) error {
 		}
 		run = svc.Run
 	case "scheduler":
-		svc, err := scheduler.New(ctx, scheduler.Config{Prefix: prefix, Streams: streams}, scheduler.Deps{NC: nc, Log: log})
+		schedCfg, err := s.schedulerConfig()
+		if err != nil {
+			return err
+		}
+		schedCfg.Prefix, schedCfg.Streams = prefix, streams
+		svc, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: log})
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"io"
 	"strings"
 	"testing"
@@ -287,6 +288,7 @@ func TestModelDownFailsTask(t *testing.T) {
 	e := start(t, opts{})
 	_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name: "offline", Model: &agentmeshv1.ModelSettings{BaseUrl: "http://127.0.0.1:1/v1"},
+		RetryPolicy: &agentmeshv1.RetryPolicy{MaxAttempts: 2, InitialBackoff: durationpb.New(100 * time.Millisecond)},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +297,10 @@ func TestModelDownFailsTask(t *testing.T) {
 	failed := e.waitStatus(t, task.Id, taskstate.Failed, 60*time.Second)
 	if !strings.Contains(failed.Error, "model") {
 		t.Errorf("failure reason = %q, want it to name the model call", failed.Error)
+	}
+	// The agent's policy allowed 2 attempts: one retry, then failed.
+	if failed.RetryCount != 1 || failed.Attempt != 2 || failed.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL {
+		t.Errorf("retry count %d attempt %d kind %s, want 1, 2, MODEL", failed.RetryCount, failed.Attempt, failed.FailureKind)
 	}
 }
 

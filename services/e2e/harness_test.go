@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 const testScript = `{
   "scenarios": [
     {"match": "^slow", "turns": [{"delay_ms": 30000, "content": "too late"}]},
+    {"match": "^flaky", "turns": [
+      {"content": "Let me echo that.", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+      {"status": 503, "times": 5, "content": "recovered: {{last_tool_result}}"}
+    ]},
     {"turns": [
       {"content": "Let me echo that.", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
       {"content": "final answer: {{last_tool_result}}"}
@@ -99,6 +103,7 @@ func start(t *testing.T, o opts) *env {
 	cfg.State = o.state
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
+	cfg.Executor.DrainGrace = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {

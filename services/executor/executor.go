@@ -57,6 +57,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -82,8 +83,15 @@ type Config struct {
 	// AckWait is how long work stays ours without a sign of life (30s);
 	// running tasks send in-progress every AckWait/3.
 	AckWait time.Duration
-	// HeartbeatInterval between executor heartbeats (5s).
+	// HeartbeatInterval between executor heartbeats (5s). The scheduler
+	// counts the node lost after 3 intervals without one.
 	HeartbeatInterval time.Duration
+	// Labels describe the node in its heartbeats (AGENTMESH_NODE_LABELS).
+	Labels map[string]string
+	// DrainGrace is how long a stopping executor (SIGTERM) lets its running
+	// tasks finish before it hands the rest back to the queue (10s). It
+	// takes no new work meanwhile and says so in its heartbeats.
+	DrainGrace time.Duration
 	// Streams tunes the bus streams this service ensures.
 	Streams bus.StreamOptions
 	// Sandbox isolates the agent children (the strict level by default; see
@@ -152,6 +160,7 @@ const (
 	DefaultMaxSteps          = 16
 	DefaultAckWait           = 30 * time.Second
 	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultDrainGrace        = 10 * time.Second
 	DefaultModelTimeout      = 2 * time.Minute
 	DefaultModelRetries      = 3
 	// MaxAckPending of the shared executors consumer: work handed out and
@@ -187,9 +196,10 @@ type Service struct {
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
 
-	mu      sync.Mutex
-	runs    map[runKey]*run
-	closing bool
+	mu       sync.Mutex
+	runs     map[runKey]*run
+	closing  bool
+	draining bool
 }
 
 type runKey struct {
@@ -215,7 +225,7 @@ func (r *run) current() jetstream.Msg {
 // Reasons a run is stopped from outside.
 var (
 	errCancelled = errors.New("task cancelled")
-	errShutdown  = errors.New("executor shutting down")
+	errShutdown  = errors.New("executor draining: its grace period ended before the task did")
 )
 
 // New validates cfg, ensures the bus streams and the executors consumer.
@@ -269,6 +279,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.DrainGrace <= 0 {
+		cfg.DrainGrace = DefaultDrainGrace
 	}
 	if cfg.Model.Timeout <= 0 {
 		cfg.Model.Timeout = DefaultModelTimeout
@@ -334,9 +347,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 // Node returns the executor's node name.
 func (s *Service) Node() string { return s.cfg.Node }
 
-// Run takes work until ctx ends. Then it stops pulling, kills the children
-// still running (their tasks go back to the queue for another executor),
-// waits for every task goroutine and returns nil.
+// Run takes work until ctx ends. Then it drains: it stops pulling, says
+// so in its heartbeats, lets the running tasks finish for DrainGrace, then
+// kills the children still running (their tasks go back to the queue for
+// another executor, "executor draining"), waits for every task goroutine
+// and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	sub, err := s.nc.Subscribe(s.names.TaskEventsOfType(subjects.StatusToken(statusCancelled)), s.onCancelled)
 	if err != nil {
@@ -345,7 +360,10 @@ func (s *Service) Run(ctx context.Context) error {
 	defer func() { _ = sub.Unsubscribe() }()
 
 	var wg sync.WaitGroup
-	wg.Go(func() { s.heartbeats(ctx) })
+	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
+	defer func() { stopHB(); <-hbDone }()
 
 	slots := make(chan struct{}, s.cfg.Capacity)
 	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0])
@@ -406,12 +424,29 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	s.mu.Lock()
+	s.draining = true
+	n := len(s.runs)
+	s.mu.Unlock()
+	s.heartbeat(hbCtx)
+	if n > 0 {
+		s.log.Info("executor draining: no new work; running tasks may finish", "running", n, "grace", s.cfg.DrainGrace)
+	}
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	grace := time.NewTimer(s.cfg.DrainGrace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+	case <-grace.C:
+	}
+	s.mu.Lock()
 	s.closing = true
 	for _, r := range s.runs {
+		s.log.Info("drain grace over; handing the task back to the queue", "task", r.key.task, "attempt", r.key.attempt)
 		r.cancel(errShutdown)
 	}
 	s.mu.Unlock()
-	wg.Wait()
+	<-drained
 	s.log.Info("executor stopped")
 	return nil
 }
@@ -484,6 +519,9 @@ func (s *Service) heartbeat(ctx context.Context) {
 		Node:     s.cfg.Node,
 		Capacity: int32(s.cfg.Capacity),
 		Time:     timestamppb.Now(),
+		Labels:   s.cfg.Labels,
+		Draining: s.draining,
+		Ttl:      durationpb.New(3 * s.cfg.HeartbeatInterval),
 	}
 	for k := range s.runs {
 		hb.RunningTasks = append(hb.RunningTasks, k.task)

@@ -43,6 +43,7 @@ const script = `{"scenarios": [
     {"content": "the tool said {{last_tool_result}}"}
   ]},
   {"match": "^slow", "turns": [{"content": "too late", "delay_ms": 20000}]},
+  {"match": "^brief", "turns": [{"content": "done in time", "delay_ms": 1500}]},
   {"match": "^garbage", "turns": [{"content": "x", "garbage": true}]},
   {"turns": [{"content": "hello"}]}
 ]}`
@@ -156,6 +157,10 @@ func (e *env) startExecutor() (stop func()) {
 	return runService(e.t, ex.Run)
 }
 
+// oneAttempt: these tests watch one attempt's outcome; no scheduler runs
+// here to dispatch a retry (retries are the scheduler's and e2e's tests).
+var oneAttempt = &agentmeshv1.RetryPolicy{MaxAttempts: 1}
+
 var agent = &agentmeshv1.Agent{
 	Name:         "helper",
 	SystemPrompt: "You are a helpful agent.",
@@ -169,7 +174,7 @@ func (e *env) submit(input string) *agentmeshv1.Task {
 	ctx := context.Background()
 	var created busv1.CreateTaskResponse
 	if err := bus.Request(ctx, e.nc, e.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
-		Org: "acme", Title: input, Input: input, Agent: agent.Name, AgentSpec: agent,
+		Org: "acme", Title: input, Input: input, Agent: agent.Name, AgentSpec: agent, RetryPolicy: oneAttempt,
 	}}, &created); err != nil {
 		e.t.Fatalf("create task: %v", err)
 	}
@@ -466,7 +471,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log}); err != nil {
 		t.Fatal(err)
 	}
-	task := e.submit("hi")
+	task := e.submitTask(&agentmeshv1.Task{Input: "hi", RetryPolicy: &agentmeshv1.RetryPolicy{}}) // the default policy
 	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
 	if err != nil {
 		t.Fatal(err)
@@ -494,9 +499,14 @@ func TestLostExecutorRequeues(t *testing.T) {
 	if got.Attempt != 1 || got.Node != "" {
 		t.Errorf("re-queued task attempt %d node %q", got.Attempt, got.Node)
 	}
+	// A lost executor is a retried failure of kind EXECUTOR_LOST: the
+	// history keeps it, the task shows the retry.
+	if got.RetryCount != 1 || got.LastFailureKind != agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST || got.NextRetryAt == nil {
+		t.Errorf("retry count %d, last failure %s, next retry %v; want 1, EXECUTOR_LOST, set", got.RetryCount, got.LastFailureKind, got.NextRetryAt)
+	}
 	evs := e.history(task.Id)
-	if r := evs[len(evs)-1].Reason; r != "executor lost; re-dispatching" {
-		t.Errorf("reason = %q", r)
+	if last := evs[len(evs)-1]; !strings.Contains(last.Reason, "executor lost") || last.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST {
+		t.Errorf("last event: %q kind %s", last.Reason, last.FailureKind)
 	}
 	if n := e.model.Requests(); n != 0 {
 		t.Errorf("model calls = %d, want none", n)
@@ -526,6 +536,7 @@ func TestNewValidates(t *testing.T) {
 // the queue for another executor.
 func TestShutdownRequeues(t *testing.T) {
 	e := newEnv(t)
+	e.cfg.DrainGrace = 300 * time.Millisecond
 	stop := e.startExecutor()
 	task := e.submit("slow please")
 	e.waitStatus(task.Id, taskstate.Running, 10*time.Second)
@@ -548,8 +559,48 @@ func TestShutdownRequeues(t *testing.T) {
 		t.Fatalf("task = %s attempt %d, want queued", taskstate.Name(got.Status), got.Attempt)
 	}
 	evs := e.history(task.Id)
-	if r := evs[len(evs)-1].Reason; r != "executor shut down; re-dispatching" {
+	if r := evs[len(evs)-1].Reason; r != "executor draining: handed back to the queue" {
 		t.Errorf("reason = %q", r)
+	}
+}
+
+// A stopping executor drains: it says so in its heartbeats, takes no new
+// work, and lets a running task finish within the grace period.
+func TestDrainLetsRunningTaskFinish(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.DrainGrace = 20 * time.Second
+	e.cfg.HeartbeatInterval = 100 * time.Millisecond
+	draining := make(chan struct{}, 1)
+	sub, err := e.nc.Subscribe(e.names.Heartbeats(), func(m *nats.Msg) {
+		var hb busv1.ExecutorHeartbeat
+		if proto.Unmarshal(m.Data, &hb) == nil && hb.Draining {
+			select {
+			case draining <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	stop := e.startExecutor()
+	task := e.submit("brief please")
+	e.waitStatus(task.Id, taskstate.Running, 10*time.Second)
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-draining:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no draining heartbeat within 10s of the stop")
+	}
+	late := e.submit("hi") // work that arrives while draining
+	<-stopped
+	if got := e.get(task.Id); got.Status != taskstate.Completed || got.Result != "done in time" {
+		t.Fatalf("running task = %s %q, want completed within the grace period", taskstate.Name(got.Status), got.Result)
+	}
+	if got := e.get(late.Id); got.Status != taskstate.Assigned {
+		t.Fatalf("work sent while draining: task %s, want still assigned (not taken)", taskstate.Name(got.Status))
 	}
 }
 

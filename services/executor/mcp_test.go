@@ -73,7 +73,7 @@ func (e *env) submitAgent(a *agentmeshv1.Agent, input string) *agentmeshv1.Task 
 	e.t.Helper()
 	var created busv1.CreateTaskResponse
 	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
-		Org: "acme", Title: input, Input: input, Agent: a.Name, AgentSpec: a,
+		Org: "acme", Title: input, Input: input, Agent: a.Name, AgentSpec: a, RetryPolicy: oneAttempt,
 	}}, &created); err != nil {
 		e.t.Fatalf("create task: %v", err)
 	}

@@ -86,6 +86,9 @@ func (e *env) submitTask(task *agentmeshv1.Task) *agentmeshv1.Task {
 		task.AgentSpec = agent
 	}
 	task.Agent = task.AgentSpec.Name
+	if task.RetryPolicy == nil {
+		task.RetryPolicy = oneAttempt
+	}
 	var created busv1.CreateTaskResponse
 	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: task}, &created); err != nil {
 		e.t.Fatalf("create task: %v", err)

@@ -144,7 +144,7 @@ func stopped(cause error) outcome {
 	case errors.Is(cause, errCancelled):
 		return outcome{kind: outGone, reason: "cancelled"}
 	case errors.Is(cause, errShutdown):
-		return outcome{kind: outRequeue, reason: "executor shut down; re-dispatching"}
+		return outcome{kind: outRequeue, reason: "executor draining: handed back to the queue"}
 	}
 	return outcome{kind: outRequeue, reason: cause.Error()}
 }

@@ -138,13 +138,15 @@ func (s *Service) redelivered(ctx context.Context, log *slog.Logger, msg jetstre
 		_ = msg.Ack()
 		return
 	}
-	_, err = s.transition(ctx, subjects.StateRequeue, &busv1.TransitionRequest{
-		TaskId: t.Id, From: t.Status, To: statusQueued, Attempt: item.Attempt,
-		Reason: "executor lost; re-dispatching",
+	// A failure of kind EXECUTOR_LOST: the task's retry policy re-queues it
+	// for a new attempt (or fails it once its attempts are spent).
+	_, err = s.transition(ctx, subjects.StateFail, &busv1.TransitionRequest{
+		TaskId: t.Id, From: t.Status, To: statusFailed, Attempt: item.Attempt,
+		Reason: "executor lost: its work was redelivered", FailureKind: agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST,
 	})
 	switch {
 	case err == nil:
-		log.Info("executor lost; task re-queued", "was", taskstate.Name(t.Status))
+		log.Info("executor lost; task re-queued or failed under its retry policy", "was", taskstate.Name(t.Status))
 		_ = msg.Ack()
 	case gone(err) || errors.Is(err, bus.ErrConflict):
 		_ = msg.Ack()

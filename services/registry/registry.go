@@ -41,6 +41,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -465,6 +466,12 @@ func ValidateAgent(a *agentmeshv1.Agent) error {
 	}
 	if a.MaxConcurrency < 0 {
 		return bus.FieldError("agent.max_concurrency", "must not be negative")
+	}
+	if err := taskstate.ValidateRetryPolicy("agent.retry_policy", a.RetryPolicy); err != nil {
+		return err
+	}
+	if err := taskstate.ValidateQueueTimeout("agent.queue_timeout", a.QueueTimeout); err != nil {
+		return err
 	}
 	if a.MaxSteps < 0 || a.MaxSteps > MaxSteps {
 		return bus.FieldError("agent.max_steps", "must be between 0 and %d", MaxSteps)

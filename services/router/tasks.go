@@ -81,6 +81,8 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		IdempotencyKey: req.GetIdempotencyKey(),
 		AgentSpec:      match.GetAgent(),
 		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
+		RetryPolicy:    req.GetRetryPolicy(),
+		QueueTimeout:   req.GetQueueTimeout(),
 	}
 	addGraphFields(ctx, task, req)
 	var created busv1.CreateTaskResponse

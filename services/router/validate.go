@@ -104,6 +104,12 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 	if err := budget.Validate("budget", req.GetBudget()); err != nil {
 		return 0, err
 	}
+	if err := taskstate.ValidateRetryPolicy("retry_policy", req.GetRetryPolicy()); err != nil {
+		return 0, err
+	}
+	if err := taskstate.ValidateQueueTimeout("queue_timeout", req.GetQueueTimeout()); err != nil {
+		return 0, err
+	}
 	return prio, nil
 }
 
@@ -266,6 +272,12 @@ func validateAgent(a *agentmeshv1.Agent) error {
 		return bus.FieldError("agent.max_steps", "must not be negative")
 	}
 	if err := budget.Validate("agent.budget", a.GetBudget()); err != nil {
+		return err
+	}
+	if err := taskstate.ValidateRetryPolicy("agent.retry_policy", a.GetRetryPolicy()); err != nil {
+		return err
+	}
+	if err := taskstate.ValidateQueueTimeout("agent.queue_timeout", a.GetQueueTimeout()); err != nil {
 		return err
 	}
 	return checkSkills("agent.skills", a.GetSkills())

@@ -1,16 +1,31 @@
-// Package scheduler decides when each task runs and dispatches it.
+// Package scheduler decides when and where each task runs and dispatches it.
 //
-// It consumes <p>.evt.task.*.queued from the events stream (durable
-// consumer "scheduler"). For each queued task it asks state to move it
-// queued → assigned with a new attempt — the attempt is the fencing token
-// the executor must present — and publishes a busv1.WorkItem to
-// <p>.work.<agent> with Nats-Msg-Id "<task>:<attempt>", so a republish is
-// de-duplicated by JetStream and a stale copy is refused by state.
+// Scheduler replicas elect a leader with a lease in the KV bucket
+// <P>_SCHEDULER (lease.go). The leader rebuilds its queue model from the
+// record (the queued, assigned and running tasks, listed from state), then
+// follows the task events from the events stream with an ordered consumer
+// (<p>.evt.task.*.<status>, <p>.evt.agent.*) and executor heartbeats
+// (<p>.exec.heartbeat.*, core NATS). It dispatches a queued task when its
+// agent, its org and the live executors have room, by priority with aging
+// within an org and fairly between orgs (queue.go): it asks state to move
+// the task queued → assigned with a new attempt — the attempt is the
+// fencing token the executor must present — and publishes a
+// busv1.WorkItem to <p>.work.<agent> with Nats-Msg-Id "<task>:<attempt>",
+// so a republish is de-duplicated by JetStream and a stale copy is refused
+// by state. Dispatch is event-driven: a terminal, blocked or re-queued
+// task's event frees its slot and the next task is published at once.
+//
+// Timers fail tasks queued past their queue timeout (kind TIMEOUT) and
+// release retries at their not-before time. Executors that miss heartbeats
+// are no longer placed on, and their running attempts are failed with kind
+// EXECUTOR_LOST (retried under the task's retry policy), which fences the
+// node if it returns (placement.go).
 //
 // A reconcile loop finds what the bus may have lost: tasks queued for
-// longer than QueuedGrace are dispatched again, and tasks assigned for
-// longer than AssignedGrace get their work republished. It also fails the
-// tasks whose pending approval passed its deadline.
+// longer than QueuedGrace that the model does not know are queued again,
+// and tasks assigned for longer than AssignedGrace get their work
+// republished. It also fails the tasks whose pending approval passed its
+// deadline.
 //
 // Dependencies: a resolver (deps.go) releases or fails the tasks blocked
 // on a parent when the parent ends.
@@ -23,6 +38,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -32,6 +48,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -43,12 +60,25 @@ type Config struct {
 	Workers int
 	// ReconcileInterval between scans for lost work (default 10s).
 	ReconcileInterval time.Duration
-	// QueuedGrace: a task queued this long without dispatch is dispatched
-	// again (default 15s).
+	// QueuedGrace: a task queued this long that the leader does not know
+	// is queued again (default 15s).
 	QueuedGrace time.Duration
 	// AssignedGrace: a task assigned this long without an executor taking
 	// it gets its work republished (default 2m).
 	AssignedGrace time.Duration
+	// LeaseTTL is the leader lease (default 6s): a dead leader is replaced
+	// within about this long.
+	LeaseTTL time.Duration
+	// Aging raises a waiting task's priority by one level per Aging of
+	// waiting (default 1m; negative = no aging).
+	Aging time.Duration
+	// OrgLimit is the default number of tasks one org may run at once
+	// across the cluster (0 = no limit); OrgLimits overrides it per org.
+	OrgLimit  int
+	OrgLimits map[string]int
+	// NodeTTL is how long an executor may stay silent before it counts as
+	// lost when its heartbeats do not say (default 15s).
+	NodeTTL time.Duration
 }
 
 // Deps are the scheduler's required dependencies.
@@ -63,12 +93,35 @@ type Service struct {
 	names subjects.Names
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	cons  jetstream.Consumer
+	kv    jetstream.KeyValue
 	log   *slog.Logger
-	deps  *resolver // deps.go
+	id    string // this replica
+
+	leader atomic.Bool
+	mu     sync.Mutex
+	m      *model
+	kick   chan struct{}
+	jobs   chan job
+	// fencing holds the tasks whose lost node's attempt is being failed.
+	fencing map[string]bool
+	// leadSince is when this replica last became leader.
+	leadSince time.Time
+	// fetching holds agents whose limit is being read.
+	fetching map[string]bool
+	// deps releases dependents when their parents end (deps.go).
+	deps *resolver
+	// onPublish, when set (benchmarks), is called after each work publish.
+	onPublish func(taskID string)
 }
 
-// New validates cfg, ensures the streams and the durable consumer.
+// Defaults.
+const (
+	DefaultLeaseTTL = 6 * time.Second
+	DefaultAging    = time.Minute
+	DefaultNodeTTL  = 15 * time.Second
+)
+
+// New validates cfg, ensures the streams and the leader-lease bucket.
 func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if deps.NC == nil {
 		return nil, errors.New("scheduler: Deps.NC is required")
@@ -92,6 +145,29 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.AssignedGrace <= 0 {
 		cfg.AssignedGrace = 2 * time.Minute
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeaseTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("scheduler: LeaseTTL %s is below 300ms", cfg.LeaseTTL)
+	}
+	switch {
+	case cfg.Aging == 0:
+		cfg.Aging = DefaultAging
+	case cfg.Aging < 0:
+		cfg.Aging = 0
+	}
+	if cfg.NodeTTL <= 0 {
+		cfg.NodeTTL = DefaultNodeTTL
+	}
+	if cfg.OrgLimit < 0 {
+		return nil, fmt.Errorf("scheduler: OrgLimit %d is negative", cfg.OrgLimit)
+	}
+	for org, n := range cfg.OrgLimits {
+		if n < 0 {
+			return nil, fmt.Errorf("scheduler: org limit of %q is negative", org)
+		}
+	}
 	js, err := jetstream.New(deps.NC)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -103,123 +179,85 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{
-		Durable:       subjects.ConsumerScheduler,
-		Description:   "scheduler: dispatches queued tasks",
-		FilterSubject: names.TaskEventsOfType(subjects.StatusToken(taskstate.Queued)),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 10000,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+	replicas := cfg.Streams.Replicas
+	if replicas <= 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      names.SchedulerBucket(),
+		Description: "agentmesh scheduler leader lease",
+		TTL:         cfg.LeaseTTL,
+		History:     1,
+		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: consumer: %w", err)
+		return nil, fmt.Errorf("scheduler: lease bucket: %w", err)
 	}
 	res, err := newResolver(ctx, js, names, deps.NC, deps.Log.With("service", "scheduler"), cfg.ReconcileInterval)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	return &Service{cfg: cfg, names: names, nc: deps.NC, js: js, cons: cons, log: deps.Log.With("service", "scheduler"), deps: res}, nil
+	s := &Service{
+		cfg: cfg, names: names, nc: deps.NC, js: js, kv: kv, id: nuid.Next(),
+		log:  deps.Log.With("service", "scheduler"),
+		kick: make(chan struct{}, 1), jobs: make(chan job, 4*cfg.Workers),
+		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res,
+	}
+	s.m = newModel(cfg.Aging, s.orgLimit, s.agentLimit)
+	return s, nil
 }
 
-// Run dispatches until ctx ends, then drains and returns nil.
+// Leader reports whether this replica is the leader now.
+func (s *Service) Leader() bool { return s.leader.Load() }
+
+// Run schedules until ctx ends, then steps down and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	jobs := make(chan jetstream.Msg)
+	hb, err := s.nc.Subscribe(s.names.Heartbeats(), s.onHeartbeat)
+	if err != nil {
+		return fmt.Errorf("scheduler: subscribe to heartbeats: %w", err)
+	}
+	defer func() { _ = hb.Unsubscribe() }()
 	var wg sync.WaitGroup
 	for i := 0; i < s.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range jobs {
-				s.handle(ctx, m)
+		wg.Go(func() {
+			for j := range s.jobs {
+				s.do(ctx, j)
 			}
-		}()
+		})
 	}
-	cc, err := s.cons.Consume(func(m jetstream.Msg) {
-		select {
-		case jobs <- m:
-		case <-ctx.Done():
-			_ = m.Nak()
-		}
-	}, jetstream.PullMaxMessages(2*s.cfg.Workers))
-	if err != nil {
-		close(jobs)
-		wg.Wait()
-		return fmt.Errorf("scheduler: consume: %w", err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.reconcileLoop(ctx)
-	}()
 	wg.Go(func() {
 		if err := s.deps.run(ctx); err != nil {
 			s.log.Error("dependency resolver stopped", "err", err)
 		}
 	})
-	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
-	close(jobs)
+	s.lease(ctx, s.kv, s.lead)
+	close(s.jobs)
 	wg.Wait()
 	return nil
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
-	var ev agentmeshv1.TaskEvent
-	if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.TaskId == "" {
-		s.log.Warn("malformed event set aside", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-		return
-	}
-	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
-	if err := bus.Retry(ctx, dispatchBackoff, func(ctx context.Context) error { return s.dispatch(ctx, ev.TaskId) }); err != nil {
-		s.log.Warn("dispatch failed; will retry", "task", ev.TaskId, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	_ = m.Ack()
-}
-
 // dispatch moves a queued task to assigned (new attempt) and publishes its
-// work. A task already assigned gets the work of its current attempt
-// published again (the first publish may have been lost). Any other status
-// means there is nothing to do.
+// work. When the task has moved on (cancelled, already assigned) the model
+// learns where it stands from the record.
 func (s *Service) dispatch(ctx context.Context, taskID string) error {
-	return s.dispatchAs(ctx, taskID, "")
-}
-
-// dispatchAs is dispatch; a non-empty republish suffixes the Msg-Id of a
-// republished work item.
-func (s *Service) dispatchAs(ctx context.Context, taskID, republish string) error {
 	var tr busv1.TransitionResponse
 	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateDispatch), &busv1.TransitionRequest{
 		TaskId: taskID, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
 	}, &tr)
 	switch {
 	case err == nil:
-		return s.publishWork(ctx, tr.Task, "")
-	case errors.Is(err, bus.ErrFailedPrecondition):
-		var gt busv1.GetTaskResponse
-		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateGetTask), &busv1.GetTaskRequest{Id: taskID}, &gt); err != nil {
-			if errors.Is(err, bus.ErrNotFound) {
-				return nil
+		s.applyEvent(tr.Event)
+		for i := 0; ; i++ {
+			err := s.publishWork(ctx, tr.Task, "")
+			if err == nil || i == 2 || ctx.Err() != nil {
+				// A publish that keeps failing is retried by reconcile
+				// (the task stays assigned, its slot held).
+				return err
 			}
-			return err
+			sleep(ctx, time.Duration(50<<i)*time.Millisecond)
 		}
-		if gt.Task.Status == taskstate.Assigned {
-			// Republish under the dispatch's own Msg-Id when this is a
-			// redelivered event (the first publish may not have happened),
-			// under a fresh one when reconcile found the work lost: JetStream
-			// remembers Msg-Ids for its duplicate window even after the
-			// message is gone. A second copy is harmless: the executor's
-			// assigned → running is fenced by the attempt.
-			return s.publishWork(ctx, gt.Task, republish)
-		}
-		return nil
-	case errors.Is(err, bus.ErrNotFound):
-		s.log.Warn("queued event for an unknown task", "task", taskID)
-		return nil
+	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
+		return s.refresh(ctx, taskID)
 	default:
 		return err
 	}
@@ -259,8 +297,10 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// Reconcile re-dispatches tasks left queued or assigned past their grace
-// and reports how many it touched.
+// Reconcile finds work the bus may have lost: tasks queued past
+// QueuedGrace that the model does not hold are queued in it, and tasks
+// assigned past AssignedGrace get their work republished. It reports how
+// many tasks it touched.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
 	n := 0
 	round := "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -268,26 +308,39 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 		status agentmeshv1.TaskStatus
 		grace  time.Duration
 	}{{taskstate.Queued, s.cfg.QueuedGrace}, {taskstate.Assigned, s.cfg.AssignedGrace}} {
-		var resp busv1.ListTasksResponse
-		err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
-			Statuses:      []agentmeshv1.TaskStatus{st.status},
-			UpdatedBefore: timestamppb.New(time.Now().Add(-st.grace)),
-			PageSize:      500,
-		}, &resp)
-		if err != nil {
-			return n, err
-		}
-		for _, t := range resp.Tasks {
-			if ctx.Err() != nil {
-				return n, nil
+		token := ""
+		for {
+			var resp busv1.ListTasksResponse
+			err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
+				Statuses:      []agentmeshv1.TaskStatus{st.status},
+				UpdatedBefore: timestamppb.New(time.Now().Add(-st.grace)),
+				PageSize:      500, PageToken: token,
+			}, &resp)
+			if err != nil {
+				return n, err
 			}
-			if err := s.dispatchAs(ctx, t.Id, round); err != nil {
-				s.log.Warn("reconcile dispatch", "task", t.Id, "err", err)
-				continue
+			for _, t := range resp.Tasks {
+				if ctx.Err() != nil {
+					return n, nil
+				}
+				if st.status == taskstate.Queued {
+					if s.learn(t) {
+						n++
+					}
+					continue
+				}
+				if err := s.publishWork(ctx, t, round); err != nil {
+					s.log.Warn("reconcile: republish work", "task", t.Id, "err", err)
+					continue
+				}
+				n++
 			}
-			n++
+			if token = resp.NextPageToken; token == "" {
+				break
+			}
 		}
 	}
+	s.wake()
 	expired, err := s.expireApprovals(ctx)
 	return n + expired, err
 }

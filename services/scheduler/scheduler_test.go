@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/state"
@@ -27,7 +29,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // setup runs a real NATS server and the real state service, and returns a
 // scheduler that is built (consumer created) but not running, so the test
 // drives dispatch and reconcile itself.
-func setup(t *testing.T, cfg Config) (*Service, *nats.Conn, jetstream.JetStream) {
+func setup(t testing.TB, cfg Config) (*Service, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -111,24 +113,32 @@ func workFor(t *testing.T, js jetstream.JetStream, id string) []int32 {
 }
 
 func TestReconcileDispatchesQueuedTaskWhoseEventWasLost(t *testing.T) {
-	s, nc, js := setup(t, Config{QueuedGrace: time.Nanosecond, AssignedGrace: time.Hour})
-	// The scheduler is not consuming: as far as it knows, the queued event
-	// never came. Reconcile must find the task in the record.
+	s, nc, js := setup(t, Config{QueuedGrace: time.Nanosecond, AssignedGrace: time.Hour, ReconcileInterval: time.Hour})
+	runScheduler(t, s) // no executor yet: the task waits in the model
 	task := createTask(t, nc)
-	n, err := s.Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	poll.Until(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.m.tasks[task.Id] == nil {
+			return fmt.Errorf("task not in the model yet")
+		}
+		return nil
+	})
+	// Forget it, as if its queued event had never come: reconcile must
+	// find it in the record.
+	s.mu.Lock()
+	s.m.remove(s.m.tasks[task.Id])
+	s.mu.Unlock()
+	if n, err := s.Reconcile(context.Background()); err != nil || n < 1 {
+		t.Fatalf("Reconcile = %d, %v; want at least 1 task found", n, err)
 	}
-	if n != 1 {
-		t.Fatalf("reconciled %d tasks, want 1", n)
-	}
-	got := getTask(t, nc, task.Id)
-	if got.Status != taskstate.Assigned || got.Attempt != 1 {
-		t.Fatalf("task = %s attempt %d, want assigned attempt 1", taskstate.Name(got.Status), got.Attempt)
-	}
-	if a := workFor(t, js, task.Id); len(a) != 1 || a[0] != 1 {
-		t.Fatalf("work published for attempts %v, want [1]", a)
-	}
+	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 4, hold: time.Hour})
+	poll.Until(t, 10*time.Second, func() error {
+		if a := workFor(t, js, task.Id); len(a) == 0 {
+			return fmt.Errorf("no work published")
+		}
+		return nil
+	})
 }
 
 func TestReconcileRepublishesLostWork(t *testing.T) {
@@ -183,22 +193,36 @@ func TestDispatchIgnoresFinishedTask(t *testing.T) {
 
 func TestRunDispatchesFromEvents(t *testing.T) {
 	s, nc, js := setup(t, Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startFakeExecutor(t, nc, fakeExecutor{node: "n1", capacity: 1, hold: time.Hour})
+	runScheduler(t, s)
 	task := createTask(t, nc)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(workFor(t, js, task.Id)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no work published within 10s of the queued event")
+	poll.Until(t, 10*time.Second, func() error {
+		if len(workFor(t, js, task.Id)) == 0 {
+			return fmt.Errorf("no work published for the queued task")
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+}
+
+func TestNoExecutorNoDispatch(t *testing.T) {
+	s, nc, js := setup(t, Config{})
+	runScheduler(t, s)
+	task := createTask(t, nc)
+	// Wait until the leader holds the task, then check it was not sent
+	// anywhere: no executor has room.
+	poll.Until(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if e := s.m.tasks[task.Id]; e == nil || e.state != stWaiting {
+			return fmt.Errorf("task not waiting in the model")
+		}
+		return nil
+	})
+	if a := workFor(t, js, task.Id); len(a) != 0 {
+		t.Fatalf("work published with no executor: %v", a)
+	}
+	if got := getTask(t, nc, task.Id); got.Status != taskstate.Queued {
+		t.Fatalf("status %s, want queued", taskstate.Name(got.Status))
 	}
 }
 

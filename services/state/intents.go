@@ -34,6 +34,8 @@ type intent struct {
 	approvals []agentmeshv1.ApprovalStatus
 	// result, failure: whether Result / FailureKind may be set.
 	result, failure bool
+	// kinds, when set, are the only failure kinds the intent may record.
+	kinds []agentmeshv1.FailureKind
 }
 
 var (
@@ -49,10 +51,14 @@ var intents = []intent{
 	{op: subjects.StateDispatch, from: []agentmeshv1.TaskStatus{taskstate.Queued}, to: taskstate.Assigned, nextAttempt: true},
 	{op: subjects.StateExpire, from: []agentmeshv1.TaskStatus{taskstate.Blocked}, to: taskstate.Failed,
 		approvals: []agentmeshv1.ApprovalStatus{approvalExpired}, failure: true},
+	{op: subjects.StateTimeout, from: []agentmeshv1.TaskStatus{taskstate.Queued}, to: taskstate.Failed,
+		failure: true, kinds: []agentmeshv1.FailureKind{agentmeshv1.FailureKind_FAILURE_KIND_TIMEOUT}},
+	{op: subjects.StateLost, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Failed, fenced: true,
+		failure: true, kinds: []agentmeshv1.FailureKind{agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST}},
 	// executor
 	{op: subjects.StateStart, from: []agentmeshv1.TaskStatus{taskstate.Assigned}, to: taskstate.Running, fenced: true},
 	{op: subjects.StateComplete, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Completed, fenced: true, result: true},
-	{op: subjects.StateFail, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Failed, fenced: true, failure: true},
+	{op: subjects.StateFail, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Failed, fenced: true, failure: true},
 	{op: subjects.StateBlock, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Blocked, fenced: true,
 		approvals: []agentmeshv1.ApprovalStatus{approvalPending}},
 	{op: subjects.StateRequeue, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Queued, fenced: true},
@@ -81,6 +87,8 @@ func (in intent) check(req *busv1.TransitionRequest) error {
 		return bus.FieldError("result", "%s records no result", in.op)
 	case req.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED && !in.failure:
 		return bus.FieldError("failure_kind", "%s records no failure", in.op)
+	case in.kinds != nil && !slices.Contains(in.kinds, req.FailureKind):
+		return bus.FieldError("failure_kind", "%s records only a failure of kind %v", in.op, in.kinds)
 	}
 	if a := req.Approval; a != nil {
 		if !slices.Contains(in.approvals, a.Status) {

@@ -53,6 +53,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -443,7 +444,22 @@ func (s *Service) listTasks(ctx context.Context, req *busv1.ListTasksRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return &busv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}, nil
+	return fitPage(tasks, next), nil
+}
+
+// fitPage cuts a page of tasks so that its reply fits in one bus message
+// (the rest comes with the next page: tokens are the last task's id in
+// both stores).
+func fitPage(tasks []*agentmeshv1.Task, next string) *busv1.ListTasksResponse {
+	const budget = bus.MaxPayload - 64<<10 // room for headers and framing
+	size := 0
+	for i, t := range tasks {
+		size += proto.Size(t) + 8
+		if size > budget && i > 0 {
+			return &busv1.ListTasksResponse{Tasks: tasks[:i], NextPageToken: store.EncodeToken(tasks[i-1].Id)}
+		}
+	}
+	return &busv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}
 }
 
 // transition applies a request an intent has checked.

@@ -9,12 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func (c *cli) agentsCmd(ctx context.Context, args []string) error {
@@ -67,6 +70,8 @@ type agentFlags struct {
 	skills      stringList
 	maxConc     *int
 	maxSteps    *int
+	retries     *int
+	queueTO     *time.Duration
 }
 
 func newAgentFlags(fs *flag.FlagSet) *agentFlags {
@@ -82,6 +87,8 @@ func newAgentFlags(fs *flag.FlagSet) *agentFlags {
 	fs.Var(&f.skills, "skill", "a skill the agent offers (repeat, or comma-separate)")
 	f.maxConc = fs.Int("max-concurrency", 0, "tasks that may run at once across the cluster (0: no limit)")
 	f.maxSteps = fs.Int("max-steps", 0, "maximum agent steps per task (0: the executor's default)")
+	f.retries = fs.Int("retries", 0, "retry a task's transient failures up to N times (default 3; 0: never)")
+	f.queueTO = fs.Duration("queue-timeout", 0, "fail a task queued longer than this, e.g. 10m (0: no limit)")
 	return f
 }
 
@@ -126,6 +133,21 @@ func (f *agentFlags) apply(a *agentmeshv1.Agent) error {
 			a.MaxConcurrency = int32(*f.maxConc)
 		case "max-steps":
 			a.MaxSteps = int32(*f.maxSteps)
+		case "retries":
+			if *f.retries < 0 || *f.retries >= taskstate.MaxRetryAttempts {
+				err = usagef("--retries: %d is out of range (0 to %d)", *f.retries, taskstate.MaxRetryAttempts-1)
+				return
+			}
+			if a.RetryPolicy == nil {
+				a.RetryPolicy = &agentmeshv1.RetryPolicy{}
+			}
+			a.RetryPolicy.MaxAttempts = int32(*f.retries) + 1
+		case "queue-timeout":
+			if d := *f.queueTO; d != 0 && (d < taskstate.MinQueueTimeout || d > taskstate.MaxQueueTimeout) {
+				err = usagef("--queue-timeout: %s is out of range (%s to %s; 0 = no limit)", d, taskstate.MinQueueTimeout, taskstate.MaxQueueTimeout)
+				return
+			}
+			a.QueueTimeout = durationpb.New(*f.queueTO)
 		}
 	})
 	if err != nil {

@@ -517,6 +517,11 @@ func TestUsageErrors(t *testing.T) {
 		{"submit without text", []string{"submit", "--agent", "a"}, "submit: TEXT is required"},
 		{"submit with both", []string{"submit", "--agent", "a", "--skill", "s", "hi"}, "not both"},
 		{"bad priority", []string{"submit", "--agent", "a", "--priority", "urgent", "hi"}, `unknown priority "urgent"`},
+		{"negative retries", []string{"submit", "--agent", "a", "--retries", "-2", "hi"}, "--retries: -2 is out of range"},
+		{"agent retries", []string{"agents", "create", "x", "--retries", "500"}, "--retries: 500 is out of range"},
+		{"agent queue timeout", []string{"agents", "create", "x", "--queue-timeout", "-1s"}, "--queue-timeout: -1s is out of range"},
+		{"tiny queue timeout", []string{"submit", "--agent", "a", "--queue-timeout", "1ms", "hi"}, "--queue-timeout: 1ms is out of range"},
+		{"negative cost", []string{"submit", "--agent", "a", "--max-cost", "-1", "hi"}, "--max-cost: must be a number ≥ 0"},
 		{"bad meta", []string{"submit", "--agent", "a", "--meta", "novalue", "hi"}, `"novalue" is not key=value`},
 		{"duplicate meta", []string{"submit", "--agent", "a", "--meta", "k=1", "--meta", "k=2", "hi"}, `key "k" given twice`},
 		{"bad output", []string{"get", "x", "-o", "yaml"}, `unknown output format "yaml"`},
@@ -540,5 +545,54 @@ func TestUsageErrors(t *testing.T) {
 				t.Fatalf("stderr %q, want it to contain %q", errOut, tt.want)
 			}
 		})
+	}
+}
+
+func TestSubmitScheduleFlags(t *testing.T) {
+	s := newServer()
+	addr := serve(t, s)
+	code, _, errOut := amctl(t, addr, "submit", "--agent", "helper", "--priority", "critical", "--retries", "0",
+		"--queue-timeout", "10m", "--max-steps", "5", "--max-tokens", "1000", "--max-cost", "0.5", "--max-wall", "2m", "do", "it")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	s.mu.Lock()
+	req := s.submits[len(s.submits)-1]
+	s.mu.Unlock()
+	b := req.GetBudget()
+	switch {
+	case req.Priority != agentmeshv1.Priority_PRIORITY_CRITICAL:
+		t.Errorf("priority %s", req.Priority)
+	case req.GetRetryPolicy().GetMaxAttempts() != 1:
+		t.Errorf("--retries 0: max_attempts %d, want 1 (no retry)", req.GetRetryPolicy().GetMaxAttempts())
+	case req.GetQueueTimeout().AsDuration() != 10*time.Minute:
+		t.Errorf("queue timeout %v", req.GetQueueTimeout())
+	case b.GetMaxSteps() != 5 || b.GetMaxTokens() != 1000 || b.GetMaxCostUsd() != 0.5 || b.GetMaxWallTime().AsDuration() != 2*time.Minute:
+		t.Errorf("budget %v", b)
+	}
+	// Without the flags nothing is overridden.
+	if code, _, errOut := amctl(t, addr, "submit", "--agent", "helper", "plain"); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	s.mu.Lock()
+	plain := s.submits[len(s.submits)-1]
+	s.mu.Unlock()
+	if plain.RetryPolicy != nil || plain.QueueTimeout != nil || plain.Budget != nil {
+		t.Errorf("plain submit overrides: retry %v, queue timeout %v, budget %v", plain.RetryPolicy, plain.QueueTimeout, plain.Budget)
+	}
+}
+
+func TestAgentRetryFlags(t *testing.T) {
+	addr := serve(t, newServer())
+	code, out, errOut := amctl(t, addr, "agents", "create", "careful", "--max-concurrency", "2", "--retries", "5", "--queue-timeout", "10m", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d stderr %q", code, errOut)
+	}
+	got := &agentmeshv1.Agent{}
+	if err := protojson.Unmarshal([]byte(out), got); err != nil {
+		t.Fatalf("stdout is not an agent: %v\n%s", err, out)
+	}
+	if got.MaxConcurrency != 2 || got.GetRetryPolicy().GetMaxAttempts() != 6 || got.GetQueueTimeout().AsDuration() != 10*time.Minute {
+		t.Fatalf("created %v, want max_concurrency 2, 6 attempts, queue timeout 10m", got)
 	}
 }

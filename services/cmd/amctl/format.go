@@ -122,6 +122,15 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	}
 	row("node", t.GetNode())
 	row("isolation", t.GetIsolation())
+	if t.GetRetryCount() > 0 {
+		row("retries", fmt.Sprint(t.GetRetryCount()))
+	}
+	if t.GetNextRetryAt() != nil && t.GetStatus() == taskstate.Queued {
+		row("next retry", when(t.GetNextRetryAt()))
+	}
+	if t.GetLastError() != "" {
+		row("last failure", taskstate.KindName(t.GetLastFailureKind())+": "+clip(t.GetLastError(), 200))
+	}
 	if t.GetStepCount() > 0 {
 		row("steps", fmt.Sprint(t.GetStepCount()))
 	}
@@ -179,6 +188,12 @@ func printAgent(w io.Writer, a *agentmeshv1.Agent) {
 	row("skills", strings.Join(a.GetSkills(), ", "))
 	row("max concurrency", limitOf(a.GetMaxConcurrency()))
 	row("max steps", limitOf(a.GetMaxSteps()))
+	if p := a.GetRetryPolicy(); p.GetMaxAttempts() > 0 {
+		row("retries", fmt.Sprint(p.GetMaxAttempts()-1))
+	}
+	if d := a.GetQueueTimeout().AsDuration(); d > 0 {
+		row("queue timeout", d.String())
+	}
 	row("version", fmt.Sprint(a.GetVersion()))
 	row("created", when(a.GetCreatedAt()))
 	row("updated", when(a.GetUpdatedAt()))

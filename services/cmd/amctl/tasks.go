@@ -36,6 +36,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	wait := fs.Bool("wait", false, "follow the task until it ends and print its answer")
 	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
 	g := c.graphFlags(fs)
+	sched := addScheduleFlags(fs.FlagSet)
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -54,9 +55,6 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return usagef("--priority: %v", err)
 	}
-	if err := c.connect(); err != nil {
-		return err
-	}
 	// A submit that is retried (UNAVAILABLE: its reply may have been lost
 	// after the commit) must not create a second task: without a key of
 	// the user's, amctl makes one for this submit.
@@ -64,15 +62,21 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	if key == "" {
 		key, autoKey = newIdempotencyKey(), true
 	}
-	sreq := &agentmeshv1.SubmitTaskRequest{
+	req := &agentmeshv1.SubmitTaskRequest{
 		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
 		Priority: p, Metadata: meta, IdempotencyKey: key,
 	}
-	if err := g.apply(sreq); err != nil {
+	if err := sched.apply(req); err != nil {
+		return err
+	}
+	if err := g.apply(req); err != nil {
+		return err
+	}
+	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
-	resp, err := c.tasks.SubmitTask(cctx, sreq)
+	resp, err := c.tasks.SubmitTask(cctx, req)
 	cancel()
 	if err != nil {
 		return err

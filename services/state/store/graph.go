@@ -159,6 +159,8 @@ func PlanCreateDeps(t *agentmeshv1.Task, id string, parents map[string]*agentmes
 	default:
 		second.Reason = "dependencies finished"
 	}
+	second.QueueTimeout = nil
+	taskstate.StampStatusEvent(second, in)
 	// Re-fold the two events from the input, now that the second is final.
 	task = proto.Clone(in).(*agentmeshv1.Task)
 	task.Id = id
@@ -281,6 +283,7 @@ func PlanResolve(cur *agentmeshv1.Task, parent *agentmeshv1.DependencyResult, no
 		if err := taskstate.Check(cur.Status, ev.Status); err != nil {
 			return nil, nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s: %v", cur.Id, err)
 		}
+		taskstate.StampStatusEvent(ev, cur)
 	}
 	return taskstate.Apply(cur, ev), ev, nil
 }
@@ -357,6 +360,7 @@ func PlanUpdate(cur *agentmeshv1.Task, upd *agentmeshv1.TaskUpdate, parents map[
 		if next == taskstate.Blocked {
 			ev.Reason += "; " + WaitingReason(u.WaitingOn)
 		}
+		taskstate.StampStatusEvent(ev, cur)
 	}
 	return taskstate.Apply(cur, ev), ev, nil
 }

@@ -55,6 +55,7 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 		TaskId: task.Id, Seq: 2, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
 		Time: ts, FromStatus: taskstate.Created, Status: taskstate.Queued, Org: task.Org,
 	}
+	taskstate.StampStatusEvent(queued, task)
 	task = taskstate.Apply(task, queued)
 	return task, []*agentmeshv1.TaskEvent{created, queued}
 }
@@ -92,7 +93,9 @@ func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agent
 	}
 	if tr.To == taskstate.Failed {
 		ev.FailureKind = tr.FailureKind
+		planRetry(cur, ev, now)
 	}
+	taskstate.StampStatusEvent(ev, cur)
 	return taskstate.Apply(cur, ev), ev, nil
 }
 
@@ -284,4 +287,19 @@ func DecodeToken(tok string) (string, error) {
 		return "", bus.FieldError("page_token", "malformed page token")
 	}
 	return string(b[2:]), nil
+}
+
+// planRetry turns a planned failure of an assigned or running task into a
+// retry (back to queued, with the failure, the retry count and the time
+// before which it is not dispatched) when the task's retry policy says so.
+func planRetry(cur *agentmeshv1.Task, ev *agentmeshv1.TaskEvent, now time.Time) {
+	retry, wait := taskstate.PlanRetry(cur, ev.FailureKind)
+	if !retry {
+		return
+	}
+	ev.Status = taskstate.Queued
+	ev.Reason = taskstate.RetryReason(cur, ev.FailureKind, ev.Reason, wait)
+	ev.RetryCount = cur.RetryCount + 1
+	ev.NotBefore = timestamppb.New(now.Add(wait))
+	ev.Node = ""
 }

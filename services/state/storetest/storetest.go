@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Approvals", testApprovals},
 		{"Usage", testUsage},
 		{"Isolation", testIsolation},
+		{"Retries", testRetries},
 	}
 	tests = append(tests, graphTests...)
 	for _, tc := range tests {

@@ -171,6 +171,9 @@ const (
 	FailureKind_FAILURE_KIND_APPROVAL FailureKind = 6
 	// The agent process crashed or the platform failed.
 	FailureKind_FAILURE_KIND_INTERNAL FailureKind = 7
+	// The executor node running the attempt was lost (it stopped sending
+	// heartbeats, or its work was redelivered).
+	FailureKind_FAILURE_KIND_EXECUTOR_LOST FailureKind = 45
 	// A task this one depends on failed or was cancelled (the error names it).
 	FailureKind_FAILURE_KIND_DEPENDENCY FailureKind = 60
 )
@@ -186,18 +189,20 @@ var (
 		5:  "FAILURE_KIND_TIMEOUT",
 		6:  "FAILURE_KIND_APPROVAL",
 		7:  "FAILURE_KIND_INTERNAL",
+		45: "FAILURE_KIND_EXECUTOR_LOST",
 		60: "FAILURE_KIND_DEPENDENCY",
 	}
 	FailureKind_value = map[string]int32{
-		"FAILURE_KIND_UNSPECIFIED": 0,
-		"FAILURE_KIND_AGENT":       1,
-		"FAILURE_KIND_MODEL":       2,
-		"FAILURE_KIND_BUDGET":      3,
-		"FAILURE_KIND_RESOURCE":    4,
-		"FAILURE_KIND_TIMEOUT":     5,
-		"FAILURE_KIND_APPROVAL":    6,
-		"FAILURE_KIND_INTERNAL":    7,
-		"FAILURE_KIND_DEPENDENCY":  60,
+		"FAILURE_KIND_UNSPECIFIED":   0,
+		"FAILURE_KIND_AGENT":         1,
+		"FAILURE_KIND_MODEL":         2,
+		"FAILURE_KIND_BUDGET":        3,
+		"FAILURE_KIND_RESOURCE":      4,
+		"FAILURE_KIND_TIMEOUT":       5,
+		"FAILURE_KIND_APPROVAL":      6,
+		"FAILURE_KIND_INTERNAL":      7,
+		"FAILURE_KIND_EXECUTOR_LOST": 45,
+		"FAILURE_KIND_DEPENDENCY":    60,
 	}
 )
 
@@ -1020,8 +1025,20 @@ type Task struct {
 	// whose index is below it may be a retry of a step already committed:
 	// step writes are idempotent on (task, attempt, step index).
 	NextStepIndex int32 `protobuf:"varint,80,opt,name=next_step_index,json=nextStepIndex,proto3" json:"next_step_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Retry policy of this task (overrides the agent's field by field).
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// A task waiting in the queue longer than this fails (kind TIMEOUT);
+	// unset takes the agent's; 0 = no limit.
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Failed attempts that were retried.
+	RetryCount int32 `protobuf:"varint,47,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	// While queued for a retry: not dispatched before this time.
+	NextRetryAt *timestamppb.Timestamp `protobuf:"bytes,48,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
+	// Why the last retried attempt failed (the history keeps every one).
+	LastError       string      `protobuf:"bytes,49,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastFailureKind FailureKind `protobuf:"varint,50,opt,name=last_failure_kind,json=lastFailureKind,proto3,enum=agentmesh.v1.FailureKind" json:"last_failure_kind,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1320,6 +1337,48 @@ func (x *Task) GetNextStepIndex() int32 {
 	return 0
 }
 
+func (x *Task) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *Task) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+func (x *Task) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *Task) GetNextRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRetryAt
+	}
+	return nil
+}
+
+func (x *Task) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Task) GetLastFailureKind() FailureKind {
+	if x != nil {
+		return x.LastFailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
 // ToolCall is a model's request to run a tool.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1616,7 +1675,21 @@ type TaskEvent struct {
 	// released or failed the task).
 	Dependency *DependencyResult `protobuf:"bytes,60,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	// UpdateTask: the new values of the fields named by update_mask.
-	Update        *TaskUpdate `protobuf:"bytes,61,opt,name=update,proto3" json:"update,omitempty"`
+	Update *TaskUpdate `protobuf:"bytes,61,opt,name=update,proto3" json:"update,omitempty"`
+	// Status events: the task's agent and priority, so the scheduler can
+	// queue it without reading the task.
+	Agent    string   `protobuf:"bytes,45,opt,name=agent,proto3" json:"agent,omitempty"`
+	Priority Priority `protobuf:"varint,46,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	// To queued for a retry: not dispatched before this time.
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// To queued: the task's effective queue timeout (0 = none).
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,48,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// To queued for a retry: the task's retry count after this event.
+	RetryCount int32 `protobuf:"varint,49,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	// Status events: the org that owns the task's agent (empty: a shared
+	// agent). Agent names are unique per org, so the scheduler counts an
+	// agent's max_concurrency by (agent_org, agent).
+	AgentOrg      string `protobuf:"bytes,50,opt,name=agent_org,json=agentOrg,proto3" json:"agent_org,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1775,6 +1848,48 @@ func (x *TaskEvent) GetUpdate() *TaskUpdate {
 		return x.Update
 	}
 	return nil
+}
+
+func (x *TaskEvent) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *TaskEvent) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskEvent) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *TaskEvent) GetAgentOrg() string {
+	if x != nil {
+		return x.AgentOrg
+	}
+	return ""
 }
 
 // DependencyResult is a parent's outcome as its dependent saw it.
@@ -1979,7 +2094,12 @@ type SubmitTaskRequest struct {
 	DependencyPolicy DependencyPolicy `protobuf:"varint,61,opt,name=dependency_policy,json=dependencyPolicy,proto3,enum=agentmesh.v1.DependencyPolicy" json:"dependency_policy,omitempty"`
 	Tags             []string         `protobuf:"bytes,62,rep,name=tags,proto3" json:"tags,omitempty"`
 	// The task that created this one (a sub-task); it must exist in the org.
-	ParentTaskId  string `protobuf:"bytes,63,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	ParentTaskId string `protobuf:"bytes,63,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// Overrides the agent's retry policy field by field.
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Fail the task (kind TIMEOUT) if it waits queued longer than this;
+	// unset takes the agent's; 1s to 30 days.
+	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2096,6 +2216,20 @@ func (x *SubmitTaskRequest) GetParentTaskId() string {
 		return x.ParentTaskId
 	}
 	return ""
+}
+
+func (x *SubmitTaskRequest) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
 }
 
 type SubmitTaskResponse struct {
@@ -3029,7 +3163,11 @@ type Agent struct {
 	// The org that owns the agent, set by the server from the caller's API
 	// key (a client's value is ignored). Empty: a shared agent, readable by
 	// every org and managed only with a platform key.
-	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	Org string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	// Default retry policy of the agent's tasks (unset: the defaults).
+	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Default queue timeout of the agent's tasks; unset or 0 = no limit.
+	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3176,6 +3314,123 @@ func (x *Agent) GetOrg() string {
 	return ""
 }
 
+func (x *Agent) GetRetryPolicy() *RetryPolicy {
+	if x != nil {
+		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *Agent) GetQueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.QueueTimeout
+	}
+	return nil
+}
+
+// RetryPolicy says how a task that failed for a transient reason runs
+// again. On an agent it is the default of the agent's tasks; on a task it
+// overrides the agent's field by field (zero fields inherit). A retried
+// attempt resumes from the task's last checkpoint: no model turn that was
+// answered is asked again.
+//
+// Defaults (pkg/taskstate.DefaultRetryPolicy): 4 attempts (3 retries),
+// initial backoff 2s, multiplier 2, max backoff 2m, jitter 0.2, retry_on
+// MODEL, INTERNAL, EXECUTOR_LOST and TIMEOUT.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts that may fail before the task fails for good, counting the
+	// first (1 = never retry). 0 inherits; at most 100.
+	MaxAttempts int32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Wait before the first retry. 0 inherits; 10ms to 24h.
+	InitialBackoff *durationpb.Duration `protobuf:"bytes,2,opt,name=initial_backoff,json=initialBackoff,proto3" json:"initial_backoff,omitempty"`
+	// Each further retry waits this many times longer. 0 inherits; 1 to 10.
+	Multiplier float64 `protobuf:"fixed64,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// Cap of the wait. 0 inherits; at least initial_backoff, at most 24h.
+	MaxBackoff *durationpb.Duration `protobuf:"bytes,4,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
+	// Spread of the wait: a retry waits backoff × (1 ± jitter·u), u in
+	// [0, 1). 0 inherits; at most 1. A negative value means none.
+	Jitter float64 `protobuf:"fixed64,5,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	// The failure kinds that retry; empty inherits. Only MODEL, INTERNAL,
+	// EXECUTOR_LOST and TIMEOUT may retry: budget, resource, approval and
+	// agent (policy) failures and cancellation never do.
+	RetryOn       []FailureKind `protobuf:"varint,6,rep,packed,name=retry_on,json=retryOn,proto3,enum=agentmesh.v1.FailureKind" json:"retry_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetInitialBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.InitialBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.MaxBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetRetryOn() []FailureKind {
+	if x != nil {
+		return x.RetryOn
+	}
+	return nil
+}
+
 var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
@@ -3215,7 +3470,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\x94\r\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xd9\x0f\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3266,7 +3521,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"queue_wait\x18D \x01(\v2\x19.google.protobuf.DurationR\tqueueWait\x124\n" +
 	"\brun_time\x18E \x01(\v2\x19.google.protobuf.DurationR\arunTime\x12M\n" +
 	"\x12dependency_results\x18F \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x12&\n" +
-	"\x0fnext_step_index\x18P \x01(\x05R\rnextStepIndex\x1a;\n" +
+	"\x0fnext_step_index\x18P \x01(\x05R\rnextStepIndex\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12\x1f\n" +
+	"\vretry_count\x18/ \x01(\x05R\n" +
+	"retryCount\x12>\n" +
+	"\rnext_retry_at\x180 \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x181 \x01(\tR\tlastError\x12E\n" +
+	"\x11last_failure_kind\x182 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\x0flastFailureKind\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -3298,7 +3561,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xb0\x05\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xb3\a\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -3321,7 +3584,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"dependency\x18< \x01(\v2\x1e.agentmesh.v1.DependencyResultR\n" +
 	"dependency\x120\n" +
-	"\x06update\x18= \x01(\v2\x18.agentmesh.v1.TaskUpdateR\x06update\"\xa1\x01\n" +
+	"\x06update\x18= \x01(\v2\x18.agentmesh.v1.TaskUpdateR\x06update\x12\x14\n" +
+	"\x05agent\x18- \x01(\tR\x05agent\x122\n" +
+	"\bpriority\x18. \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x129\n" +
+	"\n" +
+	"not_before\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12>\n" +
+	"\rqueue_timeout\x180 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12\x1f\n" +
+	"\vretry_count\x181 \x01(\x05R\n" +
+	"retryCount\x12\x1b\n" +
+	"\tagent_org\x182 \x01(\tR\bagentOrg\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -3342,7 +3613,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x12dependency_results\x18\b \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x05\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -3356,7 +3627,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"depends_on\x18< \x03(\tR\tdependsOn\x12K\n" +
 	"\x11dependency_policy\x18= \x01(\x0e2\x1e.agentmesh.v1.DependencyPolicyR\x10dependencyPolicy\x12\x12\n" +
 	"\x04tags\x18> \x03(\tR\x04tags\x12$\n" +
-	"\x0eparent_task_id\x18? \x01(\tR\fparentTaskId\x1a;\n" +
+	"\x0eparent_task_id\x18? \x01(\tR\fparentTaskId\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -3424,7 +3697,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x06\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -3445,10 +3718,22 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"mcpServers\x12J\n" +
 	"\rtool_policies\x18\x0e \x03(\v2%.agentmesh.v1.Agent.ToolPoliciesEntryR\ftoolPolicies\x12D\n" +
 	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x12\x10\n" +
-	"\x03org\x18# \x01(\tR\x03org\x1aY\n" +
+	"\x03org\x18# \x01(\tR\x03org\x12<\n" +
+	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01*\xf4\x01\n" +
+	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12B\n" +
+	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\x01R\n" +
+	"multiplier\x12:\n" +
+	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxBackoff\x12\x16\n" +
+	"\x06jitter\x18\x05 \x01(\x01R\x06jitter\x124\n" +
+	"\bretry_on\x18\x06 \x03(\x0e2\x19.agentmesh.v1.FailureKindR\aretryOn*\xf4\x01\n" +
 	"\n" +
 	"TaskStatus\x12\x1b\n" +
 	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3466,7 +3751,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*\xfc\x01\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\x9c\x02\n" +
 	"\vFailureKind\x12\x1c\n" +
 	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
@@ -3475,7 +3760,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15FAILURE_KIND_RESOURCE\x10\x04\x12\x18\n" +
 	"\x14FAILURE_KIND_TIMEOUT\x10\x05\x12\x19\n" +
 	"\x15FAILURE_KIND_APPROVAL\x10\x06\x12\x19\n" +
-	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1b\n" +
+	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1e\n" +
+	"\x1aFAILURE_KIND_EXECUTOR_LOST\x10-\x12\x1b\n" +
 	"\x17FAILURE_KIND_DEPENDENCY\x10<*\xbe\x01\n" +
 	"\fToolDecision\x12\x1d\n" +
 	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -3542,7 +3828,7 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
@@ -3580,27 +3866,28 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*ModelSettings)(nil),          // 33: agentmesh.v1.ModelSettings
 	(*McpServer)(nil),              // 34: agentmesh.v1.McpServer
 	(*Agent)(nil),                  // 35: agentmesh.v1.Agent
-	nil,                            // 36: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 37: agentmesh.v1.TaskUpdate.MetadataEntry
-	nil,                            // 38: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 39: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 40: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),            // 36: agentmesh.v1.RetryPolicy
+	nil,                            // 37: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 38: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 39: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 40: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 41: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	41, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	42, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,  // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	42, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	42, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	42, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	43, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	43, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	43, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	36, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	37, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,  // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	42, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	42, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	42, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	43, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	43, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	43, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	43, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	10, // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
 	35, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
 	11, // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
@@ -3608,74 +3895,88 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	2,  // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
 	7,  // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
 	8,  // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
-	42, // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
-	41, // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
-	41, // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	43, // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	42, // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	42, // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
 	17, // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	5,  // 23: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	14, // 24: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	10, // 25: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	41, // 26: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 27: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	6,  // 28: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	42, // 29: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 30: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 31: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	15, // 32: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	12, // 33: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,  // 34: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	17, // 35: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	18, // 36: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	0,  // 37: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,  // 38: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	37, // 39: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	17, // 40: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,  // 41: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	38, // 42: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	11, // 43: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	7,  // 44: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	13, // 45: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	13, // 46: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 47: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	42, // 48: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	42, // 49: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 50: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	13, // 51: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	13, // 52: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	16, // 53: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 54: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	16, // 55: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	42, // 56: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	42, // 57: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	10, // 58: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	39, // 59: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	33, // 60: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	42, // 61: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	42, // 62: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 63: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	34, // 64: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	40, // 65: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	41, // 66: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	9,  // 67: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	19, // 68: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	21, // 69: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	23, // 70: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	25, // 71: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	27, // 72: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	29, // 73: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	31, // 74: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	20, // 75: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	22, // 76: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	24, // 77: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	26, // 78: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	28, // 79: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	30, // 80: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	32, // 81: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	75, // [75:82] is the sub-list for method output_type
-	68, // [68:75] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	36, // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	42, // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	43, // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	2,  // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
+	5,  // 27: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	14, // 28: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	10, // 29: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	42, // 30: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,  // 31: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	6,  // 32: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	43, // 33: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 34: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,  // 35: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	15, // 36: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	12, // 37: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,  // 38: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	17, // 39: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	18, // 40: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,  // 41: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	43, // 42: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	42, // 43: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	0,  // 44: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,  // 45: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	38, // 46: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	17, // 47: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,  // 48: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	39, // 49: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	11, // 50: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	7,  // 51: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	36, // 52: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	42, // 53: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	13, // 54: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	13, // 55: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,  // 56: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	43, // 57: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	43, // 58: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 59: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	13, // 60: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	13, // 61: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	16, // 62: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,  // 63: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	16, // 64: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	43, // 65: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	43, // 66: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	10, // 67: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	40, // 68: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	33, // 69: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	43, // 70: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	43, // 71: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 72: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	34, // 73: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	41, // 74: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	42, // 75: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	36, // 76: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	42, // 77: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	42, // 78: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	42, // 79: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,  // 80: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	9,  // 81: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	19, // 82: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	21, // 83: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	23, // 84: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	25, // 85: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	27, // 86: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	29, // 87: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	31, // 88: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	20, // 89: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	22, // 90: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	24, // 91: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	26, // 92: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	28, // 93: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	30, // 94: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	32, // 95: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	89, // [89:96] is the sub-list for method output_type
+	82, // [82:89] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -3690,7 +3991,7 @@ func file_agentmesh_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1733,12 +1734,19 @@ func (x *WorkItem) GetAttempt() int32 {
 
 // ExecutorHeartbeat advertises an executor node and its capacity.
 type ExecutorHeartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Capacity      int32                  `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
-	RunningTasks  []string               `protobuf:"bytes,5,rep,name=running_tasks,json=runningTasks,proto3" json:"running_tasks,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Capacity     int32                  `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Running      int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Time         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	RunningTasks []string               `protobuf:"bytes,5,rep,name=running_tasks,json=runningTasks,proto3" json:"running_tasks,omitempty"`
+	// Labels of the node (AGENTMESH_NODE_LABELS).
+	Labels map[string]string `protobuf:"bytes,45,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The node is draining (SIGTERM): it takes no new work.
+	Draining bool `protobuf:"varint,46,opt,name=draining,proto3" json:"draining,omitempty"`
+	// How long the scheduler waits for the next heartbeat before it counts
+	// the node lost (3 × the interval).
+	Ttl           *durationpb.Duration `protobuf:"bytes,47,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1808,11 +1816,32 @@ func (x *ExecutorHeartbeat) GetRunningTasks() []string {
 	return nil
 }
 
+func (x *ExecutorHeartbeat) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ExecutorHeartbeat) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *ExecutorHeartbeat) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
 var File_agentmesh_bus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentmesh/bus/v1/bus.proto\x12\x10agentmesh.bus.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n" +
+	"\x1aagentmesh/bus/v1/bus.proto\x12\x10agentmesh.bus.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -1931,13 +1960,19 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"candidates\"L\n" +
 	"\bWorkItem\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xb2\x01\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xff\x02\n" +
 	"\x11ExecutorHeartbeat\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
-	"\rrunning_tasks\x18\x05 \x03(\tR\frunningTasksB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
+	"\rrunning_tasks\x18\x05 \x03(\tR\frunningTasks\x12G\n" +
+	"\x06labels\x18- \x03(\v2/.agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\bdraining\x18. \x01(\bR\bdraining\x12+\n" +
+	"\x03ttl\x18/ \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
 	file_agentmesh_bus_v1_bus_proto_rawDescOnce sync.Once
@@ -1951,7 +1986,7 @@ func file_agentmesh_bus_v1_bus_proto_rawDescGZIP() []byte {
 	return file_agentmesh_bus_v1_bus_proto_rawDescData
 }
 
-var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*Error)(nil),                 // 0: agentmesh.bus.v1.Error
 	(*CreateTaskRequest)(nil),     // 1: agentmesh.bus.v1.CreateTaskRequest
@@ -1982,55 +2017,59 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*MatchResponse)(nil),         // 26: agentmesh.bus.v1.MatchResponse
 	(*WorkItem)(nil),              // 27: agentmesh.bus.v1.WorkItem
 	(*ExecutorHeartbeat)(nil),     // 28: agentmesh.bus.v1.ExecutorHeartbeat
-	(*v1.Task)(nil),               // 29: agentmesh.v1.Task
-	(v1.TaskStatus)(0),            // 30: agentmesh.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(v1.Priority)(0),              // 32: agentmesh.v1.Priority
-	(*v1.Approval)(nil),           // 33: agentmesh.v1.Approval
-	(v1.FailureKind)(0),           // 34: agentmesh.v1.FailureKind
-	(*v1.TaskEvent)(nil),          // 35: agentmesh.v1.TaskEvent
-	(*v1.Step)(nil),               // 36: agentmesh.v1.Step
-	(*v1.Usage)(nil),              // 37: agentmesh.v1.Usage
-	(*v1.Agent)(nil),              // 38: agentmesh.v1.Agent
+	nil,                           // 29: agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	(*v1.Task)(nil),               // 30: agentmesh.v1.Task
+	(v1.TaskStatus)(0),            // 31: agentmesh.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(v1.Priority)(0),              // 33: agentmesh.v1.Priority
+	(*v1.Approval)(nil),           // 34: agentmesh.v1.Approval
+	(v1.FailureKind)(0),           // 35: agentmesh.v1.FailureKind
+	(*v1.TaskEvent)(nil),          // 36: agentmesh.v1.TaskEvent
+	(*v1.Step)(nil),               // 37: agentmesh.v1.Step
+	(*v1.Usage)(nil),              // 38: agentmesh.v1.Usage
+	(*v1.Agent)(nil),              // 39: agentmesh.v1.Agent
+	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
-	29, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
-	29, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
-	29, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	30, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	31, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	31, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	31, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
-	32, // 7: agentmesh.bus.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	31, // 8: agentmesh.bus.v1.ListTasksRequest.updated_after:type_name -> google.protobuf.Timestamp
-	29, // 9: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	30, // 10: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
-	30, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
-	33, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
-	34, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
-	29, // 14: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	35, // 15: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	36, // 16: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	35, // 17: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	35, // 18: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	30, // 19: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	31, // 20: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	31, // 21: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	37, // 22: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	38, // 23: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	38, // 24: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	38, // 25: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	38, // 26: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	38, // 27: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	38, // 28: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	30, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
+	30, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
+	30, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	31, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	32, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	32, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
+	33, // 7: agentmesh.bus.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	32, // 8: agentmesh.bus.v1.ListTasksRequest.updated_after:type_name -> google.protobuf.Timestamp
+	30, // 9: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	31, // 10: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
+	31, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
+	34, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
+	35, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
+	30, // 14: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	36, // 15: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	37, // 16: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	36, // 17: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	36, // 18: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	31, // 19: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	32, // 20: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 21: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	38, // 22: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	39, // 23: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	39, // 24: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	39, // 25: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	39, // 26: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	39, // 27: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	39, // 28: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
 	25, // 29: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	29, // 30: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	31, // 31: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	30, // 30: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	32, // 31: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	29, // 32: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	40, // 33: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }
@@ -2044,7 +2083,7 @@ func file_agentmesh_bus_v1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_bus_v1_bus_proto_rawDesc), len(file_agentmesh_bus_v1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

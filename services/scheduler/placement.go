@@ -1,0 +1,78 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+)
+
+// Placement: executors pull work from one shared work-queue consumer, so
+// work lands on whichever live executor has a free slot; the scheduler
+// gates how much work is out there. It knows the live executors from their
+// heartbeats (<p>.exec.heartbeat.<node>: capacity, running, labels,
+// draining, ttl) and publishes work only while the placeable nodes (heard
+// from within their ttl, not draining) have free slots: Σ(capacity −
+// tasks running there) − tasks dispatched but not yet started. Work beyond
+// that waits in the scheduler's queue, in priority order, not in the
+// stream's FIFO.
+//
+// A node silent for longer than its ttl is lost: nothing more is counted on
+// it, and each attempt running there is failed with kind EXECUTOR_LOST —
+// which the retry policy turns into a new queued attempt. If the node comes
+// back, its old attempts are stale: state refuses their writes and the
+// executor kills their children (fencing). A node the leader has never
+// heard from counts as lost once the leader has led for NodeTTL.
+
+// onHeartbeat records an executor's heartbeat.
+func (s *Service) onHeartbeat(m *nats.Msg) {
+	var hb busv1.ExecutorHeartbeat
+	if err := proto.Unmarshal(m.Data, &hb); err != nil || hb.Node == "" {
+		return
+	}
+	ttl := hb.Ttl.AsDuration()
+	if ttl <= 0 {
+		ttl = s.cfg.NodeTTL
+	}
+	s.mu.Lock()
+	changed := s.m.heartbeat(hb.Node, int(hb.Capacity), hb.Draining, hb.Labels, ttl, time.Now())
+	s.mu.Unlock()
+	if changed {
+		s.log.Info("executor seen", "node", hb.Node, "capacity", hb.Capacity, "running", hb.Running, "draining", hb.Draining)
+		s.wake()
+	}
+}
+
+func nodeCheckInterval(ttl time.Duration) time.Duration {
+	return max(ttl/5, 50*time.Millisecond)
+}
+
+// checkNodes marks silent nodes lost and fails their running attempts.
+func (s *Service) checkNodes(ctx context.Context) {
+	now := time.Now()
+	var jobs []job
+	s.mu.Lock()
+	lost, orphans := s.m.lostNodes(now, s.leadSince, s.cfg.NodeTTL)
+	for _, e := range orphans {
+		if s.fencing[e.id] {
+			continue
+		}
+		s.fencing[e.id] = true
+		jobs = append(jobs, job{kind: jobFence, task: e.id, attempt: e.attempt, node: e.node,
+			reason: fmt.Sprintf("executor node %s lost: no heartbeat", e.node)})
+	}
+	s.mu.Unlock()
+	for _, n := range lost {
+		s.log.Warn("executor node lost: no heartbeat within its ttl; no more work placed there", "node", n)
+	}
+	for _, j := range jobs {
+		select {
+		case s.jobs <- j:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
