@@ -96,7 +96,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 			n.WorkAll(),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
-			"$KV."+n.SchedulerBucket()+".>",
+			"$KV."+n.SchedulerBucket()+".>", jsAPI+"INFO",
 		)
 		p.Pub = append(p.Pub, streamAdmin(lease)...)
 		p.Pub = append(p.Pub, streamReader(lease)...)

@@ -407,7 +407,8 @@ func TestStateUnavailable(t *testing.T) {
 	// The bus streams exist, as in any deployment: none of them may count
 	// as interest in a request subject (the audit stream once did, and a
 	// request to a state service that was down waited for its timeout).
-	js, err := jetstream.New(nc)
+	// (The state service creates them; the router's identity may not.)
+	js, err := jetstream.New(natstest.Connect(t, srv))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,8 @@ type watchEnd struct {
 // figure and the memory per idle watcher come from BenchmarkIdleWatchers.
 func TestManyWatchersSeeTheTerminalEvent(t *testing.T) {
 	const tasksN, perTask = 200, 10
-	e := start(t, Config{WatchRefetch: time.Hour})
+	// One client connection carries every stream; one org holds them all.
+	e := start(t, Config{WatchRefetch: time.Hour, MaxWatchesPerOrg: tasksN * perTask, MaxStreamsPerConn: tasksN * perTask})
 	var tasks []*agentmeshv1.Task
 	for range tasksN {
 		tasks = append(tasks, e.fake.AddTask(&agentmeshv1.Task{Agent: "helper", Input: "x"}))
@@ -143,7 +144,7 @@ func TestManyWatchersSeeTheTerminalEvent(t *testing.T) {
 func BenchmarkIdleWatchers(b *testing.B) {
 	const tasksN, perTask = 1000, 10
 	for range b.N {
-		e := start(b, Config{})
+		e := start(b, Config{MaxWatchesPerOrg: 1 << 20, MaxStreamsPerConn: 1 << 20})
 		var ids []string
 		for range tasksN {
 			ids = append(ids, e.fake.AddTask(&agentmeshv1.Task{Agent: "helper", Input: "x"}).Id)

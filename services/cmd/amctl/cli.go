@@ -17,8 +17,8 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"github.com/agentmesh/agentmesh/pkg/grpcretry"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
