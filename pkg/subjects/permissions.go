@@ -82,7 +82,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 	case ServiceRegistry:
 		p.Responses = true
 		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
-		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent), n.Audit(n.RegistryAll()))
+		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats), n.Audit(n.RegistryAll()))
 	case ServiceScheduler:
 		// The leader follows the task and agent events with an ordered
 		// (ephemeral) consumer and hears executor heartbeats; the replicas

@@ -81,6 +81,10 @@ const (
 	StateGetAgent    = "agent.get"
 	StateListAgents  = "agent.list"
 	StateDeleteAgent = "agent.delete"
+	// StateAgentStats answers the live load of agents and how they served
+	// an org lately (bus.v1.AgentStatsRequest): the registry's scored
+	// matching.
+	StateAgentStats = "agent.stats"
 	// StateUsage sums the usage of an org's tasks (bus.v1.UsageRequest).
 	StateUsage = "task.usage"
 	// StateCreateTap mints a subscribe-only tap credential for one org's

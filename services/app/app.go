@@ -431,6 +431,10 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	regCfg, err := s.registryConfig()
+	if err != nil {
+		return err
+	}
 	dataDir, err := filepath.Abs(s.str("AGENTMESH_DATA_DIR"))
 	if err != nil {
 		return err
@@ -445,6 +449,7 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		PostgresURL: s.str("AGENTMESH_POSTGRES_URL"),
 		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
 		Scheduler:  schedCfg,
+		Registry:   regCfg,
 		NATSPort:   -1,
 		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
 		State:      state.Config{Retention: retention},
@@ -557,6 +562,12 @@ func runService(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return usageError{fmt.Errorf("AGENTMESH_PREFIX: %w", err)}
 	}
+	if name == "registry" {
+		// Refuse bad match settings before anything connects.
+		if _, err := s.registryConfig(); err != nil {
+			return err
+		}
+	}
 	opts := []nats.Option{nats.Name("agentmesh-" + name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second)}
 	creds, err := s.busCreds(name, log)
 	if err != nil {
@@ -610,7 +621,12 @@ func runService(ctx context.Context, name string, args []string) error {
 		}
 		run = svc.Run
 	case "registry":
-		svc, err := registry.New(ctx, registry.Config{Prefix: prefix, Streams: streams}, registry.Deps{NC: nc, Log: log})
+		regCfg, err := s.registryConfig()
+		if err != nil {
+			return err
+		}
+		regCfg.Prefix, regCfg.Streams = prefix, streams
+		svc, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: log})
 		if err != nil {
 			return err
 		}

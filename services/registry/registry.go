@@ -19,9 +19,12 @@
 //
 // It validates agent definitions and stores them through the state service
 // (<p>.state.agent.*), which owns the record. Matching by skills scores each
-// agent by the share of the required skills it offers (full scored matching
-// with load, priority and affinity comes later); ties go to the agent with
-// fewer skills (the more specialised), then by name.
+// agent by capability, workload, priority and affinity (match.go) with
+// configurable weights; ties go by name. Candidates come from the store's
+// skill filter (one listing per required skill), not the whole catalogue;
+// their live load and recent record from <p>.state.agent.stats. Every
+// answer carries the decision as an agentmeshv1.Routing, which the router
+// records on the task.
 package registry
 
 import (
@@ -29,23 +32,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"regexp"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
-	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
-	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Version of the registry service, reported by micro.
@@ -61,6 +59,11 @@ type Config struct {
 	// DefaultAgent runs tasks that name neither an agent nor skills
 	// (default "assistant"; it must exist in the catalogue).
 	DefaultAgent string
+	// Weights of scored matching (nil = DefaultWeights; see ParseWeights).
+	Weights *Weights
+	// AffinityWindow: how far back an org's finished tasks count for
+	// affinity (default 1h, at most 7 days).
+	AffinityWindow time.Duration
 }
 
 // Deps are the registry's required dependencies.
@@ -71,11 +74,13 @@ type Deps struct {
 
 // Service is a running registry.
 type Service struct {
-	defaultAgent string
-	names        subjects.Names
-	nc           *nats.Conn
-	log          *slog.Logger
-	svc          micro.Service
+	weights        Weights
+	affinityWindow time.Duration
+	defaultAgent   string
+	names          subjects.Names
+	nc             *nats.Conn
+	log            *slog.Logger
+	svc            micro.Service
 }
 
 // New validates cfg, ensures the bus streams and starts serving requests.
@@ -96,7 +101,20 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultAgent == "" {
 		cfg.DefaultAgent = DefaultAgent
 	}
-	s := &Service{defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry")}
+	weights := DefaultWeights
+	if cfg.Weights != nil {
+		weights = *cfg.Weights
+		if weights.Capability < 0 || weights.Workload < 0 || weights.Priority < 0 || weights.Affinity < 0 || !(weights.sum() > 0) {
+			return nil, fmt.Errorf("registry: match weights %+v: each must be ≥ 0 and their sum > 0", weights)
+		}
+	}
+	if cfg.AffinityWindow <= 0 {
+		cfg.AffinityWindow = time.Hour
+	}
+	if cfg.AffinityWindow > 7*24*time.Hour {
+		return nil, fmt.Errorf("registry: affinity window %s is over 7 days", cfg.AffinityWindow)
+	}
+	s := &Service{weights: weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry")}
 	svc, err := micro.AddService(deps.NC, micro.Config{
 		Name:        "agentmesh-registry",
 		Version:     Version,
@@ -179,7 +197,7 @@ func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if op.GetCreate() == nil {
 		return nil, wrongOp("create")
 	}
-	if err := ValidateAgent(op.GetCreate().GetAgent()); err != nil {
+	if err := agentspec.Agent(op.GetCreate().GetAgent()); err != nil {
 		return nil, err
 	}
 	a := proto.Clone(op.GetCreate().GetAgent()).(*agentmeshv1.Agent)
@@ -201,7 +219,7 @@ func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if req == nil {
 		return nil, wrongOp("update")
 	}
-	if err := ValidateAgent(req.GetAgent()); err != nil {
+	if err := agentspec.Agent(req.GetAgent()); err != nil {
 		return nil, err
 	}
 	a := proto.Clone(req.GetAgent()).(*agentmeshv1.Agent)
@@ -223,7 +241,7 @@ func (s *Service) getAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1
 	if req == nil {
 		return nil, wrongOp("get")
 	}
-	if err := validateName("name", req.GetName()); err != nil {
+	if err := agentspec.Name("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	var resp busv1.GetAgentResponse
@@ -261,7 +279,7 @@ func (s *Service) deleteAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if req == nil {
 		return nil, wrongOp("delete")
 	}
-	if err := validateName("name", req.GetName()); err != nil {
+	if err := agentspec.Name("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	if err := s.stateReq(ctx, subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: req.Name, Org: org}, &busv1.DeleteAgentResponse{}); err != nil {
@@ -280,6 +298,9 @@ const DefaultAgent = "assistant"
 func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.MatchResponse, error) {
 	if req.Agent == "" && len(req.RequiredSkills) == 0 {
 		resp, err := s.match(ctx, &busv1.MatchRequest{Agent: s.defaultAgent, Org: req.Org})
+		if err == nil {
+			resp.Routing.Method = MethodDefault
+		}
 		if errors.Is(err, bus.ErrFailedPrecondition) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent",
 				Message: fmt.Sprintf("no agent or skills given and no default agent %q; name one, or create it (amctl agents create %s)", s.defaultAgent, s.defaultAgent)}
@@ -298,203 +319,12 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 		if err != nil {
 			return nil, err
 		}
-		return &busv1.MatchResponse{Agent: resp.Agent, Candidates: []*busv1.MatchCandidate{{Agent: resp.Agent.Name, Score: 1}}}, nil
+		return &busv1.MatchResponse{Agent: resp.Agent, Candidates: []*busv1.MatchCandidate{{Agent: resp.Agent.Name, Score: 1}},
+			Routing: &agentmeshv1.Routing{Method: MethodNamed, Chosen: resp.Agent.Name, Weights: s.weights.Proto(), DecidedAt: timestamppb.Now()}}, nil
 	}
-	agents, err := s.allAgents(ctx, req.Org)
-	if err != nil {
+	required := agentspec.NormalizeSkills(req.RequiredSkills)
+	if err := agentspec.Skills("required_skills", required); err != nil {
 		return nil, err
 	}
-	best, cands := Rank(agents, req.RequiredSkills)
-	if best == nil {
-		return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "required_skills",
-			Message: fmt.Sprintf("no agent offers any of the skills %s", strings.Join(req.RequiredSkills, ", "))}
-	}
-	s.log.Debug("matched", "skills", req.RequiredSkills, "agent", best.Name, "score", cands[0].Score)
-	return &busv1.MatchResponse{Agent: best, Candidates: cands}, nil
-}
-
-// allAgents lists org's agents and the shared ones; an org's own agent
-// hides a shared one of the same name.
-func (s *Service) allAgents(ctx context.Context, org string) ([]*agentmeshv1.Agent, error) {
-	var all []*agentmeshv1.Agent
-	token := ""
-	for {
-		var resp busv1.ListAgentsResponse
-		if err := s.stateReq(ctx, subjects.StateListAgents, &busv1.ListAgentsRequest{Org: org, PageSize: 1000, PageToken: token}, &resp); err != nil {
-			return nil, err
-		}
-		all = append(all, resp.Agents...)
-		if resp.NextPageToken == "" {
-			own := map[string]bool{}
-			for _, a := range all {
-				if a.Org != "" {
-					own[a.Name] = true
-				}
-			}
-			out := all[:0]
-			for _, a := range all {
-				if a.Org != "" || !own[a.Name] {
-					out = append(out, a)
-				}
-			}
-			return out, nil
-		}
-		token = resp.NextPageToken
-	}
-}
-
-// Rank scores every agent against the required skills: the share of the
-// required skills it offers. It returns the best agent (nil when no agent
-// offers any) and the candidates that offer at least one, best first.
-func Rank(agents []*agentmeshv1.Agent, required []string) (*agentmeshv1.Agent, []*busv1.MatchCandidate) {
-	type scored struct {
-		a     *agentmeshv1.Agent
-		c     *busv1.MatchCandidate
-		extra int
-	}
-	want := map[string]bool{}
-	for _, s := range required {
-		want[strings.ToLower(strings.TrimSpace(s))] = true
-	}
-	var list []scored
-	for _, a := range agents {
-		var matched []string
-		for _, sk := range a.Skills {
-			if want[strings.ToLower(sk)] {
-				matched = append(matched, sk)
-			}
-		}
-		if len(matched) == 0 {
-			continue
-		}
-		list = append(list, scored{a: a, extra: len(a.Skills) - len(matched), c: &busv1.MatchCandidate{
-			Agent: a.Name, Score: float64(len(matched)) / float64(len(want)), MatchedSkills: matched,
-		}})
-	}
-	sort.SliceStable(list, func(i, j int) bool {
-		if list[i].c.Score != list[j].c.Score {
-			return list[i].c.Score > list[j].c.Score
-		}
-		if list[i].extra != list[j].extra {
-			return list[i].extra < list[j].extra
-		}
-		return list[i].a.Name < list[j].a.Name
-	})
-	if len(list) == 0 {
-		return nil, nil
-	}
-	cands := make([]*busv1.MatchCandidate, len(list))
-	for i := range list {
-		cands[i] = list[i].c
-	}
-	return list[0].a, cands
-}
-
-// ---- validation ----
-
-var (
-	nameRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	skillRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.:/-]{0,63}$`)
-)
-
-// Limits of an agent definition.
-const (
-	MaxSystemPrompt = 64 << 10
-	MaxDescription  = 4 << 10
-	MaxSkills       = 64
-	MaxTools        = 64
-	MaxSteps        = 1000
-)
-
-func validateName(field, name string) error {
-	if name == "" {
-		return bus.FieldError(field, "required")
-	}
-	if !nameRE.MatchString(name) {
-		return bus.FieldError(field, "must match [a-z0-9][a-z0-9_-]{0,62}, got %q", name)
-	}
-	return nil
-}
-
-// ValidateAgent checks an agent definition and names the first bad field.
-func ValidateAgent(a *agentmeshv1.Agent) error {
-	if a == nil {
-		return bus.FieldError("agent", "required")
-	}
-	if err := validateName("agent.name", a.Name); err != nil {
-		return err
-	}
-	if len(a.Description) > MaxDescription {
-		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.description", Message: fmt.Sprintf("longer than %d bytes", MaxDescription)}
-	}
-	if len(a.SystemPrompt) > MaxSystemPrompt {
-		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.system_prompt", Message: fmt.Sprintf("longer than %d bytes", MaxSystemPrompt)}
-	}
-	if len(a.Skills) > MaxSkills {
-		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.skills", Message: fmt.Sprintf("more than %d skills", MaxSkills)}
-	}
-	seen := map[string]bool{}
-	for i, sk := range a.Skills {
-		if !skillRE.MatchString(sk) {
-			return bus.FieldError(fmt.Sprintf("agent.skills[%d]", i), "must be lower-case letters, digits and _.:/- (1-64), got %q", sk)
-		}
-		if seen[sk] {
-			return bus.FieldError(fmt.Sprintf("agent.skills[%d]", i), "duplicate skill %q", sk)
-		}
-		seen[sk] = true
-	}
-	if len(a.Tools) > MaxTools {
-		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.tools", Message: fmt.Sprintf("more than %d tools", MaxTools)}
-	}
-	for i, t := range a.Tools {
-		if _, ok := tools.Lookup(t); !ok {
-			return &bus.Error{Code: bus.CodeFailedPrecondition, Field: fmt.Sprintf("agent.tools[%d]", i), Message: fmt.Sprintf("unknown tool %q", t)}
-		}
-	}
-	if len(a.McpServers) > mcp.MaxServers {
-		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "agent.mcp_servers", Message: fmt.Sprintf("more than %d MCP servers", mcp.MaxServers)}
-	}
-	servers := map[string]bool{}
-	for i, m := range a.McpServers {
-		if err := mcp.Validate(m); err != nil {
-			return bus.FieldError(fmt.Sprintf("agent.mcp_servers[%d]", i), "%v", err)
-		}
-		if servers[m.Name] {
-			return bus.FieldError(fmt.Sprintf("agent.mcp_servers[%d]", i), "duplicate MCP server %q", m.Name)
-		}
-		servers[m.Name] = true
-	}
-	if a.MaxConcurrency < 0 {
-		return bus.FieldError("agent.max_concurrency", "must not be negative")
-	}
-	if err := taskstate.ValidateRetryPolicy("agent.retry_policy", a.RetryPolicy); err != nil {
-		return err
-	}
-	if err := taskstate.ValidateQueueTimeout("agent.queue_timeout", a.QueueTimeout); err != nil {
-		return err
-	}
-	if a.MaxSteps < 0 || a.MaxSteps > MaxSteps {
-		return bus.FieldError("agent.max_steps", "must be between 0 and %d", MaxSteps)
-	}
-	if err := budget.Validate("agent.budget", a.Budget); err != nil {
-		return err
-	}
-	if m := a.Model; m != nil {
-		if m.BaseUrl != "" {
-			u, err := url.Parse(m.BaseUrl)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return bus.FieldError("agent.model.base_url", "must be an http or https URL, got %q", m.BaseUrl)
-			}
-		}
-		if m.Temperature != nil && (*m.Temperature < 0 || *m.Temperature > 2) {
-			return bus.FieldError("agent.model.temperature", "must be between 0 and 2")
-		}
-		if m.MaxTokens < 0 {
-			return bus.FieldError("agent.model.max_tokens", "must not be negative")
-		}
-		if len(m.Model) > 256 {
-			return bus.FieldError("agent.model.model", "longer than 256 bytes")
-		}
-	}
-	return nil
+	return s.scoredMatch(ctx, req.Org, required, req.Limit)
 }

@@ -1,19 +1,27 @@
 package registry
 
 import (
-	"errors"
+	"math"
 	"strings"
 	"testing"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
 )
 
 func agent(name string, skills ...string) *agentmeshv1.Agent {
 	return &agentmeshv1.Agent{Name: name, Skills: skills}
 }
 
-func TestRank(t *testing.T) {
+func names(cands []*agentmeshv1.RoutingCandidate) string {
+	var out []string
+	for _, c := range cands {
+		out = append(out, c.Agent)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestScoreCapability(t *testing.T) {
 	agents := []*agentmeshv1.Agent{
 		agent("generalist", "sql", "python", "web", "writing"),
 		agent("sql-expert", "sql", "postgres"),
@@ -24,76 +32,125 @@ func TestRank(t *testing.T) {
 		name     string
 		required []string
 		want     string
-		wantCand []string
 	}{
-		{"single skill prefers the specialist", []string{"sql"}, "sql-expert", []string{"sql-expert", "generalist"}},
-		{"full overlap beats partial", []string{"sql", "postgres"}, "sql-expert", []string{"sql-expert", "generalist"}},
-		{"more matched skills wins", []string{"sql", "python", "writing"}, "generalist", []string{"generalist", "writer", "sql-expert"}},
-		{"case and spaces ignored", []string{" SQL "}, "sql-expert", []string{"sql-expert", "generalist"}},
-		{"no agent offers it", []string{"cooking"}, "", nil},
+		{"single skill: the specialist beats the generalist", []string{"sql"}, "sql-expert,generalist"},
+		{"full coverage beats partial", []string{"sql", "postgres"}, "sql-expert,generalist"},
+		{"more of the required skills wins", []string{"sql", "python", "writing"}, "generalist,writer,sql-expert"},
+		{"no agent offers it", []string{"cooking"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			best, cands := Rank(agents, tt.required)
-			got := ""
-			if best != nil {
-				got = best.Name
+			cands, ranked := Score(agents, nil, tt.required, Weights{Capability: 1})
+			if got := names(cands); got != tt.want {
+				t.Fatalf("candidates = %s, want %s", got, tt.want)
 			}
-			if got != tt.want {
-				t.Fatalf("best = %q, want %q", got, tt.want)
-			}
-			var names []string
-			for _, c := range cands {
-				names = append(names, c.Agent)
-				if c.Score <= 0 || c.Score > 1 {
-					t.Errorf("candidate %s score %v outside (0,1]", c.Agent, c.Score)
+			for i, c := range cands {
+				if ranked[i].Name != c.Agent {
+					t.Fatalf("ranked[%d] = %s, candidate %s", i, ranked[i].Name, c.Agent)
 				}
-			}
-			if strings.Join(names, ",") != strings.Join(tt.wantCand, ",") {
-				t.Errorf("candidates = %v, want %v", names, tt.wantCand)
+				if c.Score <= 0 || c.Score > 1 || c.Score != c.Capability {
+					t.Errorf("%s: score %v, capability %v", c.Agent, c.Score, c.Capability)
+				}
 			}
 		})
 	}
 }
 
-func TestValidateAgent(t *testing.T) {
-	temp := float32(3)
-	tests := []struct {
-		name      string
-		agent     *agentmeshv1.Agent
-		wantCode  string
-		wantField string
-	}{
-		{"valid", &agentmeshv1.Agent{Name: "helper", Tools: []string{"echo", "current_time"}, Skills: []string{"general"}}, "", ""},
-		{"missing", nil, bus.CodeInvalidArgument, "agent"},
-		{"empty name", &agentmeshv1.Agent{}, bus.CodeInvalidArgument, "agent.name"},
-		{"upper-case name", &agentmeshv1.Agent{Name: "Helper"}, bus.CodeInvalidArgument, "agent.name"},
-		{"name with dot", &agentmeshv1.Agent{Name: "a.b"}, bus.CodeInvalidArgument, "agent.name"},
-		{"unknown tool", &agentmeshv1.Agent{Name: "a", Tools: []string{"rm_rf"}}, bus.CodeFailedPrecondition, "agent.tools[0]"},
-		{"bad skill", &agentmeshv1.Agent{Name: "a", Skills: []string{"has space"}}, bus.CodeInvalidArgument, "agent.skills[0]"},
-		{"duplicate skill", &agentmeshv1.Agent{Name: "a", Skills: []string{"x", "x"}}, bus.CodeInvalidArgument, "agent.skills[1]"},
-		{"negative concurrency", &agentmeshv1.Agent{Name: "a", MaxConcurrency: -1}, bus.CodeInvalidArgument, "agent.max_concurrency"},
-		{"too many steps", &agentmeshv1.Agent{Name: "a", MaxSteps: MaxSteps + 1}, bus.CodeInvalidArgument, "agent.max_steps"},
-		{"bad base url", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{BaseUrl: "ftp://x"}}, bus.CodeInvalidArgument, "agent.model.base_url"},
-		{"hot temperature", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{Temperature: &temp}}, bus.CodeInvalidArgument, "agent.model.temperature"},
-		{"huge prompt", &agentmeshv1.Agent{Name: "a", SystemPrompt: strings.Repeat("x", MaxSystemPrompt+1)}, bus.CodeResourceExhausted, "agent.system_prompt"},
+// An idle agent beats a saturated one of equal skill; with no load the
+// tie goes by name, whatever the input order.
+func TestScoreWorkloadAndTies(t *testing.T) {
+	a := &agentmeshv1.Agent{Name: "alpha", Skills: []string{"sql"}, MaxConcurrency: 4}
+	b := &agentmeshv1.Agent{Name: "beta", Skills: []string{"sql"}, MaxConcurrency: 4}
+	busy := []*busv1.AgentStats{{Running: 4}, {Running: 0}}
+	cands, _ := Score([]*agentmeshv1.Agent{a, b}, busy, []string{"sql"}, DefaultWeights)
+	if got := names(cands); got != "beta,alpha" {
+		t.Fatalf("idle vs saturated: %s, want beta,alpha", got)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := ValidateAgent(tt.agent)
-			if tt.wantCode == "" {
-				if err != nil {
-					t.Fatalf("got %v, want no error", err)
-				}
-				return
-			}
-			var be *bus.Error
-			if !errors.As(err, &be) {
-				t.Fatalf("got %v, want a *bus.Error", err)
-			}
-			if be.Code != tt.wantCode || be.Field != tt.wantField {
-				t.Fatalf("got code %q field %q, want %q %q", be.Code, be.Field, tt.wantCode, tt.wantField)
-			}
-		})
+	if cands[0].Workload != 1 || cands[1].Workload != 0 || cands[1].Running != 4 {
+		t.Fatalf("workload parts: %+v / %+v", cands[0], cands[1])
 	}
+	for _, order := range [][]*agentmeshv1.Agent{{a, b}, {b, a}} {
+		cands, _ := Score(order, nil, []string{"sql"}, DefaultWeights)
+		if got := names(cands); got != "alpha,beta" {
+			t.Fatalf("tie: %s, want alpha,beta", got)
+		}
+	}
+}
+
+func TestScoreBreakdown(t *testing.T) {
+	a := &agentmeshv1.Agent{Name: "a", Skills: []string{"sql", "web"}, RoutingPriority: 80}
+	st := []*busv1.AgentStats{{Running: 1, Completed: 3, Failed: 1}}
+	w := Weights{Capability: 0.4, Workload: 0.3, Priority: 0.2, Affinity: 0.1}
+	cands, _ := Score([]*agentmeshv1.Agent{a}, st, []string{"sql", "python"}, w)
+	c := cands[0]
+	want := map[string][2]float64{
+		"capability": {c.Capability, 0.5 * (0.8 + 0.2*0.5)},
+		"workload":   {c.Workload, 0.5},
+		"priority":   {c.Priority, 0.8},
+		"affinity":   {c.Affinity, 4.0 / 6.0},
+		"score":      {c.Score, 0.4*0.45 + 0.3*0.5 + 0.2*0.8 + 0.1*4.0/6.0},
+	}
+	for k, v := range want {
+		if math.Abs(v[0]-v[1]) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, v[0], v[1])
+		}
+	}
+	if strings.Join(c.MatchedSkills, ",") != "sql" || strings.Join(c.MissingSkills, ",") != "python" {
+		t.Errorf("matched %v missing %v", c.MatchedSkills, c.MissingSkills)
+	}
+	// The org's affinity can outweigh a small capability gap.
+	b := &agentmeshv1.Agent{Name: "b", Skills: []string{"sql"}}
+	trusted := &agentmeshv1.Agent{Name: "c", Skills: []string{"sql", "web"}}
+	cands, _ = Score([]*agentmeshv1.Agent{b, trusted}, []*busv1.AgentStats{{Failed: 5}, {Completed: 20}}, []string{"sql"}, Weights{Capability: 0.1, Affinity: 0.9})
+	if got := names(cands); got != "c,b" {
+		t.Fatalf("affinity: %s, want c,b", got)
+	}
+}
+
+func TestParseWeights(t *testing.T) {
+	w, err := ParseWeights("capability=0.4, workload=0.3,priority=0.2,affinity=0.1")
+	if err != nil || w != DefaultWeights {
+		t.Fatalf("ParseWeights = %+v, %v", w, err)
+	}
+	if w, err := ParseWeights(""); err != nil || w != DefaultWeights {
+		t.Fatalf("empty: %+v, %v", w, err)
+	}
+	if w, err := ParseWeights("capability=1"); err != nil || w != (Weights{Capability: 1}) {
+		t.Fatalf("one weight: %+v, %v", w, err)
+	}
+	for in, mention := range map[string]string{
+		"capability=-0.1":            "capability",
+		"workload=abc":               "workload",
+		"capability=NaN":             "capability",
+		"speed=1":                    "speed",
+		"capability":                 "capability",
+		"capability=0,workload=0":    "above 0",
+		"affinity=0.1,affinity=0.2":  "affinity",
+		"capability=1,priority=+Inf": "priority",
+	} {
+		_, err := ParseWeights(in)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("ParseWeights(%q) = %v, want an error naming %q", in, err, mention)
+		}
+	}
+}
+
+func FuzzParseWeights(f *testing.F) {
+	f.Add("capability=0.4,workload=0.3,priority=0.2,affinity=0.1")
+	f.Add("capability=-1")
+	f.Add("=,=")
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := ParseWeights(s)
+		if err != nil {
+			return
+		}
+		for _, v := range []float64{w.Capability, w.Workload, w.Priority, w.Affinity} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("accepted %q as %+v", s, w)
+			}
+		}
+		if !(w.sum() > 0) {
+			t.Fatalf("accepted %q with sum %v", s, w.sum())
+		}
+	})
 }

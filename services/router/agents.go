@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 
+	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
@@ -68,8 +69,11 @@ func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgent
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	if check == nil && req.GetSkill() != "" && checkSkills("skill", []string{req.GetSkill()}) != nil {
-		check = bus.FieldError("skill", "must be 1-%d bytes without spaces or control characters", maxSkillBytes)
+	if check == nil && req.GetSkill() != "" {
+		req.Skill = agentspec.NormalizeSkills([]string{req.GetSkill()})[0]
+		if !agentspec.ValidSkill(req.Skill) {
+			check = bus.FieldError("skill", "must match %s", agentspec.SkillPattern)
+		}
 	}
 	return registry(ctx, a.s, "ListAgents", subjects.RegistryListAgents, check, agentOp(ctx, &busv1.AgentOp_List{List: req}), &agentmeshv1.ListAgentsResponse{})
 }
@@ -85,4 +89,42 @@ func (a *agentServer) UpdateAgent(ctx context.Context, req *agentmeshv1.UpdateAg
 func (a *agentServer) DeleteAgent(ctx context.Context, req *agentmeshv1.DeleteAgentRequest) (*agentmeshv1.DeleteAgentResponse, error) {
 	return registry(ctx, a.s, "DeleteAgent", subjects.RegistryDeleteAgent,
 		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Delete{Delete: req}), &agentmeshv1.DeleteAgentResponse{})
+}
+
+// Bounds of MatchAgents.
+const (
+	defaultMatchLimit = 20
+	maxMatchLimit     = 1000
+	// submitRoutingCandidates is how many candidates a task's routing
+	// keeps (the best ones).
+	submitRoutingCandidates = 10
+)
+
+// MatchAgents ranks the agents for the required skills as SubmitTask
+// would, with every candidate's breakdown, and submits nothing.
+func (a *agentServer) MatchAgents(ctx context.Context, req *agentmeshv1.MatchAgentsRequest) (*agentmeshv1.MatchAgentsResponse, error) {
+	skills := agentspec.NormalizeSkills(req.GetRequiredSkills())
+	var check error
+	switch {
+	case len(skills) == 0:
+		check = bus.FieldError("required_skills", "required")
+	case req.GetLimit() < 0 || req.GetLimit() > maxMatchLimit:
+		check = bus.FieldError("limit", "must be between 0 and %d", maxMatchLimit)
+	default:
+		check = agentspec.Skills("required_skills", skills)
+	}
+	if check != nil {
+		return nil, toStatus(a.s.log, "MatchAgents", check)
+	}
+	limit := req.GetLimit()
+	if limit == 0 {
+		limit = defaultMatchLimit
+	}
+	var resp busv1.MatchResponse
+	err := bus.Request(ctx, a.s.nc, a.s.names.Registry(subjects.RegistryMatch),
+		&busv1.MatchRequest{RequiredSkills: skills, Org: orgFrom(ctx), Limit: limit}, &resp)
+	if err != nil {
+		return nil, toStatus(a.s.log, "MatchAgents", err)
+	}
+	return &agentmeshv1.MatchAgentsResponse{Routing: resp.GetRouting()}, nil
 }

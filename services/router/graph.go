@@ -172,7 +172,8 @@ func (s *Service) submitTasks(ctx context.Context, req *agentmeshv1.SubmitTasksR
 		return nil, tooLarge("tasks", "%d tasks is over the limit of %d", n, maxGraphTasks)
 	}
 	out := &busv1.CreateTasksRequest{Tasks: make([]*agentmeshv1.Task, n), Refs: make([]string, n)}
-	matched := map[string]*agentmeshv1.Agent{} // match key → agent
+	matched := map[string]*agentmeshv1.Agent{}    // match key → agent
+	routings := map[string]*agentmeshv1.Routing{} // match key → how it was chosen
 	for i, gt := range req.GetTasks() {
 		field := fmt.Sprintf("tasks[%d]", i)
 		ref := gt.GetRef()
@@ -200,23 +201,24 @@ func (s *Service) submitTasks(ctx context.Context, req *agentmeshv1.SubmitTasksR
 		}
 		key := sub.GetAgent() + "\x00" + strings.Join(sub.GetRequiredSkills(), "\x00")
 		agent, ok := matched[key]
+		routing := routings[key]
 		if !ok {
 			var match busv1.MatchResponse
 			err := bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
-				&busv1.MatchRequest{Agent: sub.GetAgent(), RequiredSkills: sub.GetRequiredSkills(), Org: orgFrom(ctx)}, &match)
+				&busv1.MatchRequest{Agent: sub.GetAgent(), RequiredSkills: sub.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates}, &match)
 			if err == nil && match.GetAgent().GetName() == "" {
 				err = bus.ErrNotFound
 			}
 			if err != nil {
 				return nil, prefixErr(field+".task", matchError(sub, err))
 			}
-			agent = match.GetAgent()
-			matched[key] = agent
+			agent, routing = match.GetAgent(), match.GetRouting()
+			matched[key], routings[key] = agent, routing
 		}
 		t := &agentmeshv1.Task{
 			Org: orgFrom(ctx), Title: sub.GetTitle(), Input: sub.GetInput(), Agent: agent.GetName(),
 			RequiredSkills: sub.GetRequiredSkills(), Priority: prio, Metadata: sub.GetMetadata(),
-			Budget: mergeBudget(sub.GetBudget(), agent.GetBudget()),
+			Budget: mergeBudget(sub.GetBudget(), agent.GetBudget()), Routing: routing,
 		}
 		addGraphFields(ctx, t, sub)
 		out.Tasks[i], out.Refs[i] = t, ref

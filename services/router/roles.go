@@ -73,6 +73,7 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"): RoleAdmin,
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "GetAgent"):    RoleReader,
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgents"):  RoleReader,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "MatchAgents"): RoleReader,
 
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ListApprovals"):   RoleReader,
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ApproveToolCall"): RoleApprover,

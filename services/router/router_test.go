@@ -47,14 +47,16 @@ func TestSubmitValidation(t *testing.T) {
 		{"bad agent name", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent = "Bad Name" }), codes.InvalidArgument, "agent: must match [a-z0-9][a-z0-9_-]{0,62}"},
 		{"agent name too long", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent = strings.Repeat("a", 64) }), codes.InvalidArgument, "agent: must match"},
 		{"empty skill", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"sql", ""} }), codes.InvalidArgument, "required_skills[1]: must not be empty"},
-		{"skill with space", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"a b"} }), codes.InvalidArgument, "required_skills[0]: must not contain spaces"},
+		{"skill with space", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"a b"} }), codes.InvalidArgument, "required_skills[0]: must be lower-case letters"},
+		{"upper-case skills are the same skill", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"sql", " SQL"} }), codes.InvalidArgument, "required_skills[1]: duplicate skill"},
+		{"skill with a wildcard", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"sql.*"} }), codes.InvalidArgument, "required_skills[0]: must be lower-case letters"},
 		{"duplicate skill", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Agent, r.RequiredSkills = "", []string{"sql", "sql"} }), codes.InvalidArgument, "required_skills[1]: duplicate skill"},
 		{"too many skills", ok(func(r *agentmeshv1.SubmitTaskRequest) {
 			r.Agent = ""
-			for i := range 33 {
+			for i := range 65 {
 				r.RequiredSkills = append(r.RequiredSkills, fmt.Sprint("s", i))
 			}
-		}), codes.ResourceExhausted, "required_skills: 33 skills is over the limit of 32"},
+		}), codes.ResourceExhausted, "required_skills: 65 skills is over the limit of 64"},
 		{"unknown priority", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Priority = 9 }), codes.InvalidArgument, "priority: unknown value 9"},
 		{"negative priority", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Priority = -1 }), codes.InvalidArgument, "priority: unknown value -1"},
 		{"too many metadata entries", ok(func(r *agentmeshv1.SubmitTaskRequest) { r.Metadata = map[string]string{"a": "1", "b": "2", "c": "3"} }), codes.ResourceExhausted, "metadata: 3 entries is over the limit of 2"},

@@ -63,7 +63,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	}
 	var match busv1.MatchResponse
 	err = bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
-		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx)}, &match)
+		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates}, &match)
 	if err != nil {
 		return nil, matchError(req, err)
 	}
@@ -83,6 +83,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
 		RetryPolicy:    req.GetRetryPolicy(),
 		QueueTimeout:   req.GetQueueTimeout(),
+		Routing:        match.GetRouting(),
 	}
 	addGraphFields(ctx, task, req)
 	var created busv1.CreateTaskResponse

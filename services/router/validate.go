@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
@@ -17,8 +18,6 @@ import (
 // Limits of fields that have no configurable limit.
 const (
 	maxTitleBytes          = 1024
-	maxSkills              = 32
-	maxSkillBytes          = 64
 	maxIdempotencyKeyBytes = 256
 	maxMetadataKeyBytes    = 128
 	maxReasonBytes         = 4096
@@ -28,7 +27,7 @@ const (
 )
 
 // NamePattern is the form of an agent name.
-const NamePattern = `[a-z0-9][a-z0-9_-]{0,62}`
+const NamePattern = agentspec.NamePattern
 
 var (
 	nameRe = regexp.MustCompile(`^` + NamePattern + `$`)
@@ -81,7 +80,8 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 			return 0, err
 		}
 	case len(req.GetRequiredSkills()) > 0:
-		if err := checkSkills("required_skills", req.GetRequiredSkills()); err != nil {
+		req.RequiredSkills = agentspec.NormalizeSkills(req.RequiredSkills)
+		if err := agentspec.Skills("required_skills", req.GetRequiredSkills()); err != nil {
 			return 0, err
 		}
 	}
@@ -113,37 +113,7 @@ func validateSubmit(req *agentmeshv1.SubmitTaskRequest, l limits) (agentmeshv1.P
 	return prio, nil
 }
 
-func checkName(field, name string) error {
-	if name == "" {
-		return bus.FieldError(field, "required")
-	}
-	if !nameRe.MatchString(name) {
-		return bus.FieldError(field, "must match %s", NamePattern)
-	}
-	return nil
-}
-
-func checkSkills(field string, skills []string) error {
-	if len(skills) > maxSkills {
-		return tooLarge(field, "%d skills is over the limit of %d", len(skills), maxSkills)
-	}
-	seen := make(map[string]bool, len(skills))
-	for i, sk := range skills {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		switch {
-		case sk == "":
-			return bus.FieldError(f, "must not be empty")
-		case len(sk) > maxSkillBytes:
-			return bus.FieldError(f, "longer than %d bytes", maxSkillBytes)
-		case strings.IndexFunc(sk, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
-			return bus.FieldError(f, "must not contain spaces or control characters")
-		case seen[sk]:
-			return bus.FieldError(f, "duplicate skill %q", sk)
-		}
-		seen[sk] = true
-	}
-	return nil
-}
+func checkName(field, name string) error { return agentspec.Name(field, name) }
 
 func checkMetadata(md map[string]string, l limits) error {
 	if len(md) > l.maxMetadataEntries {
@@ -256,32 +226,9 @@ func checkTime(field string, ts *timestamppb.Timestamp) error {
 	return nil
 }
 
-// validateAgent checks what the router can check of an agent before the
-// registry sees it: the rest is the registry's to judge.
-func validateAgent(a *agentmeshv1.Agent) error {
-	if a == nil {
-		return bus.FieldError("agent", "required")
-	}
-	if err := checkName("agent.name", a.GetName()); err != nil {
-		return err
-	}
-	if a.GetMaxConcurrency() < 0 {
-		return bus.FieldError("agent.max_concurrency", "must not be negative")
-	}
-	if a.GetMaxSteps() < 0 {
-		return bus.FieldError("agent.max_steps", "must not be negative")
-	}
-	if err := budget.Validate("agent.budget", a.GetBudget()); err != nil {
-		return err
-	}
-	if err := taskstate.ValidateRetryPolicy("agent.retry_policy", a.GetRetryPolicy()); err != nil {
-		return err
-	}
-	if err := taskstate.ValidateQueueTimeout("agent.queue_timeout", a.GetQueueTimeout()); err != nil {
-		return err
-	}
-	return checkSkills("agent.skills", a.GetSkills())
-}
+// validateAgent checks an agent with the same rules the registry and state
+// apply (pkg/agentspec), before it goes on the bus.
+func validateAgent(a *agentmeshv1.Agent) error { return agentspec.Agent(a) }
 
 // statusName prints a status for messages ("completed").
 func statusName(s agentmeshv1.TaskStatus) string { return taskstate.Name(s) }

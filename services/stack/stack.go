@@ -62,6 +62,8 @@ type Config struct {
 	ScriptedListen string
 	// Scheduler settings.
 	Scheduler scheduler.Config
+	// Registry settings (Prefix and Streams are the stack's).
+	Registry registry.Config
 	// State settings (Retention). Prefix and Streams are set from above.
 	State   state.Config
 	Streams bus.StreamOptions
@@ -180,7 +182,9 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if nc, err = connect("registry"); err != nil {
 		return nil, err
 	}
-	reg, err := registry.New(ctx, registry.Config{Prefix: cfg.Prefix, Streams: cfg.Streams}, registry.Deps{NC: nc, Log: cfg.Log})
+	regCfg := cfg.Registry
+	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
+	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
@@ -195,6 +196,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},
 		{subjects.StateDeleteAgent, bus.Handler(s.log, func() *busv1.DeleteAgentRequest { return &busv1.DeleteAgentRequest{} }, s.deleteAgent)},
+		{subjects.StateAgentStats, bus.Handler(s.log, func() *busv1.AgentStatsRequest { return &busv1.AgentStatsRequest{} }, s.agentStats)},
 	}
 	for _, in := range intents {
 		eps = append(eps, struct {
@@ -568,14 +570,14 @@ func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*bu
 	switch {
 	case a == nil:
 		return nil, bus.FieldError("agent", "an agent is required")
-	case a.Name == "":
-		return nil, bus.FieldError("agent.name", "a name is required")
-	case !subjects.ValidToken(a.Name):
-		return nil, bus.FieldError("agent.name", "%q is not a valid name (no spaces, '.', '*' or '>')", a.Name)
 	case a.Org != "" && !subjects.ValidToken(a.Org):
 		return nil, bus.FieldError("agent.org", "%q is not a valid org", a.Org)
 	case req.ExpectedVersion < 0:
 		return nil, bus.FieldError("expected_version", "must not be negative")
+	}
+	// The one rule for agents (the router and the registry check it too).
+	if err := agentspec.Agent(a); err != nil {
+		return nil, err
 	}
 	got, err := s.store.PutAgent(ctx, a, req.Create, req.ExpectedVersion)
 	if errors.Is(err, bus.ErrNotFound) && !req.Create {

@@ -275,6 +275,7 @@ func TestErrorCodes(t *testing.T) {
 		{"list with a bad status", subjects.StateListTasks, &busv1.ListTasksRequest{Statuses: []agentmeshv1.TaskStatus{42}}, &busv1.ListTasksResponse{}, bus.ErrInvalidArgument, "statuses"},
 		{"duplicate agent", subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "writer"}, Create: true}, &busv1.PutAgentResponse{}, bus.ErrAlreadyExists, ""},
 		{"agent with a bad name", subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "a.b"}, Create: true}, &busv1.PutAgentResponse{}, bus.ErrInvalidArgument, "agent.name"},
+		{"agent with an upper-case skill (the one rule)", subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "w2", Skills: []string{"SQL"}}, Create: true}, &busv1.PutAgentResponse{}, bus.ErrInvalidArgument, "agent.skills[0]"},
 		{"update at a wrong version", subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "writer"}, ExpectedVersion: 9}, &busv1.PutAgentResponse{}, bus.ErrFailedPrecondition, ""},
 		{"get unknown agent", subjects.StateGetAgent, &busv1.GetAgentRequest{Name: "nobody"}, &busv1.GetAgentResponse{}, bus.ErrNotFound, ""},
 		{"delete unknown agent", subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: "nobody"}, &busv1.DeleteAgentResponse{}, bus.ErrNotFound, ""},

@@ -491,7 +491,7 @@ var File_agentmesh_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18agentmesh/v1/agent.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\"?\n" +
+	"\x18agentmesh/v1/agent.proto\x12\fagentmesh.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x17agentmesh/v1/task.proto\"?\n" +
 	"\x12CreateAgentRequest\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"@\n" +
 	"\x13CreateAgentResponse\x12)\n" +
@@ -515,14 +515,15 @@ const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"(\n" +
 	"\x12DeleteAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13DeleteAgentResponse2\xa6\x03\n" +
+	"\x13DeleteAgentResponse2\xfa\x03\n" +
 	"\fAgentService\x12R\n" +
 	"\vCreateAgent\x12 .agentmesh.v1.CreateAgentRequest\x1a!.agentmesh.v1.CreateAgentResponse\x12I\n" +
 	"\bGetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\x12O\n" +
 	"\n" +
 	"ListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\x12R\n" +
 	"\vUpdateAgent\x12 .agentmesh.v1.UpdateAgentRequest\x1a!.agentmesh.v1.UpdateAgentResponse\x12R\n" +
-	"\vDeleteAgent\x12 .agentmesh.v1.DeleteAgentRequest\x1a!.agentmesh.v1.DeleteAgentResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\vDeleteAgent\x12 .agentmesh.v1.DeleteAgentRequest\x1a!.agentmesh.v1.DeleteAgentResponse\x12R\n" +
+	"\vMatchAgents\x12 .agentmesh.v1.MatchAgentsRequest\x1a!.agentmesh.v1.MatchAgentsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_agent_proto_rawDescOnce sync.Once
@@ -549,6 +550,8 @@ var file_agentmesh_v1_agent_proto_goTypes = []any{
 	(*DeleteAgentRequest)(nil),  // 8: agentmesh.v1.DeleteAgentRequest
 	(*DeleteAgentResponse)(nil), // 9: agentmesh.v1.DeleteAgentResponse
 	(*Agent)(nil),               // 10: agentmesh.v1.Agent
+	(*MatchAgentsRequest)(nil),  // 11: agentmesh.v1.MatchAgentsRequest
+	(*MatchAgentsResponse)(nil), // 12: agentmesh.v1.MatchAgentsResponse
 }
 var file_agentmesh_v1_agent_proto_depIdxs = []int32{
 	10, // 0: agentmesh.v1.CreateAgentRequest.agent:type_name -> agentmesh.v1.Agent
@@ -562,13 +565,15 @@ var file_agentmesh_v1_agent_proto_depIdxs = []int32{
 	4,  // 8: agentmesh.v1.AgentService.ListAgents:input_type -> agentmesh.v1.ListAgentsRequest
 	6,  // 9: agentmesh.v1.AgentService.UpdateAgent:input_type -> agentmesh.v1.UpdateAgentRequest
 	8,  // 10: agentmesh.v1.AgentService.DeleteAgent:input_type -> agentmesh.v1.DeleteAgentRequest
-	1,  // 11: agentmesh.v1.AgentService.CreateAgent:output_type -> agentmesh.v1.CreateAgentResponse
-	3,  // 12: agentmesh.v1.AgentService.GetAgent:output_type -> agentmesh.v1.GetAgentResponse
-	5,  // 13: agentmesh.v1.AgentService.ListAgents:output_type -> agentmesh.v1.ListAgentsResponse
-	7,  // 14: agentmesh.v1.AgentService.UpdateAgent:output_type -> agentmesh.v1.UpdateAgentResponse
-	9,  // 15: agentmesh.v1.AgentService.DeleteAgent:output_type -> agentmesh.v1.DeleteAgentResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
+	11, // 11: agentmesh.v1.AgentService.MatchAgents:input_type -> agentmesh.v1.MatchAgentsRequest
+	1,  // 12: agentmesh.v1.AgentService.CreateAgent:output_type -> agentmesh.v1.CreateAgentResponse
+	3,  // 13: agentmesh.v1.AgentService.GetAgent:output_type -> agentmesh.v1.GetAgentResponse
+	5,  // 14: agentmesh.v1.AgentService.ListAgents:output_type -> agentmesh.v1.ListAgentsResponse
+	7,  // 15: agentmesh.v1.AgentService.UpdateAgent:output_type -> agentmesh.v1.UpdateAgentResponse
+	9,  // 16: agentmesh.v1.AgentService.DeleteAgent:output_type -> agentmesh.v1.DeleteAgentResponse
+	12, // 17: agentmesh.v1.AgentService.MatchAgents:output_type -> agentmesh.v1.MatchAgentsResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -579,6 +584,7 @@ func file_agentmesh_v1_agent_proto_init() {
 	if File_agentmesh_v1_agent_proto != nil {
 		return
 	}
+	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_task_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -24,6 +24,7 @@ const (
 	AgentService_ListAgents_FullMethodName  = "/agentmesh.v1.AgentService/ListAgents"
 	AgentService_UpdateAgent_FullMethodName = "/agentmesh.v1.AgentService/UpdateAgent"
 	AgentService_DeleteAgent_FullMethodName = "/agentmesh.v1.AgentService/DeleteAgent"
+	AgentService_MatchAgents_FullMethodName = "/agentmesh.v1.AgentService/MatchAgents"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -39,6 +40,10 @@ type AgentServiceClient interface {
 	// the settings they were accepted with.
 	UpdateAgent(ctx context.Context, in *UpdateAgentRequest, opts ...grpc.CallOption) (*UpdateAgentResponse, error)
 	DeleteAgent(ctx context.Context, in *DeleteAgentRequest, opts ...grpc.CallOption) (*DeleteAgentResponse, error)
+	// MatchAgents ranks the agents (the caller's org's and the shared ones)
+	// for the required skills, with each score's breakdown, as SubmitTask
+	// would choose.
+	MatchAgents(ctx context.Context, in *MatchAgentsRequest, opts ...grpc.CallOption) (*MatchAgentsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -99,6 +104,16 @@ func (c *agentServiceClient) DeleteAgent(ctx context.Context, in *DeleteAgentReq
 	return out, nil
 }
 
+func (c *agentServiceClient) MatchAgents(ctx context.Context, in *MatchAgentsRequest, opts ...grpc.CallOption) (*MatchAgentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MatchAgentsResponse)
+	err := c.cc.Invoke(ctx, AgentService_MatchAgents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -112,6 +127,10 @@ type AgentServiceServer interface {
 	// the settings they were accepted with.
 	UpdateAgent(context.Context, *UpdateAgentRequest) (*UpdateAgentResponse, error)
 	DeleteAgent(context.Context, *DeleteAgentRequest) (*DeleteAgentResponse, error)
+	// MatchAgents ranks the agents (the caller's org's and the shared ones)
+	// for the required skills, with each score's breakdown, as SubmitTask
+	// would choose.
+	MatchAgents(context.Context, *MatchAgentsRequest) (*MatchAgentsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -136,6 +155,9 @@ func (UnimplementedAgentServiceServer) UpdateAgent(context.Context, *UpdateAgent
 }
 func (UnimplementedAgentServiceServer) DeleteAgent(context.Context, *DeleteAgentRequest) (*DeleteAgentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteAgent not implemented")
+}
+func (UnimplementedAgentServiceServer) MatchAgents(context.Context, *MatchAgentsRequest) (*MatchAgentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MatchAgents not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -248,6 +270,24 @@ func _AgentService_DeleteAgent_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_MatchAgents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MatchAgentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).MatchAgents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_MatchAgents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).MatchAgents(ctx, req.(*MatchAgentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -274,6 +314,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteAgent",
 			Handler:    _AgentService_DeleteAgent_Handler,
+		},
+		{
+			MethodName: "MatchAgents",
+			Handler:    _AgentService_MatchAgents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

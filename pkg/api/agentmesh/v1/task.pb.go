@@ -1037,8 +1037,10 @@ type Task struct {
 	// Why the last retried attempt failed (the history keeps every one).
 	LastError       string      `protobuf:"bytes,49,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	LastFailureKind FailureKind `protobuf:"varint,50,opt,name=last_failure_kind,json=lastFailureKind,proto3,enum=agentmesh.v1.FailureKind" json:"last_failure_kind,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How the agent was chosen, recorded at submit (amctl explain).
+	Routing       *Routing `protobuf:"bytes,91,opt,name=routing,proto3" json:"routing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1377,6 +1379,13 @@ func (x *Task) GetLastFailureKind() FailureKind {
 		return x.LastFailureKind
 	}
 	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *Task) GetRouting() *Routing {
+	if x != nil {
+		return x.Routing
+	}
+	return nil
 }
 
 // ToolCall is a model's request to run a tool.
@@ -3167,9 +3176,12 @@ type Agent struct {
 	// Default retry policy of the agent's tasks (unset: the defaults).
 	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
 	// Default queue timeout of the agent's tasks; unset or 0 = no limit.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Rank among agents of equal ability in matching, 0-100; 0 = unset
+	// (scored as 50).
+	RoutingPriority int32 `protobuf:"varint,90,opt,name=routing_priority,json=routingPriority,proto3" json:"routing_priority,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Agent) Reset() {
@@ -3328,6 +3340,13 @@ func (x *Agent) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Agent) GetRoutingPriority() int32 {
+	if x != nil {
+		return x.RoutingPriority
+	}
+	return 0
+}
+
 // RetryPolicy says how a task that failed for a transient reason runs
 // again. On an agent it is the default of the agent's tasks; on a task it
 // overrides the agent's field by field (zero fields inherit). A retried
@@ -3435,7 +3454,7 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
@@ -3470,7 +3489,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xd9\x0f\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\x8a\x10\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3529,7 +3548,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\rnext_retry_at\x180 \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\x12\x1d\n" +
 	"\n" +
 	"last_error\x181 \x01(\tR\tlastError\x12E\n" +
-	"\x11last_failure_kind\x182 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\x0flastFailureKind\x1a;\n" +
+	"\x11last_failure_kind\x182 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\x0flastFailureKind\x12/\n" +
+	"\arouting\x18[ \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -3697,7 +3717,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\a\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -3720,7 +3740,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10approval_timeout\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x12\x10\n" +
 	"\x03org\x18# \x01(\tR\x03org\x12<\n" +
 	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
-	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1aY\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12)\n" +
+	"\x10routing_priority\x18Z \x01(\x05R\x0froutingPriority\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +
@@ -3874,6 +3895,7 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	nil,                            // 41: agentmesh.v1.Agent.ToolPoliciesEntry
 	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
+	(*Routing)(nil),                // 44: agentmesh.v1.Routing
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	42, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
@@ -3903,80 +3925,81 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	42, // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
 	43, // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
 	2,  // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
-	5,  // 27: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	14, // 28: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	10, // 29: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	42, // 30: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 31: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	6,  // 32: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	43, // 33: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 34: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 35: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	15, // 36: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	12, // 37: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,  // 38: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	17, // 39: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	18, // 40: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,  // 41: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	43, // 42: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	42, // 43: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	0,  // 44: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,  // 45: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	38, // 46: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	17, // 47: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,  // 48: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	39, // 49: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	11, // 50: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	7,  // 51: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	36, // 52: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	42, // 53: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	13, // 54: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	13, // 55: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 56: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	43, // 57: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	43, // 58: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 59: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	13, // 60: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	13, // 61: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	16, // 62: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 63: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	16, // 64: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	43, // 65: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	43, // 66: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	10, // 67: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	40, // 68: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	33, // 69: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	43, // 70: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	43, // 71: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 72: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	34, // 73: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	41, // 74: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	42, // 75: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	36, // 76: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	42, // 77: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	42, // 78: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	42, // 79: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,  // 80: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	9,  // 81: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	19, // 82: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	21, // 83: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	23, // 84: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	25, // 85: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	27, // 86: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	29, // 87: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	31, // 88: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	20, // 89: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	22, // 90: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	24, // 91: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	26, // 92: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	28, // 93: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	30, // 94: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	32, // 95: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	89, // [89:96] is the sub-list for method output_type
-	82, // [82:89] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	44, // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
+	5,  // 28: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	14, // 29: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	10, // 30: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	42, // 31: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,  // 32: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	6,  // 33: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	43, // 34: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 35: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,  // 36: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	15, // 37: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	12, // 38: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,  // 39: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	17, // 40: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	18, // 41: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,  // 42: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	43, // 43: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	42, // 44: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	0,  // 45: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,  // 46: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	38, // 47: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	17, // 48: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,  // 49: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	39, // 50: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	11, // 51: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	7,  // 52: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	36, // 53: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	42, // 54: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	13, // 55: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	13, // 56: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,  // 57: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	43, // 58: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	43, // 59: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 60: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	13, // 61: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	13, // 62: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	16, // 63: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,  // 64: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	16, // 65: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	43, // 66: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	43, // 67: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	10, // 68: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	40, // 69: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	33, // 70: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	43, // 71: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	43, // 72: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 73: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	34, // 74: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	41, // 75: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	42, // 76: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	36, // 77: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	42, // 78: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	42, // 79: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	42, // 80: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,  // 81: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	9,  // 82: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	19, // 83: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	21, // 84: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	23, // 85: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	25, // 86: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	27, // 87: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	29, // 88: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	31, // 89: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	20, // 90: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	22, // 91: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	24, // 92: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	26, // 93: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	28, // 94: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	30, // 95: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	32, // 96: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	90, // [90:97] is the sub-list for method output_type
+	83, // [83:90] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -3984,6 +4007,7 @@ func file_agentmesh_v1_task_proto_init() {
 	if File_agentmesh_v1_task_proto != nil {
 		return
 	}
+	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_task_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1506,7 +1506,9 @@ type MatchRequest struct {
 	// Otherwise, the skills the task needs.
 	RequiredSkills []string `protobuf:"bytes,2,rep,name=required_skills,json=requiredSkills,proto3" json:"required_skills,omitempty"`
 	// The submitting org: only its own agents and the shared ones match.
-	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	Org string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	// At most this many candidates in the routing (0 = all).
+	Limit         int32 `protobuf:"varint,90,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1560,6 +1562,13 @@ func (x *MatchRequest) GetOrg() string {
 		return x.Org
 	}
 	return ""
+}
+
+func (x *MatchRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 type MatchCandidate struct {
@@ -1627,7 +1636,9 @@ type MatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Agent *v1.Agent              `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	// Every agent considered, best first, with its score.
-	Candidates    []*MatchCandidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*MatchCandidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The decision with every candidate's breakdown.
+	Routing       *v1.Routing `protobuf:"bytes,90,opt,name=routing,proto3" json:"routing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1672,6 +1683,13 @@ func (x *MatchResponse) GetAgent() *v1.Agent {
 func (x *MatchResponse) GetCandidates() []*MatchCandidate {
 	if x != nil {
 		return x.Candidates
+	}
+	return nil
+}
+
+func (x *MatchResponse) GetRouting() *v1.Routing {
+	if x != nil {
+		return x.Routing
 	}
 	return nil
 }
@@ -1841,7 +1859,7 @@ var File_agentmesh_bus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentmesh/bus/v1/bus.proto\x12\x10agentmesh.bus.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n" +
+	"\x1aagentmesh/bus/v1/bus.proto\x12\x10agentmesh.bus.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x17agentmesh/v1/task.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -1944,20 +1962,22 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"AgentEvent\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"_\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"u\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x12\x10\n" +
-	"\x03org\x18# \x01(\tR\x03org\"c\n" +
+	"\x03org\x18# \x01(\tR\x03org\x12\x14\n" +
+	"\x05limit\x18Z \x01(\x05R\x05limit\"c\n" +
 	"\x0eMatchCandidate\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12%\n" +
-	"\x0ematched_skills\x18\x03 \x03(\tR\rmatchedSkills\"|\n" +
+	"\x0ematched_skills\x18\x03 \x03(\tR\rmatchedSkills\"\xad\x01\n" +
 	"\rMatchResponse\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12@\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2 .agentmesh.bus.v1.MatchCandidateR\n" +
-	"candidates\"L\n" +
+	"candidates\x12/\n" +
+	"\arouting\x18Z \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\"L\n" +
 	"\bWorkItem\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xff\x02\n" +
@@ -2028,7 +2048,8 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*v1.Step)(nil),               // 37: agentmesh.v1.Step
 	(*v1.Usage)(nil),              // 38: agentmesh.v1.Usage
 	(*v1.Agent)(nil),              // 39: agentmesh.v1.Agent
-	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
+	(*v1.Routing)(nil),            // 40: agentmesh.v1.Routing
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	30, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
@@ -2061,15 +2082,16 @@ var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	39, // 27: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
 	39, // 28: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
 	25, // 29: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	30, // 30: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	32, // 31: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	29, // 32: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	40, // 33: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	40, // 30: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
+	30, // 31: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	32, // 32: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	29, // 33: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	41, // 34: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }

@@ -1,4 +1,4 @@
-package registry
+package agentspec
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ func TestValidateAgentMCPServers(t *testing.T) {
 		{Name: "fs", Command: []string{"npx", "-y", "@modelcontextprotocol/server-filesystem", "${WORKSPACE}"}, Env: map[string]string{"DEBUG": "1"}},
 		{Name: "web-tools", Url: "https://mcp.example.com/mcp", RequireApproval: true},
 	}}
-	if err := ValidateAgent(ok); err != nil {
+	if err := Agent(ok); err != nil {
 		t.Fatalf("valid agent: %v", err)
 	}
 	many := &agentmeshv1.Agent{Name: "a"}
@@ -35,7 +35,7 @@ func TestValidateAgentMCPServers(t *testing.T) {
 		"too many":  {many, bus.ErrResourceExhausted, "agent.mcp_servers", "more than 16"},
 	}
 	for name, c := range cases {
-		err := ValidateAgent(c.agent)
+		err := Agent(c.agent)
 		var be *bus.Error
 		if !errors.Is(err, c.code) || !errors.As(err, &be) || be.Field != c.field || !strings.Contains(be.Message, c.msg) {
 			t.Errorf("%s: ValidateAgent = %v, want %v on %s mentioning %q", name, err, c.code, c.field, c.msg)

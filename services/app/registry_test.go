@@ -1,0 +1,39 @@
+package app
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentmesh/agentmesh/services/registry"
+)
+
+// Bad match weights refuse to start, naming the weight; good ones reach
+// the registry's config.
+func TestRegistryConfigWeights(t *testing.T) {
+	for _, tt := range []struct{ env, mention string }{
+		{"capability=0.5,workload=-0.1", "workload"},
+		{"capability=lots", "capability"},
+		{"speed=1", "speed"},
+	} {
+		t.Setenv("AGENTMESH_MATCH_WEIGHTS", tt.env)
+		s := newSettings("registry")
+		if err := s.parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.registryConfig()
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "AGENTMESH_MATCH_WEIGHTS") || !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("%q: got %v, want a usage error naming %s", tt.env, err, tt.mention)
+		}
+	}
+	t.Setenv("AGENTMESH_MATCH_WEIGHTS", "capability=1,affinity=1")
+	s := newSettings("registry")
+	if err := s.parse([]string{"--match-affinity-window", "2h"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.registryConfig()
+	if err != nil || *cfg.Weights != (registry.Weights{Capability: 1, Affinity: 1}) || cfg.AffinityWindow.Hours() != 2 {
+		t.Fatalf("got %+v %v", cfg, err)
+	}
+}
