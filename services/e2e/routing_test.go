@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func candNames(r *agentmeshv1.Routing) string {
+	var out []string
+	for _, c := range r.GetCandidates() {
+		out = append(out, c.Agent)
+	}
+	return strings.Join(out, ",")
+}
+
+// Scored matching on the whole stack: candidates come from the store's
+// skill filter, the live load from state; a specialist beats a
+// generalist, an idle agent beats a saturated one of equal skill, and the
+// decision is recorded on the task.
+func TestMatchAgentsAndRouting(t *testing.T) {
+	stores(t, func(t *testing.T, o opts) {
+		e := start(t, o)
+		mk := func(name string, maxConc int32, skills ...string) {
+			t.Helper()
+			_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+				Name: name, SystemPrompt: "You are a test agent.", Tools: []string{"echo"}, Skills: skills, MaxConcurrency: maxConc,
+			}})
+			if err != nil {
+				t.Fatalf("create agent %s: %v", name, err)
+			}
+		}
+		mk("generalist", 0, "sql", "python", "web", "writing")
+		mk("sql-expert", 0, "sql", "postgres")
+		mk("sql-busy", 1, "sql")
+		mk("sql-idle", 1, "sql")
+		mk("assistant", 0, "general")
+		mk("unrelated", 0, "cooking")
+
+		// Saturate sql-busy with one slow task.
+		slow := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "slow task", Agent: "sql-busy"})
+		if slow.GetRouting().GetMethod() != "named" || slow.GetRouting().GetChosen() != "sql-busy" {
+			t.Fatalf("named routing = %v", slow.GetRouting())
+		}
+		e.waitStatus(t, slow.Id, taskstate.Running, 60*time.Second)
+
+		resp, err := e.agents.MatchAgents(ctxT(t), &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{" SQL "}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Routing
+		if got := candNames(r); got != "sql-idle,sql-expert,generalist,sql-busy" {
+			t.Fatalf("candidates = %s, want sql-idle,sql-expert,generalist,sql-busy", got)
+		}
+		byName := map[string]*agentmeshv1.RoutingCandidate{}
+		for _, c := range r.Candidates {
+			byName[c.Agent] = c
+		}
+		busy, idle, expert, gen := byName["sql-busy"], byName["sql-idle"], byName["sql-expert"], byName["generalist"]
+		if busy.Running != 1 || busy.Workload != 0 || idle.Workload != 1 || idle.Capability != busy.Capability {
+			t.Errorf("idle vs saturated: idle %v, busy %v", idle, busy)
+		}
+		if !(expert.Capability > gen.Capability) {
+			t.Errorf("specialist capability %v not above generalist's %v", expert.Capability, gen.Capability)
+		}
+		if r.Method != "scored" || r.Chosen != "sql-idle" || r.Weights.GetCapability() != 0.4 || strings.Join(r.RequiredSkills, ",") != "sql" {
+			t.Errorf("routing = %v", r)
+		}
+
+		// Submit by skills: the routing is stored and read back.
+		task := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "hello", RequiredSkills: []string{"sql", "postgres"}})
+		got, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: task.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr := got.Task.GetRouting()
+		if got.Task.Agent != "sql-expert" || gr.GetChosen() != "sql-expert" || gr.GetMethod() != "scored" || len(gr.GetCandidates()) < 2 ||
+			gr.Candidates[0].Agent != "sql-expert" || strings.Join(gr.Candidates[1].MissingSkills, ",") != "postgres" || gr.GetDecidedAt() == nil {
+			t.Fatalf("stored routing = %v (agent %s)", gr, got.Task.Agent)
+		}
+		def := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "hello"})
+		if def.Agent != "assistant" || def.GetRouting().GetMethod() != "default" {
+			t.Fatalf("default routing: agent %s routing %v", def.Agent, def.GetRouting())
+		}
+
+		// Bad input.
+		for _, tt := range []struct {
+			req  *agentmeshv1.MatchAgentsRequest
+			code codes.Code
+			msg  string
+		}{
+			{&agentmeshv1.MatchAgentsRequest{}, codes.InvalidArgument, "required_skills"},
+			{&agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"a b"}}, codes.InvalidArgument, "required_skills[0]"},
+			{&agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"sql"}, Limit: -1}, codes.InvalidArgument, "limit"},
+			{&agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"juggling"}}, codes.FailedPrecondition, "juggling"},
+		} {
+			_, err := e.agents.MatchAgents(ctxT(t), tt.req)
+			if st := status.Convert(err); st.Code() != tt.code || !strings.Contains(st.Message(), tt.msg) {
+				t.Errorf("MatchAgents(%v) = %v %q, want %v naming %s", tt.req, st.Code(), st.Message(), tt.code, tt.msg)
+			}
+		}
+		if _, err := e.tasks.CancelTask(ctxT(t), &agentmeshv1.CancelTaskRequest{Id: slow.Id}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
