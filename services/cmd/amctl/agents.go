@@ -27,6 +27,7 @@ func (c *cli) agentsCmd(ctx context.Context, args []string) error {
 		"get":    c.agentGet,
 		"update": c.agentUpdate,
 		"delete": c.agentDelete,
+		"match":  c.agentMatch,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		out := c.stdout
@@ -41,6 +42,7 @@ Commands:
   get NAME              show an agent
   update NAME [flags]   change an agent's settings (flags not given keep their value)
   delete NAME           delete an agent
+  match SKILL...        rank the agents for these skills, with each score's breakdown
 
 Run 'amctl agents COMMAND -h' for a command's flags.
 `)
@@ -51,7 +53,7 @@ Run 'amctl agents COMMAND -h' for a command's flags.
 	}
 	fn, ok := subs[args[0]]
 	if !ok {
-		return usagef("agents: unknown command %q (want create, list, get, update or delete)", args[0])
+		return usagef("agents: unknown command %q (want create, list, get, update, delete or match)", args[0])
 	}
 	return fn(ctx, args[1:])
 }
@@ -69,6 +71,7 @@ type agentFlags struct {
 	tools       stringList
 	skills      stringList
 	maxConc     *int
+	routingPrio *int
 	maxSteps    *int
 	retries     *int
 	queueTO     *time.Duration
@@ -86,6 +89,7 @@ func newAgentFlags(fs *flag.FlagSet) *agentFlags {
 	fs.Var(&f.tools, "tool", "a tool the agent may use (repeat, or comma-separate)")
 	fs.Var(&f.skills, "skill", "a skill the agent offers (repeat, or comma-separate)")
 	f.maxConc = fs.Int("max-concurrency", 0, "tasks that may run at once across the cluster (0: no limit)")
+	f.routingPrio = fs.Int("routing-priority", 0, "rank among agents of equal ability in matching, 1-100 (0: unset, scored as 50)")
 	f.maxSteps = fs.Int("max-steps", 0, "maximum agent steps per task (0: the executor's default)")
 	f.retries = fs.Int("retries", 0, "retry a task's transient failures up to N times (default 3; 0: never)")
 	f.queueTO = fs.Duration("queue-timeout", 0, "fail a task queued longer than this, e.g. 10m (0: no limit)")
@@ -131,6 +135,8 @@ func (f *agentFlags) apply(a *agentmeshv1.Agent) error {
 			a.Skills = append([]string(nil), f.skills...)
 		case "max-concurrency":
 			a.MaxConcurrency = int32(*f.maxConc)
+		case "routing-priority":
+			a.RoutingPriority = int32(*f.routingPrio)
 		case "max-steps":
 			a.MaxSteps = int32(*f.maxSteps)
 		case "retries":
@@ -152,6 +158,9 @@ func (f *agentFlags) apply(a *agentmeshv1.Agent) error {
 	})
 	if err != nil {
 		return err
+	}
+	if *f.routingPrio < 0 || *f.routingPrio > 100 {
+		return usagef("--routing-priority: must be between 0 and 100")
 	}
 	if *f.maxConc < 0 || *f.maxSteps < 0 || *f.maxTokens < 0 {
 		return usagef("--max-concurrency, --max-steps and --max-tokens must not be negative")

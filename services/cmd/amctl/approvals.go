@@ -129,7 +129,11 @@ func (c *cli) approvalDecide(ctx context.Context, args []string, approve bool) e
 	if c.json() {
 		return c.printJSON(ap, false)
 	}
-	fmt.Fprintf(c.stdout, "%s %sd: %s %s; task %s resumes\n", ap.GetId(), verb, ap.GetTool(), clip(ap.GetArguments(), 80), task.GetId())
+	done := "rejected"
+	if approve {
+		done = "approved"
+	}
+	fmt.Fprintf(c.stdout, "%s %s: %s %s; task %s resumes\n", ap.GetId(), done, ap.GetTool(), clip(ap.GetArguments(), 80), task.GetId())
 	return nil
 }
 

@@ -97,6 +97,7 @@ func commands() []command {
 	return []command{
 		{"submit", "submit a task (and with --wait, follow it to its answer)", (*cli).submit},
 		{"get", "show a task", (*cli).get},
+		{"explain", "show why a task went to its agent (candidates, scores, weights)", (*cli).explain},
 		{"list", "list tasks, newest first", (*cli).list},
 		{"cancel", "cancel a task that has not finished", (*cli).cancel},
 		{"cancel-tasks", "cancel every unfinished task matching a filter", (*cli).cancelTasks},
@@ -106,7 +107,7 @@ func commands() []command {
 		{"metrics", "show your org's task metrics", (*cli).metricsCmd},
 		{"watch", "follow a task's events until it ends", (*cli).watch},
 		{"history", "show a task's recorded events", (*cli).history},
-		{"agents", "manage agents: create, list, get, update, delete", (*cli).agentsCmd},
+		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
@@ -476,7 +477,7 @@ func (c *cli) printJSON(m proto.Message, multiline bool) error {
 func (c *cli) json() bool { return c.output == "json" }
 
 // sortedKeys returns m's keys in order.
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

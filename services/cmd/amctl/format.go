@@ -111,6 +111,7 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	row("id", t.GetId())
 	row("status", taskstate.Name(t.GetStatus()))
 	row("agent", t.GetAgent())
+	row("routing", routingSummary(t.GetRouting()))
 	row("skills", strings.Join(t.GetRequiredSkills(), ", "))
 	row("priority", priorityName(t.GetPriority()))
 	row("title", t.GetTitle())
@@ -187,12 +188,35 @@ func printAgent(w io.Writer, a *agentmeshv1.Agent) {
 	row("tools", strings.Join(a.GetTools(), ", "))
 	row("skills", strings.Join(a.GetSkills(), ", "))
 	row("max concurrency", limitOf(a.GetMaxConcurrency()))
-	row("max steps", limitOf(a.GetMaxSteps()))
-	if p := a.GetRetryPolicy(); p.GetMaxAttempts() > 0 {
-		row("retries", fmt.Sprint(p.GetMaxAttempts()-1))
+	if a.GetMaxSteps() > 0 {
+		row("max steps", fmt.Sprint(a.GetMaxSteps()))
+	} else {
+		row("max steps", fmt.Sprintf("%d (the executor's default; AGENTMESH_MAX_STEPS changes it)", defaultMaxSteps))
 	}
+	row("retries", retriesOf(a.GetRetryPolicy()))
 	if d := a.GetQueueTimeout().AsDuration(); d > 0 {
 		row("queue timeout", d.String())
+	} else {
+		row("queue timeout", "no limit")
+	}
+	if d := a.GetApprovalTimeout().AsDuration(); d > 0 {
+		row("approval timeout", d.String())
+	} else {
+		row("approval timeout", defaultApprovalTimeout.String()+" (default)")
+	}
+	if p := a.GetRoutingPriority(); p > 0 {
+		row("routing priority", fmt.Sprint(p))
+	} else {
+		row("routing priority", "50 (default)")
+	}
+	if b := a.GetBudget(); b != nil {
+		row("budget", budgetOf(b))
+	}
+	for _, tool := range sortedKeys(a.GetToolPolicies()) {
+		row("tool policy "+tool, toolPolicyName(a.GetToolPolicies()[tool]))
+	}
+	for _, m := range a.GetMcpServers() {
+		row("mcp server "+m.GetName(), mcpOf(m))
 	}
 	row("version", fmt.Sprint(a.GetVersion()))
 	row("created", when(a.GetCreatedAt()))
@@ -206,6 +230,65 @@ func modelOf(a *agentmeshv1.Agent) string {
 		return m
 	}
 	return "(executor default)"
+}
+
+// Defaults the server applies to an agent's unset fields (amctl prints
+// them so "agents get" shows what a task really gets).
+const (
+	// defaultMaxSteps is executor.DefaultMaxSteps (checked by a test).
+	defaultMaxSteps        = 16
+	defaultApprovalTimeout = time.Hour
+)
+
+// retriesOf describes the effective retry policy of an agent's tasks.
+func retriesOf(p *agentmeshv1.RetryPolicy) string {
+	eff := taskstate.MergeRetryPolicy(taskstate.DefaultRetryPolicy(), p)
+	s := fmt.Sprintf("%d (backoff %s ×%g up to %s)", eff.GetMaxAttempts()-1,
+		eff.GetInitialBackoff().AsDuration(), eff.GetMultiplier(), eff.GetMaxBackoff().AsDuration())
+	if p.GetMaxAttempts() == 0 {
+		s += " (default)"
+	}
+	return s
+}
+
+func budgetOf(b *agentmeshv1.Budget) string {
+	var parts []string
+	if b.GetMaxSteps() > 0 {
+		parts = append(parts, fmt.Sprintf("%d steps", b.GetMaxSteps()))
+	}
+	if b.GetMaxTokens() > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", b.GetMaxTokens()))
+	}
+	if b.GetMaxCostUsd() > 0 {
+		parts = append(parts, fmt.Sprintf("$%g", b.GetMaxCostUsd()))
+	}
+	if d := b.GetMaxWallTime().AsDuration(); d > 0 {
+		parts = append(parts, d.String()+" wall time")
+	}
+	if len(parts) == 0 {
+		return "no limit"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func toolPolicyName(p agentmeshv1.ToolPolicy) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(p.String(), "TOOL_POLICY_")), "_", " ")
+}
+
+// mcpOf describes an MCP server: its URL or command, never its env
+// values (they may hold secrets).
+func mcpOf(m *agentmeshv1.McpServer) string {
+	s := m.GetUrl()
+	if s == "" {
+		s = strings.Join(m.GetCommand(), " ")
+	}
+	if len(m.GetEnv()) > 0 {
+		s += " (env " + strings.Join(sortedKeys(m.GetEnv()), ", ") + ")"
+	}
+	if m.GetRequireApproval() {
+		s += ", every call needs approval"
+	}
+	return s
 }
 
 func limitOf(n int32) string {

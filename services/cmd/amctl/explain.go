@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+)
+
+// explain shows how a task's agent was chosen: the method, the weights,
+// every candidate recorded with its score's parts and the facts behind
+// them.
+func (c *cli) explain(ctx context.Context, args []string) error {
+	fs := c.flags("explain", "ID", "Show why a task went to its agent.")
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := exactly("explain", pos, "ID"); err != nil {
+		return err
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.tasks.GetTask(cctx, &agentmeshv1.GetTaskRequest{Id: pos[0]})
+	if err != nil {
+		return taskErr(pos[0], err)
+	}
+	r := resp.GetTask().GetRouting()
+	if c.json() {
+		if r == nil {
+			r = &agentmeshv1.Routing{}
+		}
+		return c.printJSON(r, true)
+	}
+	fmt.Fprintf(c.stdout, "task %s runs on agent %s\n", resp.GetTask().GetId(), resp.GetTask().GetAgent())
+	printRouting(c.stdout, r)
+	return nil
+}
+
+// agentMatch ranks the agents for some skills, as a submit would.
+func (c *cli) agentMatch(ctx context.Context, args []string) error {
+	fs := c.flags("agents match", "SKILL... [--limit N]", "Rank the agents for these skills (nothing is submitted).")
+	limit := fs.Int("limit", 0, "at most this many candidates (server default 20, at most 1000)")
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("agents match: at least one SKILL is required")
+	}
+	if *limit < 0 || *limit > 1000 {
+		return usagef("--limit: must be between 0 and 1000")
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.agents.MatchAgents(cctx, &agentmeshv1.MatchAgentsRequest{RequiredSkills: pos, Limit: int32(*limit)})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(resp.GetRouting(), true)
+	}
+	printRouting(c.stdout, resp.GetRouting())
+	return nil
+}
+
+// routingSummary is the one line "amctl get" shows.
+func routingSummary(r *agentmeshv1.Routing) string {
+	switch r.GetMethod() {
+	case "":
+		return ""
+	case "named":
+		return "named by the submitter"
+	case "default":
+		return "the default agent (no agent or skills given)"
+	}
+	s := fmt.Sprintf("scored: %s", r.GetChosen())
+	if cs := r.GetCandidates(); len(cs) > 0 {
+		s += fmt.Sprintf(" (%.3f) of %d candidate(s) shown; amctl explain for the breakdown", cs[0].GetScore(), len(cs))
+	}
+	return s
+}
+
+func printRouting(w io.Writer, r *agentmeshv1.Routing) {
+	switch r.GetMethod() {
+	case "":
+		fmt.Fprintln(w, "no routing decision recorded (the task predates scored matching)")
+		return
+	case "named", "default":
+		fmt.Fprintf(w, "how: %s\n", routingSummary(r))
+		if t := r.GetDecidedAt(); t != nil {
+			fmt.Fprintf(w, "decided: %s\n", when(t))
+		}
+		return
+	}
+	wt := r.GetWeights()
+	fmt.Fprintf(w, "how: scored for skills %s\n", strings.Join(r.GetRequiredSkills(), ", "))
+	fmt.Fprintf(w, "weights: capability %g, workload %g, priority %g, affinity %g\n", wt.GetCapability(), wt.GetWorkload(), wt.GetPriority(), wt.GetAffinity())
+	if t := r.GetDecidedAt(); t != nil {
+		fmt.Fprintf(w, "decided: %s\n", when(t))
+	}
+	fmt.Fprintf(w, "chosen: %s\n\n", r.GetChosen())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tAGENT\tSCORE\tCAPABILITY\tWORKLOAD\tPRIORITY\tAFFINITY\tMATCHED\tMISSING\tRUNNING\tRECENT OK/FAILED")
+	for i, c := range r.GetCandidates() {
+		name := c.GetAgent()
+		if c.GetAgentOrg() == "" {
+			name += " (shared)"
+		}
+		running := fmt.Sprint(c.GetRunning())
+		if c.GetMaxConcurrency() > 0 {
+			running += fmt.Sprintf("/%d", c.GetMaxConcurrency())
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%d/%d\n", i+1, name, c.GetScore(),
+			c.GetCapability(), c.GetWorkload(), c.GetPriority(), c.GetAffinity(),
+			orNone(strings.Join(c.GetMatchedSkills(), ",")), orNone(strings.Join(c.GetMissingSkills(), ",")),
+			running, c.GetRecentCompleted(), c.GetRecentFailed())
+	}
+	_ = tw.Flush()
+}
