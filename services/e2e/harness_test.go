@@ -73,7 +73,7 @@ func logger() *slog.Logger {
 
 // start builds the whole stack in this process and connects a gRPC client
 // to its public API. stop() shuts it down and waits (also at cleanup).
-func start(t *testing.T, o opts) *env {
+func start(t testing.TB, o opts) *env {
 	t.Helper()
 	if o.dataDir == "" {
 		o.dataDir = t.TempDir()

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
+)
+
+// BenchmarkMatchAgents: one org with 1,000 agents over 100 skills (each
+// agent offers 3, so a skill has ~30 agents; "common" is offered by all
+// 1,000), MatchAgents through the gRPC API on the whole stack. Reports
+// p50/p99 per call; and SubmitTask by skills against SubmitTask naming
+// the agent (the cost matching adds to a submit).
+func BenchmarkMatchAgents(b *testing.B) {
+	b.Run("embedded", func(b *testing.B) { benchMatch(b, opts{}) })
+	b.Run("postgres", func(b *testing.B) { benchMatch(b, opts{postgres: pgtest.NewDatabase(b)}) })
+}
+
+func benchMatch(b *testing.B, o opts) {
+	e := start(b, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for i := range 1000 {
+		skills := []string{"common"}
+		for _, k := range []int{i % 100, (i*7 + 3) % 100, (i*13 + 5) % 100} {
+			if s := fmt.Sprintf("skill-%02d", k); !slices.Contains(skills, s) {
+				skills = append(skills, s)
+			}
+		}
+		_, err := e.agents.CreateAgent(ctx, &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+			Name: fmt.Sprintf("agent-%04d", i), Skills: skills, MaxConcurrency: int32(1 + i%4),
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	measure := func(name string, call func(i int) error) {
+		b.Run(name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := call(i); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+		})
+	}
+	measure("two-skills-~60-candidates", func(i int) error {
+		_, err := e.agents.MatchAgents(ctx, &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{fmt.Sprintf("skill-%02d", i%100), fmt.Sprintf("skill-%02d", (i+50)%100)}})
+		return err
+	})
+	measure("one-skill-1000-candidates", func(i int) error {
+		_, err := e.agents.MatchAgents(ctx, &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"common"}})
+		return err
+	})
+	measure("submit-named", func(i int) error {
+		_, err := e.tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "slow bench", Agent: fmt.Sprintf("agent-%04d", i%1000)})
+		return err
+	})
+	measure("submit-by-two-skills", func(i int) error {
+		_, err := e.tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "slow bench", RequiredSkills: []string{fmt.Sprintf("skill-%02d", i%100), fmt.Sprintf("skill-%02d", (i+50)%100)}})
+		return err
+	})
+}
