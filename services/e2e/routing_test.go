@@ -109,3 +109,56 @@ func TestMatchAgentsAndRouting(t *testing.T) {
 		}
 	})
 }
+
+// Matching across orgs: an org sees its own agents and the shared ones,
+// never another org's; its own agent hides a shared one of the same name
+// even when it does not offer the skill; affinity counts the org's own
+// finished tasks.
+func TestMatchAgentsAcrossOrgs(t *testing.T) {
+	stores(t, func(t *testing.T, o opts) {
+		o.keysFile = tenancyKeysFile(t)
+		e := start(t, o)
+		mk := func(who, name string, skills ...string) {
+			t.Helper()
+			if _, err := e.agents.CreateAgent(as(t, who), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+				Name: name, Tools: []string{"echo"}, Skills: skills,
+			}}); err != nil {
+				t.Fatalf("%s creates %s: %v", who, name, err)
+			}
+		}
+		mk("ops", "translator", "sql")
+		mk("ops", "dup", "sql")
+		mk("a-admin", "dup", "web")
+		mk("a-admin", "a-sql", "sql")
+		mk("b-admin", "b-sql", "sql")
+		match := func(who string) *agentmeshv1.Routing {
+			t.Helper()
+			resp, err := e.agents.MatchAgents(as(t, who), &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"sql"}})
+			if err != nil {
+				t.Fatalf("%s matches: %v", who, err)
+			}
+			return resp.Routing
+		}
+		if got := candNames(match("a-reader")); got != "a-sql,translator" {
+			t.Errorf("org A candidates = %s, want a-sql,translator", got)
+		}
+		if got := candNames(match("b-admin")); got != "b-sql,dup,translator" {
+			t.Errorf("org B candidates = %s, want b-sql,dup,translator", got)
+		}
+		// A's finished task raises a-sql's affinity for A only.
+		sub, err := e.tasks.SubmitTask(as(t, "a-op"), &agentmeshv1.SubmitTaskRequest{Input: "hello", Agent: "a-sql"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAs(t, e, "a-reader", sub.Task.Id, taskstate.Completed)
+		r := match("a-reader")
+		if c := r.Candidates[0]; c.Agent != "a-sql" || c.RecentCompleted != 1 || c.Affinity <= 0.5 || c.AgentOrg != "org-a" {
+			t.Errorf("after a completed task: %v", c)
+		}
+		for _, c := range match("b-admin").Candidates {
+			if c.RecentCompleted != 0 || c.Affinity != 0.5 {
+				t.Errorf("org B sees A's history: %v", c)
+			}
+		}
+	})
+}
