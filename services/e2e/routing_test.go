@@ -88,6 +88,24 @@ func TestMatchAgentsAndRouting(t *testing.T) {
 			t.Fatalf("default routing: agent %s routing %v", def.Agent, def.GetRouting())
 		}
 
+		// A graph's tasks carry their routing too.
+		gr2, err := e.graph().SubmitTasks(ctxT(t), &agentmeshv1.SubmitTasksRequest{Tasks: []*agentmeshv1.GraphTask{
+			{Ref: "a", Task: &agentmeshv1.SubmitTaskRequest{Input: "first", RequiredSkills: []string{"postgres", "sql"}}},
+			{Ref: "b", Task: &agentmeshv1.SubmitTaskRequest{Input: "second", Agent: "generalist", DependsOn: []string{"ref:a"}}},
+		}})
+		if err != nil {
+			t.Fatalf("SubmitTasks: %v", err)
+		}
+		for i, want := range []string{"scored:sql-expert", "named:generalist"} {
+			got, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: gr2.Tasks[i].Id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := got.Task.GetRouting(); r.GetMethod()+":"+r.GetChosen() != want {
+				t.Errorf("graph task %d routing = %v, want %s", i, r, want)
+			}
+		}
+
 		// Bad input.
 		for _, tt := range []struct {
 			req  *agentmeshv1.MatchAgentsRequest
