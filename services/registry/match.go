@@ -239,6 +239,10 @@ func (s *Service) candidates(ctx context.Context, org string, required []string)
 	return out, nil
 }
 
+// statsBatch is the most agents one state.agent.stats request names
+// (state's limit).
+const statsBatch = 1000
+
 // scoredMatch ranks the candidates for required (normalised) skills.
 func (s *Service) scoredMatch(ctx context.Context, org string, required []string, limit int32) (*busv1.MatchResponse, error) {
 	agents, err := s.candidates(ctx, org, required)
@@ -249,17 +253,22 @@ func (s *Service) scoredMatch(ctx context.Context, org string, required []string
 		return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "required_skills",
 			Message: fmt.Sprintf("no agent offers any of the skills %s", strings.Join(required, ", "))}
 	}
-	var stats busv1.AgentStatsResponse
+	var stats []*busv1.AgentStats
 	if org != "" {
-		req := &busv1.AgentStatsRequest{Org: org, WindowSeconds: int64(s.affinityWindow / time.Second)}
-		for _, a := range agents {
-			req.Agents = append(req.Agents, &busv1.AgentRef{Org: a.Org, Name: a.Name})
-		}
-		if err := s.stateReq(ctx, subjects.StateAgentStats, req, &stats); err != nil {
-			return nil, fmt.Errorf("agent stats: %w", err)
+		// In batches of what state answers at once.
+		for start := 0; start < len(agents); start += statsBatch {
+			req := &busv1.AgentStatsRequest{Org: org, WindowSeconds: int64(s.affinityWindow / time.Second)}
+			for _, a := range agents[start:min(start+statsBatch, len(agents))] {
+				req.Agents = append(req.Agents, &busv1.AgentRef{Org: a.Org, Name: a.Name})
+			}
+			var resp busv1.AgentStatsResponse
+			if err := s.stateReq(ctx, subjects.StateAgentStats, req, &resp); err != nil {
+				return nil, fmt.Errorf("agent stats: %w", err)
+			}
+			stats = append(stats, resp.Stats...)
 		}
 	}
-	cands, ranked := Score(agents, stats.Stats, required, s.weights)
+	cands, ranked := Score(agents, stats, required, s.weights)
 	routing := &agentmeshv1.Routing{
 		Method: MethodScored, RequiredSkills: required, Weights: s.weights.Proto(),
 		Candidates: cands, Chosen: ranked[0].Name, DecidedAt: timestamppb.Now(),
