@@ -30,7 +30,7 @@
 //
 // Bus subjects it requests (see package subjects), all protobuf:
 //
-//	<p>.registry.match              busv1.MatchRequest          (SubmitTask)
+//	<p>.registry.match              busv1.MatchRequest          (SubmitTask, SubmitTasks, MatchAgents)
 //	<p>.registry.agents.create|get|list|update|delete
 //	                                agentmeshv1.*AgentRequest    (AgentService)
 //	<p>.state.task.create           busv1.CreateTaskRequest     (SubmitTask)

@@ -16,7 +16,7 @@
 //	task.create_graph task.update task.delete task.metrics
 //	                                               (router; graph.go, metrics.go)
 //	task.resolve                                   (scheduler's resolver)
-//	agent.put agent.get agent.list agent.delete
+//	agent.put agent.get agent.list agent.delete agent.stats
 //
 // There is no generic transition: each intent may make only the status
 // changes of its table (intents.go), and the bus lets only one service
