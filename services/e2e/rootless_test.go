@@ -161,12 +161,27 @@ for name, f in [("fchmod", lambda: os.chmod(3, 0o777)), ("futimens", lambda: os.
 		if err != nil || strings.Contains(string(out), "SUCCEEDED") || strings.Count(string(out), "refused") != 4 {
 			t.Errorf("task A's host uid changed task B's workspace, or the probe did not run (%v):\n%s", err, out)
 		}
-		if after, err := os.Stat(wsB); err != nil || after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
-			t.Errorf("task B's workspace changed: %v %v → %v (%v)", before.Mode(), before.ModTime(), after, err)
+		if after, err := os.Stat(wsB); err != nil {
+			t.Error(err)
+		} else if after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+			t.Errorf("task B's workspace changed: %v %v → %v %v", before.Mode(), before.ModTime(), after.Mode(), after.ModTime())
 		}
+		// Release both programs: "go" in each workspace, created with its
+		// task's host ids (root's are not mapped in the task's tmpfs)
+		// through a descriptor the test opened.
 		for _, pid := range progs {
-			if err := os.WriteFile(fmt.Sprintf("/proc/%d/cwd/go", pid), nil, 0o644); err != nil {
+			u, g := hostIDs(t, pid)
+			ws, err := os.Open(fmt.Sprintf("/proc/%d/cwd", pid))
+			if err != nil {
 				t.Fatal(err)
+			}
+			touch := exec.Command("/usr/bin/touch", "/proc/self/fd/3/go")
+			touch.ExtraFiles = []*os.File{ws}
+			touch.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g), Groups: []uint32{}}}
+			out, err := touch.CombinedOutput()
+			ws.Close()
+			if err != nil {
+				t.Fatalf("release task program %d: %v: %s", pid, err, out)
 			}
 		}
 		for _, task := range []*agentmeshv1.Task{a, b} {
