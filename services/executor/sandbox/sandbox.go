@@ -6,7 +6,8 @@
 //     network, IPC, UTS and cgroup namespaces and its own session (no controlling
 //     terminal), with a clean environment; its root is mapped to a host
 //     uid of its own (one of Config.UIDs per running task when the
-//     executor runs as root). Before it reads anything from the executor
+//     executor runs as root; one of the user's subordinate ids, mapped by
+//     newuidmap/newgidmap, when it does not: subids.go). Before it reads anything from the executor
 //     it confines itself (Enter): it closes every descriptor it inherited
 //     but stdin, stdout and stderr, joins a new session keyring, builds
 //     its filesystem from nothing and pivots into it (see root.go: system
@@ -110,8 +111,10 @@ type Config struct {
 	FileSize uint64
 	// UIDs is the range of host uids (and gids) task sandboxes are mapped
 	// to when the executor runs as root, one per running task
-	// (DefaultUIDs). An executor that is not root maps its own ids, the
-	// same for every task (subordinate ids are not used).
+	// (DefaultUIDs). An executor that is not root takes them from its
+	// user's subordinate ranges (/etc/subuid, /etc/subgid) when it has
+	// them and the helpers newuidmap/newgidmap, else maps its own ids, the
+	// same for every task, and says so (Label).
 	UIDs IDRange
 	// Disk bounds what a task stores: its workspace, /tmp and /dev/shm
 	// live on one tmpfs of this size (1 GiB). Its pages are charged to the
