@@ -846,13 +846,13 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return fmt.Errorf("sandbox: %w", err)
+		return err
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	if t.memDir != "" {
 		for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
 			if err := writeFile(dir, "cgroup.procs", pid); err != nil {
-				return fail(err)
+				return fail(fmt.Errorf("sandbox: %w", err))
 			}
 		}
 	}
@@ -861,7 +861,7 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 			return fail(err)
 		}
 		if err := t.release(true); err != nil {
-			return fail(fmt.Errorf("release the child: %w", err))
+			return fail(fmt.Errorf("sandbox: release the child: %w", err))
 		}
 	}
 	return nil
