@@ -93,7 +93,10 @@ func TestRootlessDev(t *testing.T) {
 	t.Run("subordinate-ids", func(t *testing.T) {
 		for _, helper := range []string{"newuidmap", "newgidmap"} {
 			if _, err := exec.LookPath(helper); err != nil {
-				t.Fatalf("%s is not installed (Debian package uidmap; .ci/run installs it): %v", helper, err)
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s is not installed (Debian package uidmap; .ci/run installs it): %v", helper, err)
+				}
+				t.Skipf("%s is not installed (apt-get install uidmap): %v", helper, err)
 			}
 		}
 		sub := sandboxIDRange{first: 1_300_000_000, count: 65536}
