@@ -7,9 +7,10 @@
 //     terminal), with a clean environment; its root is mapped to a host
 //     uid of its own (one of Config.UIDs per running task when the
 //     executor runs as root; one of the user's subordinate ids, mapped by
-//     newuidmap/newgidmap, when it does not: subids.go). Before it reads anything from the executor
-//     it confines itself (Enter): it closes every descriptor it inherited
-//     but stdin, stdout and stderr, joins a new session keyring, builds
+//     newuidmap/newgidmap, when it does not: subids.go). Before it reads
+//     anything from the executor it confines itself (Enter): it closes
+//     every descriptor it inherited but stdin, stdout and stderr, joins a
+//     new session keyring, builds
 //     its filesystem from nothing and pivots into it (see root.go: system
 //     paths read-only, a fresh /proc, a minimal /dev, its workspace and
 //     /tmp on a tmpfs of Config.Disk bytes; no host /tmp, /run, /var or
