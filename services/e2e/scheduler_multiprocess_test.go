@@ -12,7 +12,6 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -33,7 +32,7 @@ import (
 func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	const tasks, limit = 24, 2
 	bin := agentmeshBinary(t)
-	srv := natstest.Start(t)
+	common := startBus(t, "sf")
 	scriptPath := filepath.Join(t.TempDir(), "script.json")
 	script := `{"scenarios":[{"turns":[{"delay_ms":400,"content":"done: {{input}}"}]}]}`
 	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
@@ -51,15 +50,15 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	t.Cleanup(func() { _ = model.Close() })
 
 	apiAddr := freeAddr(t)
-	common := []string{"AGENTMESH_NATS_URL=" + srv.URL(), "AGENTMESH_PREFIX=sf"}
-	spawn(t, bin, "state", common...)
-	spawn(t, bin, "registry", common...)
-	schedEnv := append([]string{"AGENTMESH_SCHEDULER_LEASE=1s"}, common...)
+	spawn(t, bin, "state", common("state")...)
+	spawn(t, bin, "registry", common("registry")...)
+	schedEnv := common("scheduler", "AGENTMESH_SCHEDULER_LEASE=1s")
 	scheds := []*proc{spawn(t, bin, "scheduler", schedEnv...), spawn(t, bin, "scheduler", schedEnv...)}
-	spawn(t, bin, "router", append([]string{"AGENTMESH_LISTEN=" + apiAddr, "AGENTMESH_API_KEYS=ka=alpha,kb=beta,kc=gamma"}, common...)...)
+	// Three orgs, and the platform key that defines the shared agent they all use.
+	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr, "AGENTMESH_API_KEYS=ka=alpha,kb=beta,kc=gamma,kp=*:platform")...)
 	execEnv := func(node string) []string {
-		return append([]string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted",
-			"AGENTMESH_NODE=" + node, "AGENTMESH_CAPACITY=4", "AGENTMESH_DRAIN_GRACE=20s"}, common...)
+		return common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
+			"AGENTMESH_NODE="+node, "AGENTMESH_CAPACITY=4", "AGENTMESH_DRAIN_GRACE=20s")
 	}
 	exec1 := spawn(t, bin, "executor", execEnv("node-1")...)
 	spawn(t, bin, "executor", execEnv("node-2")...)
@@ -67,7 +66,7 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 	// Three orgs submit: each replica would break ties between them its own
 	// way, so two leaders at once would over-dispatch.
 	var orgs []*env
-	for _, key := range []string{"ka", "kb", "kc"} {
+	for _, key := range []string{"ka", "kb", "kc", "kp"} {
 		conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				return invoker(metadata.AppendToOutgoingContext(ctx, "x-api-key", key), method, req, reply, cc, opts...)
@@ -78,10 +77,11 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 		defer conn.Close()
 		orgs = append(orgs, &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)})
 	}
-	e := orgs[0]
+	platform := orgs[3]
+	orgs = orgs[:3]
 	owner := map[string]*env{}
 	poll.Until(t, 60*time.Second, func() error {
-		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+		_, err := platform.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 			Name: "capped", MaxConcurrency: limit,
 		}})
 		if status.Code(err) == codes.AlreadyExists {
