@@ -858,11 +858,8 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 		}
 	}
 	if t.sub {
-		if err := t.MapIDs(cmd.Process.Pid); err != nil {
+		if err := t.MapAndRelease(cmd.Process.Pid); err != nil {
 			return fail(err)
-		}
-		if err := t.release(true); err != nil {
-			return fail(fmt.Errorf("sandbox: release the child: %w", err))
 		}
 	}
 	return nil

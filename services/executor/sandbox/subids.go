@@ -145,8 +145,8 @@ func (s *subordinate) gidOf(uid int) int { return s.gids.First + uid - s.uids.Fi
 // setuid helpers (subordinate ids, the executor is not root): then the
 // child must be started without UidMappings and Credential, with
 // AmbientCaps and a sync pipe (as Command does), and MapIDs must run
-// after the start and before the child is released. A spawner of its own
-// (a fork server) does the same.
+// after the start and before the child is released (MapAndRelease). A
+// spawner of its own (a fork server) does the same.
 func (t *Task) MapsByHelper() bool { return t.sub }
 
 // MapIDs maps the task's sandbox root (uid and gid 0 of the namespace of
@@ -166,6 +166,22 @@ func (t *Task) MapIDs(pid int) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("sandbox: %s %d 0 %d 1: %v: %s", m.helper, pid, m.id, err, strings.TrimSpace(string(out)))
 		}
+	}
+	return nil
+}
+
+// MapAndRelease maps the task's ids for the child pid started from
+// Command (MapIDs) and then releases it (the byte on its sync pipe); on
+// error the pipe is closed without one, and the child exits without
+// running anything. A spawner of its own calls it where Task.Start does:
+// after the child is in its cgroups, before anything is sent to it.
+func (t *Task) MapAndRelease(pid int) error {
+	if err := t.MapIDs(pid); err != nil {
+		_ = t.release(false)
+		return err
+	}
+	if err := t.release(true); err != nil {
+		return fmt.Errorf("sandbox: release the child: %w", err)
 	}
 	return nil
 }
