@@ -57,12 +57,171 @@ func unprivileged(t *testing.T) (uid, gid uint32) {
 
 // TestRootlessDev is issue 7's "rootless" test: the built agentmesh binary
 // runs `agentmesh dev` as an ordinary user (no capabilities, no writable
-// cgroup) with its default isolation (best-effort), and completes a task
+// cgroup) with its default isolation (best-effort), and completes tasks
 // whose agent runs code_run, through the public API. The task records the
 // isolation it got, and the start-up log names what is missing and why.
+//
+//   - one-uid: the user has no subordinate ids, so every task's sandbox is
+//     mapped to the user's own uid: the label on the task and the log say
+//     so ("one uid for all tasks") — never silently.
+//   - subordinate-ids: the user has a range in /etc/subuid and /etc/subgid
+//     (and newuidmap/newgidmap are installed): two concurrent tasks run as
+//     two different host uids of the range, each workspace 0700 and owned
+//     by its task's uid, and a process with one task's host ids can
+//     neither chmod nor utime the other's workspace, even handed an open
+//     descriptor of it.
 func TestRootlessDev(t *testing.T) {
 	uid, gid := unprivileged(t)
 	built := agentmeshBinary(t)
+	t.Run("one-uid", func(t *testing.T) {
+		setSubIDs(t, nil)
+		r := startRootlessDev(t, uid, gid, built)
+		task := r.e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "compute", Agent: "coder"})
+		got := r.e.waitStatus(t, task.Id, taskstate.Completed, 2*time.Minute)
+		if !strings.Contains(got.Result, "answer 42") || !strings.Contains(got.Result, "uid 0") {
+			t.Errorf("result %q, want code_run's output (uid 0 inside its user namespace, answer 42)", got.Result)
+		}
+		const label = "reduced: one uid for all tasks — add a /etc/subuid range and install uidmap"
+		if !strings.HasPrefix(got.Isolation, label) {
+			t.Errorf("isolation %q on the task, want it to start with %q", got.Isolation, label)
+		}
+		log := r.log()
+		if !strings.Contains(log, "isolation reduced") || !strings.Contains(log, "MISSING: a host uid per task") || !strings.Contains(log, "/etc/subuid") {
+			t.Errorf("the start-up log does not name the isolation and what is missing:\n%s", lastLines(log, 20))
+		}
+	})
+	t.Run("subordinate-ids", func(t *testing.T) {
+		for _, helper := range []string{"newuidmap", "newgidmap"} {
+			if _, err := exec.LookPath(helper); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s is not installed (Debian package uidmap; .ci/run installs it): %v", helper, err)
+				}
+				t.Skipf("%s is not installed (apt-get install uidmap): %v", helper, err)
+			}
+		}
+		sub := sandboxIDRange{first: 1_300_000_000, count: 65536}
+		setSubIDs(t, &sub)
+		r := startRootlessDev(t, uid, gid, built)
+		a := r.e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "wait", Agent: "coder"})
+		b := r.e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "wait", Agent: "coder"})
+		// Both tasks' programs run at once, each waiting for a file "go"
+		// in its workspace.
+		var progs []int
+		poll.Until(t, 2*time.Minute, func() error {
+			progs = progs[:0]
+			for _, pid := range descendants(r.pid) {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d/cwd/ready", pid)); err == nil && strings.HasPrefix(procName(pid), "python") {
+					progs = append(progs, pid)
+				}
+			}
+			if len(progs) != 2 {
+				return fmt.Errorf("%d of 2 tasks' programs are running", len(progs))
+			}
+			return nil
+		})
+		pa, pb := progs[0], progs[1]
+		ua, ga := hostIDs(t, pa)
+		ub, _ := hostIDs(t, pb)
+		t.Logf("task programs: pid %d as host uid %d, pid %d as host uid %d", pa, ua, pb, ub)
+		for _, u := range []int{ua, ub} {
+			if u < sub.first || u >= sub.first+sub.count {
+				t.Errorf("a task runs as host uid %d, not one of the subordinate range %d-%d", u, sub.first, sub.first+sub.count-1)
+			}
+		}
+		if ua == ub {
+			t.Errorf("both tasks run as host uid %d", ua)
+		}
+		wsB := fmt.Sprintf("/proc/%d/cwd", pb)
+		before, err := os.Stat(wsB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := before.Sys().(*syscall.Stat_t); int(st.Uid) != ub || before.Mode().Perm() != 0o700 {
+			t.Errorf("task B's workspace is owned by uid %d with mode %v, want uid %d and 0700", st.Uid, before.Mode().Perm(), ub)
+		}
+		// A process with task A's host ids, handed task B's workspace (a
+		// descriptor, and its path through /proc).
+		fd, err := os.Open(wsB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := exec.Command("/usr/bin/python3", "-c", `
+import os, sys
+for name, f in [("fchmod", lambda: os.chmod(3, 0o777)), ("futimens", lambda: os.utime(3, (0, 0))),
+                ("chmod", lambda: os.chmod(sys.argv[1], 0o777)), ("utime", lambda: os.utime(sys.argv[1], (0, 0)))]:
+    try:
+        f()
+        print(name, "SUCCEEDED")
+    except OSError as e:
+        print(name, "refused:", e)
+`, wsB)
+		probe.ExtraFiles = []*os.File{fd}
+		probe.Env = []string{"PATH=/usr/bin:/bin"}
+		probe.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(ua), Gid: uint32(ga), Groups: []uint32{}}}
+		out, err := probe.CombinedOutput()
+		fd.Close()
+		t.Logf("as task A's host uid %d on task B's workspace:\n%s", ua, out)
+		if err != nil || strings.Contains(string(out), "SUCCEEDED") || strings.Count(string(out), "refused") != 4 {
+			t.Errorf("task A's host uid changed task B's workspace, or the probe did not run (%v):\n%s", err, out)
+		}
+		if after, err := os.Stat(wsB); err != nil {
+			t.Error(err)
+		} else if after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+			t.Errorf("task B's workspace changed: %v %v → %v %v", before.Mode(), before.ModTime(), after.Mode(), after.ModTime())
+		}
+		// Release both programs: "go" in each workspace, created with its
+		// task's host ids (root's are not mapped in the task's tmpfs)
+		// through a descriptor the test opened.
+		for _, pid := range progs {
+			u, g := hostIDs(t, pid)
+			ws, err := os.Open(fmt.Sprintf("/proc/%d/cwd", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			touch := exec.Command("/usr/bin/touch", "/proc/self/fd/3/go")
+			touch.ExtraFiles = []*os.File{ws}
+			touch.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g), Groups: []uint32{}}}
+			out, err := touch.CombinedOutput()
+			ws.Close()
+			if err != nil {
+				t.Fatalf("release task program %d: %v: %s", pid, err, out)
+			}
+		}
+		for _, task := range []*agentmeshv1.Task{a, b} {
+			got := r.e.waitStatus(t, task.Id, taskstate.Completed, 2*time.Minute)
+			if !strings.Contains(got.Result, "answer 42") || !strings.Contains(got.Result, "uid 0") {
+				t.Errorf("result %q, want code_run's output (uid 0 inside its user namespace, answer 42)", got.Result)
+			}
+			// Without a delegated cgroup the level stays reduced, but the
+			// label says the tasks have a uid each.
+			if got.Isolation != "strict" && !strings.HasPrefix(got.Isolation, "reduced: a subordinate uid per task") {
+				t.Errorf("isolation %q on the task, want strict or reduced with a subordinate uid per task", got.Isolation)
+			}
+		}
+		if log := r.log(); !strings.Contains(log, "a host uid per task from the subordinate uids 1300000000-1300065535") || strings.Contains(log, "MISSING: a host uid per task") {
+			t.Errorf("the start-up log does not name the subordinate ids:\n%s", lastLines(log, 20))
+		}
+	})
+}
+
+// rootlessDev is an `agentmesh dev` running as an ordinary user.
+type rootlessDev struct {
+	e       *env
+	pid     int
+	logPath string
+}
+
+func (r *rootlessDev) log() string {
+	b, _ := os.ReadFile(r.logPath)
+	return string(b)
+}
+
+// startRootlessDev runs the built binary's `agentmesh dev` as uid:gid in a
+// directory of its own, with a scripted model whose agent "coder" runs
+// one program with code_run: it prints its uid and 6·7 — after waiting
+// for a file "go" in its workspace when the task's input is "wait".
+func startRootlessDev(t *testing.T, uid, gid uint32, built string) *rootlessDev {
+	t.Helper()
 	// A directory the user owns, with a copy of the binary it can execute
 	// (the build directory is private to root).
 	dir, err := os.MkdirTemp("", "agentmesh-rootless-")
@@ -74,9 +233,14 @@ func TestRootlessDev(t *testing.T) {
 	if err := copyFile(built, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := `{"scenarios":[{"turns":[
-	  {"tool_calls":[{"name":"code_run","arguments":{"language":"python","code":"import os; print('uid', os.getuid(), 'answer', 6 * 7)"}}]},
-	  {"content":"done: {{last_tool_result}}"}]}]}`
+	const prog = `import os, time\nopen('ready', 'w').close()\nfor _ in range(900):\n    if os.path.exists('go'): break\n    time.sleep(0.1)\nprint('uid', os.getuid(), 'answer', 6 * 7)`
+	script := `{"scenarios":[
+	  {"match":"wait","turns":[
+	    {"tool_calls":[{"name":"code_run","arguments":{"language":"python","timeout_seconds":110,"code":"` + prog + `"}}]},
+	    {"content":"done: {{last_tool_result}}"}]},
+	  {"turns":[
+	    {"tool_calls":[{"name":"code_run","arguments":{"language":"python","code":"import os; print('uid', os.getuid(), 'answer', 6 * 7)"}}]},
+	    {"content":"done: {{last_tool_result}}"}]}]}`
 	scriptPath := filepath.Join(dir, "script.json")
 	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
@@ -92,7 +256,7 @@ func TestRootlessDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
+	t.Cleanup(func() { logf.Close() })
 	cmd := exec.Command(bin, "dev")
 	cmd.Dir = dir
 	cmd.Env = []string{
@@ -124,7 +288,7 @@ func TestRootlessDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	health := healthpb.NewHealthClient(conn)
 	poll.Until(t, 90*time.Second, func() error {
 		select {
@@ -148,26 +312,109 @@ func TestRootlessDev(t *testing.T) {
 	}}); err != nil {
 		t.Fatalf("create agent: %v", err)
 	}
-	task := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "compute", Agent: "coder"})
-	got := e.waitStatus(t, task.Id, taskstate.Completed, 2*time.Minute)
-	if !strings.Contains(got.Result, "answer 42") || !strings.Contains(got.Result, "uid 0") {
-		t.Errorf("result %q, want code_run's output (uid 0 inside its user namespace, answer 42)", got.Result)
-	}
-	// As an ordinary user on this kind of host there is no uid per task
-	// (and, without a delegated cgroup, no cgroup limits): reduced, and
-	// said so — never silently none.
-	if got.Isolation != "reduced" && got.Isolation != "strict" {
-		t.Errorf("isolation %q on the task, want reduced (or strict)", got.Isolation)
-	}
-	b, _ := os.ReadFile(logPath)
-	if !strings.Contains(string(b), "isolation "+got.Isolation) || !strings.Contains(string(b), "MISSING: a host uid per task") {
-		t.Errorf("the start-up log does not name the isolation and what is missing:\n%s", lastLines(string(b), 20))
-	}
 	if st, err := os.Stat(filepath.Join(dir, ".agentmesh")); err != nil {
 		t.Errorf("dev's data directory: %v", err)
 	} else if owner := st.Sys().(*syscall.Stat_t).Uid; owner != uid {
 		t.Errorf("dev's data directory is owned by uid %d, want %d (dev ran as root?)", owner, uid)
 	}
+	return &rootlessDev{e: e, pid: cmd.Process.Pid, logPath: logPath}
+}
+
+type sandboxIDRange struct{ first, count int }
+
+// setSubIDs gives rootlessUser the subordinate range r in /etc/subuid and
+// /etc/subgid (nil: none), for the test; the files are restored after it.
+func setSubIDs(t *testing.T, r *sandboxIDRange) {
+	t.Helper()
+	for _, path := range []string{"/etc/subuid", "/etc/subgid"} {
+		orig, err := os.ReadFile(path)
+		existed := err == nil
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		var keep []string
+		for _, line := range strings.Split(string(orig), "\n") {
+			if line != "" && !strings.HasPrefix(line, rootlessUser+":") {
+				keep = append(keep, line)
+			}
+		}
+		if r != nil {
+			keep = append(keep, fmt.Sprintf("%s:%d:%d", rootlessUser, r.first, r.count))
+		}
+		content := strings.Join(keep, "\n")
+		if content != "" {
+			content += "\n"
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if existed {
+				_ = os.WriteFile(path, orig, 0o644)
+			} else {
+				_ = os.Remove(path)
+			}
+		})
+	}
+}
+
+// descendants lists the pids of the processes below pid.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 {
+				parent[p], _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func procName(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// hostIDs are the real uid and gid of a process, as the host sees them.
+func hostIDs(t *testing.T, pid int) (uid, gid int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid = -1, -1
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			switch f[0] {
+			case "Uid:":
+				uid, _ = strconv.Atoi(f[1])
+			case "Gid:":
+				gid, _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	return uid, gid
 }
 
 func copyFile(from, to string, mode os.FileMode) error {

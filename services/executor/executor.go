@@ -301,7 +301,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	case sandbox.IsolationNone:
 		deps.Log.Warn("executor: agent processes are UNSANDBOXED", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
 	case sandbox.IsolationReduced:
-		deps.Log.Warn("executor: agent sandbox with walls MISSING (isolation reduced, recorded on every task)", "node", cfg.Node, "isolation", sb.Isolation(), "missing", strings.Join(sb.Missing(), "; "), "sandbox", sb.String())
+		deps.Log.Warn("executor: agent sandbox with walls MISSING (isolation reduced, recorded on every task)", "node", cfg.Node, "isolation", sb.Label(), "missing", strings.Join(sb.Missing(), "; "), "sandbox", sb.String())
 	default:
 		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
 	}

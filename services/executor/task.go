@@ -88,7 +88,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 // and if it runs this attempt on this node, the attempt is ours.
 func (s *Service) start(ctx context.Context, key runKey) (*busv1.TransitionResponse, error) {
 	req := &busv1.TransitionRequest{TaskId: key.task, From: statusAssigned, To: statusRunning, Attempt: key.attempt, Node: s.cfg.Node,
-		Isolation: s.sb.Isolation()}
+		Isolation: s.sb.Label()}
 	var resp *busv1.TransitionResponse
 	tries := 0
 	err := bus.Retry(ctx, outcomeBackoff, func(ctx context.Context) error {

@@ -71,14 +71,14 @@ func TestIsolationLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Isolation() != sandbox.IsolationStrict || len(sb.Missing()) != 0 || !strings.HasPrefix(sb.String(), "isolation strict:") {
-		t.Errorf("best-effort with every wall: isolation %q, missing %v, report %q", sb.Isolation(), sb.Missing(), sb)
+	if sb.Isolation() != sandbox.IsolationStrict || sb.Label() != sandbox.IsolationStrict || len(sb.Missing()) != 0 || !strings.HasPrefix(sb.String(), "isolation strict:") {
+		t.Errorf("best-effort with every wall: isolation %q (label %q), missing %v, report %q", sb.Isolation(), sb.Label(), sb.Missing(), sb)
 	}
 	none, err := sandbox.New(sandbox.Config{Level: sandbox.None})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if none.Isolation() != sandbox.IsolationNone {
-		t.Errorf("none: isolation %q", none.Isolation())
+	if none.Isolation() != sandbox.IsolationNone || none.Label() != sandbox.IsolationNone {
+		t.Errorf("none: isolation %q, label %q", none.Isolation(), none.Label())
 	}
 }

@@ -49,7 +49,10 @@ type params struct {
 	ToolOOM    string   `json:"tool_oom"`
 	V2         bool     `json:"v2,omitempty"`
 	ExeFD      int      `json:"exe_fd,omitempty"`
-	Pids       int      `json:"pids"`
+	// SyncFD, with subordinate ids, is where the executor says the
+	// sandbox's id maps are written (subids.go).
+	SyncFD int `json:"sync_fd,omitempty"`
+	Pids   int `json:"pids"`
 }
 
 func init() {
@@ -138,6 +141,11 @@ func Enter() error {
 	}
 	if !filepath.IsAbs(p.Stage) {
 		return fmt.Errorf("parameters: stage %q is not absolute", p.Stage)
+	}
+	if p.SyncFD > 2 {
+		if err := becomeRoot(p.SyncFD); err != nil {
+			return err
+		}
 	}
 	if p.ExeFD > 2 {
 		_ = unix.Close(p.ExeFD)
@@ -323,6 +331,9 @@ const (
 func dropCapabilities() error {
 	if err := ll.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient: %w", err)
+	}
+	if err := clearInheritable(); err != nil {
+		return err
 	}
 	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLckd |
 		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked

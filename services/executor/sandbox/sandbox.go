@@ -6,9 +6,11 @@
 //     network, IPC, UTS and cgroup namespaces and its own session (no controlling
 //     terminal), with a clean environment; its root is mapped to a host
 //     uid of its own (one of Config.UIDs per running task when the
-//     executor runs as root). Before it reads anything from the executor
-//     it confines itself (Enter): it closes every descriptor it inherited
-//     but stdin, stdout and stderr, joins a new session keyring, builds
+//     executor runs as root; one of the user's subordinate ids, mapped by
+//     newuidmap/newgidmap, when it does not: subids.go). Before it reads
+//     anything from the executor it confines itself (Enter): it closes
+//     every descriptor it inherited but stdin, stdout and stderr, joins a
+//     new session keyring, builds
 //     its filesystem from nothing and pivots into it (see root.go: system
 //     paths read-only, a fresh /proc, a minimal /dev, its workspace and
 //     /tmp on a tmpfs of Config.Disk bytes; no host /tmp, /run, /var or
@@ -110,8 +112,10 @@ type Config struct {
 	FileSize uint64
 	// UIDs is the range of host uids (and gids) task sandboxes are mapped
 	// to when the executor runs as root, one per running task
-	// (DefaultUIDs). An executor that is not root maps its own ids, the
-	// same for every task (subordinate ids are not used).
+	// (DefaultUIDs). An executor that is not root takes them from its
+	// user's subordinate ranges (/etc/subuid, /etc/subgid) when it has
+	// them and the helpers newuidmap/newgidmap, else maps its own ids, the
+	// same for every task, and says so (Label).
 	UIDs IDRange
 	// Disk bounds what a task stores: its workspace, /tmp and /dev/shm
 	// live on one tmpfs of this size (1 GiB). Its pages are charged to the
@@ -238,9 +242,11 @@ var ErrResourceExhausted = errors.New("resource exhausted")
 // Sandbox makes task sandboxes on this host.
 type Sandbox struct {
 	cfg       Config
-	root      bool     // the executor runs as root
-	uids      *uidPool // root: one host uid per task
-	uid, gid  int      // not root: the executor's own ids, for every task
+	root      bool         // the executor runs as root
+	uids      *uidPool     // root or sub: one host uid per task
+	sub       *subordinate // not root: subordinate ids, mapped by the helpers
+	caps      []uintptr    // sub: the capabilities the child keeps across exec
+	uid, gid  int          // not root, no sub: the executor's own ids, for every task
 	mem       controller
 	pids      controller
 	cpu       controller
@@ -251,6 +257,7 @@ type Sandbox struct {
 	wsRoot    string // where its task workspaces are staged
 	missing   []string
 	isolation string
+	label     string // the isolation with what it lacks, as recorded on tasks
 	report    string
 }
 
@@ -272,6 +279,7 @@ func New(cfg Config) (*Sandbox, error) {
 	s.wsRoot = filepath.Join(cfg.WorkspaceRoot, "agentmesh-"+s.instance)
 	if cfg.Level == None {
 		s.isolation = IsolationNone
+		s.label = IsolationNone
 		s.report = "isolation none: UNSANDBOXED — agent processes run as plain child processes with the executor's privileges (no namespaces, no fresh root, no Landlock, no cgroup limits); for development only"
 		if err := os.MkdirAll(s.wsRoot, 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox: create the workspace root: %w", err)
@@ -279,28 +287,33 @@ func New(cfg Config) (*Sandbox, error) {
 		return s, nil
 	}
 	MarkInheritedCloseOnExec()
-	var fatal, missing []string
+	var fatal, missing, short []string
+	var subErr error
 	if s.root {
 		s.uids = newUIDPool(cfg.UIDs)
 	} else {
 		s.uid, s.gid = os.Geteuid(), os.Getegid()
-		missing = append(missing, fmt.Sprintf("a host uid per task: the executor is not root, so every task's sandbox is mapped to its uid %d (subordinate uids are not used); the fresh root still keeps the tasks' workspaces apart — run the executor as root for one uid per task", s.uid))
+		if sub, err := findSubordinate(); err != nil {
+			subErr = err
+		} else {
+			s.sub, s.uids, s.caps = sub, sub.pool(), ambientCaps()
+		}
 	}
 	if err := userNamespacesEnabled(); err != nil {
 		fatal = append(fatal, err.Error())
 	}
 	if abi, err := landlockABI(); err != nil {
-		missing = append(missing, err.Error())
+		missing, short = append(missing, err.Error()), append(short, "no Landlock")
 	} else {
 		s.abi = abi
 	}
 	if _, err := seccompProgram(); err != nil {
-		missing = append(missing, err.Error())
+		missing, short = append(missing, err.Error()), append(short, "no seccomp filter")
 	} else {
 		s.seccomp = true
 	}
 	if err := s.findCgroups(); err != nil {
-		missing = append(missing, err.Error())
+		missing, short = append(missing, err.Error()), append(short, "no cgroup limits — run under a delegated cgroup")
 	} else {
 		s.cgroups = true
 	}
@@ -321,9 +334,21 @@ func New(cfg Config) (*Sandbox, error) {
 		}
 	}
 	if len(fatal) == 0 {
-		if err := s.selfTest(); err != nil {
+		err := s.selfTest()
+		if err != nil && s.sub != nil {
+			// Subordinate ids listed but not usable (helpers not setuid,
+			// a range shadow refuses): tasks share the executor's uid.
+			subErr = fmt.Errorf("mapping a task to subordinate ids failed: %v", err)
+			s.sub, s.uids, s.caps = nil, nil, nil
+			err = s.selfTest()
+		}
+		if err != nil {
 			fatal = append(fatal, err.Error())
 		}
+	}
+	if !s.root && s.sub == nil {
+		missing = append([]string{fmt.Sprintf("a host uid per task: the executor is not root and cannot map tasks to subordinate ids (%v), so every task's sandbox is mapped to its uid %d; the fresh root still keeps the tasks' workspaces apart — run the executor as root, or give its user a subordinate range", subErr, s.uid)}, missing...)
+		short = append([]string{"one uid for all tasks — add a /etc/subuid range and install uidmap"}, short...)
 	}
 	if len(fatal) > 0 || (cfg.Level == Strict && len(missing) > 0) {
 		all := append(fatal, missing...)
@@ -335,13 +360,20 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	s.missing = missing
 	s.isolation = IsolationStrict
+	s.label = IsolationStrict
 	if len(missing) > 0 {
 		s.isolation = IsolationReduced
+		if s.sub != nil {
+			short = append([]string{"a subordinate uid per task"}, short...)
+		}
+		s.label = IsolationReduced + ": " + strings.Join(short, "; ")
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "isolation %s: user/pid/mount/net/ipc/uts namespaces, fresh root (system paths read-only; workspace, /tmp and /dev/shm on a %s tmpfs), no inherited descriptors, new session keyring, no controlling terminal", s.isolation, mib(cfg.Disk))
 	if s.root {
 		fmt.Fprintf(&b, ", a host uid per task from %s", cfg.UIDs)
+	} else if s.sub != nil {
+		fmt.Fprintf(&b, ", a host uid per task from the subordinate uids %s (gids %s), mapped by %s and %s", s.sub.uids, s.sub.gids, s.sub.newuidmap, s.sub.newgidmap)
 	} else {
 		fmt.Fprintf(&b, ", every task as host uid %d", s.uid)
 	}
@@ -403,6 +435,12 @@ func (s *Sandbox) Level() Level { return s.cfg.Level }
 // wall), "reduced" (some missing, see Missing) or "none".
 func (s *Sandbox) Isolation() string { return s.isolation }
 
+// Label is what is recorded on every task: the isolation and, when it is
+// reduced, what the tasks lack in short (e.g. "reduced: one uid for all
+// tasks — add a /etc/subuid range and install uidmap; no cgroup limits —
+// run under a delegated cgroup"); Missing says why and how at length.
+func (s *Sandbox) Label() string { return s.label }
+
 // Missing names the walls this host could not give (BestEffort), each
 // with why and how to get it.
 func (s *Sandbox) Missing() []string { return append([]string(nil), s.missing...) }
@@ -424,8 +462,11 @@ func mib(n int64) string {
 type Task struct {
 	sb       *Sandbox
 	name     string
-	dir      string // the host directory the sandbox's root is built on
-	uid, gid int    // host ids of the sandbox's root
+	dir      string   // the host directory the sandbox's root is built on
+	uid, gid int      // host ids of the sandbox's root
+	sub      bool     // mapped to subordinate ids by the helpers (MapIDs)
+	syncR    *os.File // sub: the child's end of the sync pipe
+	syncW    *os.File // sub: the executor's end; a byte releases the child
 
 	memDir   string // the task's memory cgroup
 	agentMem string // where the agent process goes in the memory hierarchy
@@ -464,6 +505,9 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 			return nil, err
 		}
 		t.gid = t.uid
+		if s.sub != nil {
+			t.sub, t.gid = true, s.sub.gidOf(t.uid)
+		}
 	}
 	if err := t.setup(); err != nil {
 		t.Cleanup()
@@ -525,8 +569,8 @@ func (t *Task) setup() error {
 		chown = append(chown, filepath.Join(t.memDir, "cgroup.procs"))
 	}
 	for _, f := range chown {
-		if err := os.Chown(f, t.uid, t.gid); err != nil && s.root {
-			return fmt.Errorf("sandbox: chown %s: %w", f, err)
+		if err := t.giveToSandbox(f); err != nil {
+			return err
 		}
 	}
 	// Pids: the task's limit, and a smaller one for the tools' programs, so
@@ -552,9 +596,8 @@ func (t *Task) setup() error {
 		if err := os.Mkdir(t.toolsPid, 0o755); err != nil {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
-		f := filepath.Join(t.toolsPid, "cgroup.procs")
-		if err := os.Chown(f, t.uid, t.gid); err != nil && s.root {
-			return fmt.Errorf("sandbox: chown %s: %w", f, err)
+		if err := t.giveToSandbox(filepath.Join(t.toolsPid, "cgroup.procs")); err != nil {
+			return err
 		}
 	}
 	if err := writeFile(t.toolsPid, "pids.max", strconv.Itoa(s.cfg.toolPids())); err != nil {
@@ -580,6 +623,25 @@ func (t *Task) setup() error {
 		t.agentCPU = t.cpuDir
 	}
 	return setCPU(t.cpuDir, s.cpu.v2, s.cfg.CPU)
+}
+
+// giveToSandbox lets the task's sandbox root write a cgroup file: chown to
+// its uid as root; with subordinate ids (which an ordinary user cannot
+// chown to) mode 0666 — a cgroup file only a writer that may also write
+// the common ancestor's cgroup.procs, inside this executor's subtree, can
+// use.
+func (t *Task) giveToSandbox(f string) error {
+	switch {
+	case t.sb.root:
+		if err := os.Chown(f, t.uid, t.gid); err != nil {
+			return fmt.Errorf("sandbox: chown %s: %w", f, err)
+		}
+	case t.sub:
+		if err := os.Chmod(f, 0o666); err != nil {
+			return fmt.Errorf("sandbox: chmod %s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 // toolPids is the tools' share of the pids limit: all but a reserve for
@@ -699,6 +761,18 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 		cmd.ExtraFiles = []*os.File{f}
 		p.ExeFD = 3
 	}
+	if t.sub {
+		// Subordinate ids: the helpers map them after the start (Start,
+		// MapIDs); the child waits on this pipe until they have.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: sync pipe: %w", err)
+		}
+		t.closeSync()
+		t.syncR, t.syncW = r, w
+		cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+		p.SyncFD = 2 + len(cmd.ExtraFiles)
+	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
@@ -721,7 +795,26 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 		Setsid:    true,
 		Pdeathsig: syscall.SIGKILL,
 	}
+	if t.sub {
+		// No mapping yet (an ordinary user may write only its own ids;
+		// the helpers write the subordinate ones once it runs), so no
+		// credential to switch to; the capabilities of its namespace are
+		// kept across exec as ambient ones, until Enter drops them.
+		a := cmd.SysProcAttr
+		a.UidMappings, a.GidMappings, a.GidMappingsEnableSetgroups, a.Credential = nil, nil, false, nil
+		a.AmbientCaps = t.sb.caps
+	}
 	return cmd, nil
+}
+
+// closeSync closes what is left of the sync pipe.
+func (t *Task) closeSync() {
+	for _, f := range []**os.File{&t.syncR, &t.syncW} {
+		if *f != nil {
+			_ = (*f).Close()
+			*f = nil
+		}
+	}
 }
 
 // toolProcs are the cgroup.procs files a tool's program joins.
@@ -741,16 +834,32 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 		_ = t.exe.Close()
 		t.exe = nil
 	}
-	if err != nil || t.Unsandboxed() || t.memDir == "" {
+	if t.syncR != nil {
+		_ = t.syncR.Close()
+		t.syncR = nil
+	}
+	if err != nil || t.Unsandboxed() {
+		t.closeSync()
+		return err
+	}
+	fail := func(err error) error {
+		t.closeSync() // EOF: the child exits without running anything
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		return err
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
-	for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
-		if err := writeFile(dir, "cgroup.procs", pid); err != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return fmt.Errorf("sandbox: %w", err)
+	if t.memDir != "" {
+		for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
+			if err := writeFile(dir, "cgroup.procs", pid); err != nil {
+				return fail(fmt.Errorf("sandbox: %w", err))
+			}
+		}
+	}
+	if t.sub {
+		if err := t.MapAndRelease(cmd.Process.Pid); err != nil {
+			return fail(err)
 		}
 	}
 	return nil
@@ -843,6 +952,7 @@ func (t *Task) Cleanup() {
 	if t.exe != nil {
 		_ = t.exe.Close()
 	}
+	t.closeSync()
 	if t.agentMem != "" {
 		t.agentOOM = max(oomKills(t.agentMem, t.sb.mem.v2), 0)
 	}
