@@ -741,20 +741,42 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 		_ = t.exe.Close()
 		t.exe = nil
 	}
-	if err != nil || t.Unsandboxed() || t.memDir == "" {
+	if err != nil {
 		return err
 	}
-	pid := strconv.Itoa(cmd.Process.Pid)
+	if err := t.Adopt(cmd.Process.Pid); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
+	return nil
+}
+
+// Adopt finishes the start of the task's child that another process (the
+// executor's spawner) started from Command's cmd, as Start does: it closes
+// the executable's descriptor and, for Strict, puts pid in the task's
+// cgroups. Call it before the child is sent anything; on error the caller
+// must kill the child.
+func (t *Task) Adopt(pid int) error {
+	if t.exe != nil {
+		_ = t.exe.Close()
+		t.exe = nil
+	}
+	if t.Unsandboxed() || t.memDir == "" {
+		return nil
+	}
 	for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
-		if err := writeFile(dir, "cgroup.procs", pid); err != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		if err := writeFile(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}
 	return nil
 }
+
+// StartError explains why a sandboxed process could not start (user
+// namespaces refused or exhausted, for instance).
+func StartError(err error) error { return startError(err) }
 
 // OOMKilled reports whether the kernel OOM-killed the agent process itself
 // at the task's memory limit (its tools' programs have their own, smaller
