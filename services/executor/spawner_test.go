@@ -250,7 +250,10 @@ func BenchmarkSpawn(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(procStatus(os.Getpid(), "VmPTE")), "executor-pte-kB")
 				if s.spawner != nil {
-					b.ReportMetric(float64(procStatus(s.spawner.Pid(), "VmRSS")), "spawner-rss-kB")
+					pid := s.spawner.Pid()
+					b.ReportMetric(float64(procStatus(pid, "RssAnon")), "spawner-anon-kB")
+					b.ReportMetric(float64(procStatus(pid, "VmPTE")), "spawner-pte-kB")
+					b.ReportMetric(float64(procStatus(pid, "Threads")), "spawner-threads")
 				}
 				runtime.KeepAlive(ballast)
 			})
@@ -274,7 +277,7 @@ func sandboxServiceB(b *testing.B) *Service {
 	return s
 }
 
-// procStatus reads a kB field of /proc/pid/status (0 if it cannot).
+// procStatus reads a number (kB) field of /proc/pid/status (0 if it cannot).
 func procStatus(pid int, key string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -282,7 +285,7 @@ func procStatus(pid int, key string) int64 {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, key+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return n
 		}
 	}
