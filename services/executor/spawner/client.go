@@ -148,7 +148,7 @@ func (c *Client) startOne() (*exec.Cmd, *conn, error) {
 		_ = cmd.Wait()
 		return nil, nil, fmt.Errorf("spawner: %w", err)
 	}
-	cn := &conn{uc: fc.(*net.UnixConn), pid: cmd.Process.Pid, pending: map[uint64]chan reply{}, procs: map[uint64]*Proc{}}
+	cn := &conn{uc: fc.(*net.UnixConn), pid: cmd.Process.Pid, pending: map[uint64]chan startResult{}, procs: map[uint64]*Proc{}}
 	go cn.read()
 	return cmd, cn, nil
 }
@@ -217,6 +217,12 @@ func (c *Client) Start(ctx context.Context, cmd *exec.Cmd) (*Proc, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err
 	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
 	req := request{Op: opSpawn, ID: c.ids.Add(1), Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
 	if a := cmd.SysProcAttr; a != nil && a.Cloneflags != 0 {
 		if a.Cloneflags != NamespaceFlags || len(a.UidMappings) != 1 || len(a.GidMappings) != 1 {
@@ -248,11 +254,11 @@ func (c *Client) Start(ctx context.Context, cmd *exec.Cmd) (*Proc, error) {
 	}
 	select {
 	case r := <-ch:
-		return cn.started(r)
+		return r.p, r.err
 	case <-ctx.Done():
 		go func() {
-			if p, err := cn.started(<-ch); err == nil {
-				_ = p.Kill()
+			if r := <-ch; r.err == nil {
+				_ = r.p.Kill()
 			}
 		}()
 		return nil, context.Cause(ctx)
@@ -267,7 +273,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	dead    bool
-	pending map[uint64]chan reply
+	pending map[uint64]chan startResult
 	procs   map[uint64]*Proc
 }
 
@@ -277,8 +283,14 @@ func (cn *conn) isDead() bool {
 	return cn.dead
 }
 
+// startResult is how a spawn request ended: the running child or why not.
+type startResult struct {
+	p   *Proc
+	err error
+}
+
 // send writes req with fds and returns where its started reply arrives.
-func (cn *conn) send(req request, fds []int) (chan reply, error) {
+func (cn *conn) send(req request, fds []int) (chan startResult, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -286,7 +298,7 @@ func (cn *conn) send(req request, fds []int) (chan reply, error) {
 	if len(b) > maxMessage {
 		return nil, fmt.Errorf("spawner: request of %d bytes is too large", len(b))
 	}
-	ch := make(chan reply, 1)
+	ch := make(chan startResult, 1)
 	cn.mu.Lock()
 	if cn.dead {
 		cn.mu.Unlock()
@@ -312,20 +324,6 @@ func (cn *conn) send(req request, fds []int) (chan reply, error) {
 	return ch, nil
 }
 
-// started turns a started reply into the running child.
-func (cn *conn) started(r reply) (*Proc, error) {
-	if r.Err != "" {
-		return nil, replyError(r.Err)
-	}
-	cn.mu.Lock()
-	p := cn.procs[r.ID]
-	cn.mu.Unlock()
-	if p == nil { // the spawner died right after it answered
-		return nil, fmt.Errorf("%w after it started the child", ErrDied)
-	}
-	return p, nil
-}
-
 // replyError rebuilds a spawner's error, with its errno if it had one.
 func replyError(msg string) error {
 	if rest, ok := strings.CutPrefix(msg, "errno "); ok {
@@ -334,9 +332,6 @@ func replyError(msg string) error {
 				return fmt.Errorf("spawner:%s: %w", after, syscall.Errno(e))
 			}
 		}
-	}
-	if msg == ErrDied.Error() {
-		return ErrDied
 	}
 	return errors.New("spawner: " + msg)
 }
@@ -360,10 +355,13 @@ func (cn *conn) read() {
 			ch := cn.pending[r.ID]
 			delete(cn.pending, r.ID)
 			if ch != nil {
-				if r.Err == "" {
-					cn.procs[r.ID] = &Proc{Pid: r.Pid, id: r.ID, cn: cn, done: make(chan struct{})}
+				if r.Err != "" {
+					ch <- startResult{err: replyError(r.Err)}
+					break
 				}
-				ch <- r
+				p := &Proc{Pid: r.Pid, id: r.ID, cn: cn, done: make(chan struct{})}
+				cn.procs[r.ID] = p
+				ch <- startResult{p: p}
 			}
 		case opExited:
 			if p := cn.procs[r.ID]; p != nil {
@@ -389,8 +387,8 @@ func (cn *conn) fail() {
 		return
 	}
 	cn.dead = true
-	for id, ch := range cn.pending {
-		ch <- reply{ID: id, Op: opStarted, Err: ErrDied.Error()}
+	for _, ch := range cn.pending {
+		ch <- startResult{err: fmt.Errorf("%w with the spawn in flight", ErrDied)}
 	}
 	clear(cn.pending)
 	for _, p := range cn.procs {
