@@ -262,8 +262,8 @@ func (d *directHandle) wait() (syscall.WaitStatus, error) {
 }
 
 // spawnVia starts the child in the spawner: the executor keeps its ends of
-// the child's pipes, the spawner gets the child's (SCM_RIGHTS), and the
-// child joins its cgroups (Adopt) before it is sent anything.
+// the child's pipes, the spawner gets the child's (SCM_RIGHTS) and puts
+// the child in its cgroups before it answers.
 func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error {
 	var pipes [3][2]*os.File // stdin, stdout, stderr: {read, write}
 	closeAll := func() {
@@ -284,7 +284,11 @@ func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error
 		pipes[i] = [2]*os.File{r, w}
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
-	proc, err := s.spawner.Start(ctx, cmd)
+	// The spawner puts the child in its cgroups before it could reap it
+	// (a child that exits at once stays a zombie until then), and before
+	// the executor sends it anything.
+	proc, err := s.spawner.Start(ctx, cmd, p.sb.AgentCgroupProcs())
+	p.sb.Started()
 	// The child's ends are the child's now.
 	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]} {
 		_ = f.Close()
@@ -292,12 +296,6 @@ func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error
 	if err != nil {
 		closeAll()
 		return sandbox.StartError(err)
-	}
-	if err := p.sb.Adopt(proc.Pid); err != nil {
-		_ = proc.Kill()
-		_, _ = proc.Wait()
-		closeAll()
-		return err
 	}
 	h := &spawnedHandle{proc: proc, stderr: pipes[2][0], stdout: pipes[1][0], copied: make(chan struct{})}
 	p.pid, p.stdin, p.stdout, p.h = proc.Pid, pipes[0][1], pipes[1][0], h

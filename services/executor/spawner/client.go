@@ -210,10 +210,12 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 
 // Start starts cmd (as package sandbox built it; Stdin, Stdout and Stderr
 // must be *os.File, the child's ends, which the caller closes after
-// Start) in the spawner and returns the running child. A cmd with a
+// Start) in the spawner and returns the running child, which the spawner
+// put in cgroups (cgroup.procs files, sandbox.Task.AgentCgroupProcs)
+// before it answered. A cmd with a
 // SysProcAttr the spawner does not accept is refused before anything
 // starts. ctx ending before the spawner answered kills the child.
-func (c *Client) Start(ctx context.Context, cmd *exec.Cmd) (*Proc, error) {
+func (c *Client) Start(ctx context.Context, cmd *exec.Cmd, cgroups []string) (*Proc, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err
 	}
@@ -223,7 +225,7 @@ func (c *Client) Start(ctx context.Context, cmd *exec.Cmd) (*Proc, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	req := request{Op: opSpawn, ID: c.ids.Add(1), Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
+	req := request{Op: opSpawn, ID: c.ids.Add(1), Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Cgroups: cgroups}
 	if a := cmd.SysProcAttr; a != nil && a.Cloneflags != 0 {
 		if a.Cloneflags != NamespaceFlags || len(a.UidMappings) != 1 || len(a.GidMappings) != 1 {
 			return nil, errors.New("spawner: the command's namespaces or id mappings are not the sandbox's")

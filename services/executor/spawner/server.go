@@ -29,7 +29,8 @@
 // (a socketpair whose other end only the executor holds; it checks the
 // peer is its parent), no listening socket, no path on the filesystem. A
 // request is checked before anything is started: an absolute program
-// path, an absolute directory, 3 or 4 descriptors, and either no new
+// path, an absolute directory, 3 or 4 descriptors, cgroup.procs files
+// under /sys/fs/cgroup only, and either no new
 // namespaces (isolation none) or exactly the sandbox's set with a single
 // uid and gid mapping of root to one host id; Setsid and Pdeathsig are
 // set by the spawner itself, never taken from the request.
@@ -45,6 +46,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -59,6 +62,9 @@ const EnvServe = "AGENTMESH_SPAWNER_SERVE"
 // sandbox.Task.Command); a request names these or none.
 const NamespaceFlags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 	syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP
+
+// cgroupRoot is where the cgroup files a request names must be.
+const cgroupRoot = "/sys/fs/cgroup/"
 
 // maxMessage bounds one request or reply.
 const maxMessage = 1 << 20
@@ -88,6 +94,9 @@ type request struct {
 	// Files is how many descriptors came with the request: stdin, stdout,
 	// stderr and, optionally, the executable (the child's fd 3).
 	Files int `json:"files,omitempty"`
+	// Cgroups are the cgroup.procs files the child joins before the
+	// spawner answers (and so before it could be reaped).
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 // reply is what the spawner sends.
@@ -235,6 +244,11 @@ func check(req *request, files []*os.File) error {
 	case req.Files != len(files) || len(files) < 3 || len(files) > 4:
 		return fmt.Errorf("%d descriptors came with the request (it says %d): want stdin, stdout, stderr and at most the executable", len(files), req.Files)
 	}
+	for _, f := range req.Cgroups {
+		if filepath.Clean(f) != f || !strings.HasPrefix(f, cgroupRoot) || filepath.Base(f) != "cgroup.procs" {
+			return fmt.Errorf("cgroup file %q: want a cgroup.procs file under %s", f, cgroupRoot)
+		}
+	}
 	switch req.Cloneflags {
 	case 0:
 		if req.UID != 0 || req.GID != 0 || req.Setgroups {
@@ -285,6 +299,19 @@ func (s *server) spawn(req request, files []*os.File) {
 	}
 	closeAll(files) // the child has them; ours would keep its pipes open
 	files = nil
+	for _, f := range req.Cgroups {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			s.mu.Lock()
+			ch.reaped = true
+			delete(s.children, req.ID)
+			s.mu.Unlock()
+			s.send(reply{Op: opStarted, ID: req.ID, Err: "cgroups: " + err.Error()})
+			return
+		}
+	}
 	s.send(reply{Op: opStarted, ID: req.ID, Pid: cmd.Process.Pid})
 	err := cmd.Wait()
 	s.mu.Lock()

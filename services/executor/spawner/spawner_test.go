@@ -60,7 +60,7 @@ func TestSpawnPlainChild(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", "echo hello; exit 3")
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd)
+	p, err := c.Start(context.Background(), cmd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestSpawnKill(t *testing.T) {
 	cmd := exec.Command("/bin/sleep", "1000")
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd)
+	p, err := c.Start(context.Background(), cmd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +122,8 @@ func TestSpawnerRefusesBadRequests(t *testing.T) {
 		{"fds not as said", func(r *request) { r.Files = 3 }, fds[:2], "descriptors"},
 		{"user namespace only", func(r *request) { r.Cloneflags = syscall.CLONE_NEWUSER }, fds, "namespace flags"},
 		{"mappings without namespaces", func(r *request) { r.UID = 1000 }, fds, "without namespaces"},
+		{"cgroup file elsewhere", func(r *request) { r.Cgroups = []string{"/etc/passwd"} }, fds, "cgroup file"},
+		{"cgroup file climbing out", func(r *request) { r.Cgroups = []string{"/sys/fs/cgroup/../../etc/cgroup.procs"} }, fds, "cgroup file"},
 		{"negative uid", func(r *request) { r.Cloneflags = NamespaceFlags; r.UID = -1 }, fds, "not valid"},
 	}
 	for i, tt := range tests {
@@ -147,7 +149,7 @@ func TestSpawnerRefusesBadRequests(t *testing.T) {
 	cmd := exec.Command("/bin/true")
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd)
+	p, err := c.Start(context.Background(), cmd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,19 +167,19 @@ func TestStartRefusesBadCommands(t *testing.T) {
 	in, out, errw, _ := stdio(t)
 	cmd := exec.Command("/bin/true")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), out, errw
-	if _, err := c.Start(context.Background(), cmd); err == nil || !strings.Contains(err.Error(), "must be files") {
+	if _, err := c.Start(context.Background(), cmd, nil); err == nil || !strings.Contains(err.Error(), "must be files") {
 		t.Errorf("a reader as stdin: %v", err)
 	}
 	cmd = exec.Command("/bin/true")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
-	if _, err := c.Start(context.Background(), cmd); err == nil || !strings.Contains(err.Error(), "not the sandbox's") {
+	if _, err := c.Start(context.Background(), cmd, nil); err == nil || !strings.Contains(err.Error(), "not the sandbox's") {
 		t.Errorf("other namespaces: %v", err)
 	}
 	cmd = exec.Command("/nonexistent/program")
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	if _, err := c.Start(context.Background(), cmd); !errors.Is(err, syscall.ENOENT) {
+	if _, err := c.Start(context.Background(), cmd, nil); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("a missing program: %v, want ENOENT", err)
 	}
 }
@@ -187,7 +189,7 @@ func TestClose(t *testing.T) {
 	c := startClient(t)
 	pid := c.Pid()
 	c.Close()
-	if _, err := c.Start(context.Background(), exec.Command("/bin/true")); !errors.Is(err, ErrClosed) {
+	if _, err := c.Start(context.Background(), exec.Command("/bin/true"), nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("start after close: %v", err)
 	}
 	if err := syscall.Kill(pid, 0); err == nil {
