@@ -35,6 +35,8 @@ const (
 	restartMax = 5 * time.Second
 	// readyWait bounds how long Start waits for a spawner being restarted.
 	readyWait = 30 * time.Second
+	// closeWait bounds how long Close waits for the spawner to exit.
+	closeWait = 5 * time.Second
 )
 
 // Client is the executor's side: it starts the spawner, restarts it when
@@ -45,6 +47,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	cur    *conn
+	proc   *os.Process   // cur's process
 	ready  chan struct{} // closed while cur is usable
 	closed bool
 
@@ -88,7 +91,7 @@ func (c *Client) supervise(first chan<- error) {
 			c.log.Error("spawner: restart failed", "err", err, "retry_in", backoff)
 		} else {
 			c.mu.Lock()
-			c.cur = cn
+			c.cur, c.proc = cn, cmd.Process
 			close(c.ready)
 			closed := c.closed
 			c.mu.Unlock()
@@ -99,7 +102,7 @@ func (c *Client) supervise(first chan<- error) {
 			werr := cmd.Wait()
 			cn.fail()
 			c.mu.Lock()
-			c.cur = nil
+			c.cur, c.proc = nil, nil
 			c.ready = make(chan struct{})
 			closed = c.closed
 			c.mu.Unlock()
@@ -179,8 +182,20 @@ func (c *Client) Close() {
 	if c.cur != nil {
 		_ = c.cur.uc.Close()
 	}
+	proc := c.proc
 	c.mu.Unlock()
-	<-c.done
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		// A spawner that does not exit at end of file (stopped, stuck) is
+		// killed; its children die with it.
+		if proc != nil {
+			_ = proc.Kill()
+		}
+		<-c.done
+	}
 }
 
 // get waits for a usable spawner.
