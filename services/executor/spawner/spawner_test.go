@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/poll"
 )
 
 func startClient(t *testing.T) *Client {
@@ -199,3 +202,38 @@ func TestClose(t *testing.T) {
 		}
 	}
 }
+
+// A spawner that does not exit at end of file (here: stopped) is killed
+// by Close, and its children die with it.
+func TestCloseKillsStuckSpawner(t *testing.T) {
+	c := startClient(t)
+	in, out, errw, _ := stdio(t)
+	cmd := exec.Command("/bin/sleep", "1000")
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
+	p, err := c.Start(context.Background(), cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second): // a hang detector
+		t.Fatal("Close hung on a stopped spawner")
+	}
+	if _, err := p.Wait(); !errors.Is(err, ErrDied) {
+		t.Errorf("the child's wait: %v, want ErrDied", err)
+	}
+	poll.Until(t, 20*time.Second, func() error {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z") {
+			return nil
+		}
+		return fmt.Errorf("the stuck spawner's child %d survived Close", p.Pid)
+	})
+
