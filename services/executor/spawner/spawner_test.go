@@ -237,3 +237,4 @@ func TestCloseKillsStuckSpawner(t *testing.T) {
 		return fmt.Errorf("the stuck spawner's child %d survived Close", p.Pid)
 	})
 
+}
