@@ -324,6 +324,10 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
+	spawnMode, err := executor.ParseSpawner(s.str("AGENTMESH_SPAWNER"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_SPAWNER: %w", err)}
+	}
 	return executor.Config{
 		Prefix:   s.str("AGENTMESH_PREFIX"),
 		Node:     s.str("AGENTMESH_NODE"),
@@ -333,6 +337,7 @@ func (s *settings) executorConfig() (executor.Config, error) {
 		AckWait:  ackWait,
 		MaxSteps: steps,
 		Sandbox:  sb,
+		Spawner:  spawnMode,
 		Model: executor.ModelConfig{
 			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
 			APIKey:  key,

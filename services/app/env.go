@@ -59,6 +59,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_ISOLATION", "", []string{"dev", "executor"}, "isolation of agent processes: strict (every wall: namespaces, fresh root, Landlock, seccomp, cgroup limits, a uid per task; refuses to start without one), best-effort (every wall the host and user allow, the missing ones named in the log and the level on every task) or none (UNSANDBOXED, for development only); empty = strict for executor, best-effort for dev"},
 		{"AGENTMESH_MATCH_WEIGHTS", "capability=0.4,workload=0.3,priority=0.2,affinity=0.1", []string{"dev", "registry"}, "weights of scored agent matching (a weight not named is 0; each ≥ 0, their sum > 0); a bad or negative one refuses to start"},
 		{"AGENTMESH_MATCH_AFFINITY_WINDOW", "1h", []string{"dev", "registry"}, "how far back an org's finished tasks count for an agent's affinity in matching (at most 168h)"},
+		{"AGENTMESH_SPAWNER", "fork-server", []string{"dev", "executor"}, "who starts the agent processes: fork-server (a small long-lived spawner process the executor starts and restarts; a spawn does not copy the executor's page tables) or direct (the executor forks them itself)"},
 		{"AGENTMESH_TASK_MEMORY", "512MiB", []string{"dev", "executor"}, "memory limit of a task's whole process tree (strict isolation), e.g. 512MiB, 1G"},
 		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},

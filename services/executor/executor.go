@@ -54,6 +54,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,6 +99,10 @@ type Config struct {
 	// package sandbox). New probes the host and fails, naming what is
 	// missing, when the level cannot be had.
 	Sandbox sandbox.Config
+	// Spawner says who starts the agent children: SpawnerForkServer (the
+	// default: a small long-lived spawner process, see package spawner)
+	// or SpawnerDirect (the executor forks them itself).
+	Spawner string
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -193,6 +198,8 @@ type Service struct {
 	cons  jetstream.Consumer
 	model *modelClient
 	sb    *sandbox.Sandbox // the agent children's sandbox
+	// spawner starts the children (nil: the executor does, SpawnerDirect).
+	spawner *spawner.Client
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
 
@@ -306,13 +313,36 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
 	}
 
+	mode, err := ParseSpawner(cfg.Spawner)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	cfg.Spawner = mode
+	var sp *spawner.Client
+	if mode == SpawnerForkServer {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("executor: spawner: %w", err)
+		}
+		if sp, err = spawner.Start(exe, deps.Log.With("service", "executor", "node", cfg.Node)); err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+	}
+	// From here on an error must stop the spawner.
+	fail := func(err error) (*Service, error) {
+		if sp != nil {
+			sp.Close()
+		}
+		return nil, err
+	}
+
 	js, err := jetstream.New(deps.NC)
 	if err != nil {
-		return nil, fmt.Errorf("executor: jetstream: %w", err)
+		return fail(fmt.Errorf("executor: jetstream: %w", err))
 	}
 	// The state service owns the stream; the executors own their consumer.
 	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
+		return fail(fmt.Errorf("executor: %w", err))
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, names.WorkStream(), jetstream.ConsumerConfig{
 		Durable:       subjects.ConsumerExecutors,
@@ -325,12 +355,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err)
+		return fail(fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err))
 	}
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
 	model, err := newModelClient(cfg.Model, log)
 	if err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
+		return fail(fmt.Errorf("executor: %w", err))
 	}
 	return &Service{
 		cfg:   cfg,
@@ -338,7 +368,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:   log,
 		names: names,
 		cons:  cons,
-		sb:    sb,
+		sb:    sb, spawner: sp,
 		model: model, execTools: cfg.Tools,
 		runs: map[runKey]*run{},
 	}, nil
@@ -447,6 +477,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+	if s.spawner != nil {
+		s.spawner.Close()
+	}
 	s.log.Info("executor stopped")
 	return nil
 }

@@ -254,11 +254,13 @@ func children(t *testing.T) []int {
 	if err != nil {
 		t.Skip("no /proc")
 	}
-	var out []int
-	me := os.Getpid()
+	// The agent children are the test process's own (AGENTMESH_SPAWNER=
+	// direct) or its spawner's (fork-server, the default).
+	parents := map[string]bool{strconv.Itoa(os.Getpid()): true}
+	type proc struct{ pid, ppid string }
+	var all []proc
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -268,7 +270,19 @@ func children(t *testing.T) []int {
 		// pid (comm) state ppid ...; comm may hold spaces, so cut at the last ')'.
 		s := string(b)
 		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[0] != "Z" && fields[1] == strconv.Itoa(me) {
+		if len(fields) > 1 && fields[0] != "Z" {
+			all = append(all, proc{e.Name(), fields[1]})
+		}
+	}
+	for _, p := range all {
+		if cmd, _ := os.ReadFile("/proc/" + p.pid + "/cmdline"); parents[p.ppid] && strings.HasSuffix(string(cmd), "\x00spawner\x00") {
+			parents[p.pid] = true
+		}
+	}
+	var out []int
+	for _, p := range all {
+		if parents[p.ppid] && !parents[p.pid] {
+			pid, _ := strconv.Atoi(p.pid)
 			out = append(out, pid)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"github.com/agentmesh/agentmesh/services/executor/spawner"
 )
 
 // StderrTail is how much of a child's stderr is kept for error reports.
@@ -96,7 +97,7 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
 	defer p.cleanup()
-	log.Info("agent process started", "pid", p.cmd.Process.Pid, "resumed_steps", len(steps))
+	log.Info("agent process started", "pid", p.pid, "resumed_steps", len(steps))
 
 	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, mc.execTools(s.execTools), mc.tools), mr)
 	status := p.wait(res.last)
@@ -159,7 +160,7 @@ func withTail(reason, tail string) string {
 
 // process is a running child.
 type process struct {
-	cmd    *exec.Cmd
+	pid    int
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
 	stderr *tailBuffer
@@ -167,12 +168,26 @@ type process struct {
 	// sb is the child's sandbox: its workspace and cgroups. sb.OOMKilled()
 	// tells whether the kernel killed the child at its memory limit.
 	sb *sandbox.Task
+	h  handle
+}
+
+// handle is how the executor kills and waits for a child: its own
+// exec.Cmd (direct) or the spawner's word (fork-server).
+type handle interface {
+	// kill SIGKILLs the child's process group (the whole task with the
+	// sandbox's PID namespace); nothing once it was reaped.
+	kill() error
+	// wait waits for the child (and its stderr) and returns its wait
+	// status; err when the status cannot be known. It may be called again.
+	wait() (syscall.WaitStatus, error)
 }
 
 // spawn starts a child in a fresh workspace, with a clean environment, in
 // the sandbox (see package sandbox: with the strict level its own
 // namespaces, Landlock, cgroups; it is the init of its PID namespace, so
-// killing it kills every process of the task). ctx ending kills it.
+// killing it kills every process of the task). ctx ending kills it. The
+// spawner starts it (Config.Spawner fork-server, see package spawner), or
+// the executor itself (direct).
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
@@ -187,24 +202,152 @@ func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 		sb.Cleanup()
 		return nil, fmt.Errorf("agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
-	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
-	cmd.WaitDelay = exitGrace
-	p := &process{cmd: cmd, stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
-	cmd.Stderr = p.stderr
-	if p.stdin, err = cmd.StdinPipe(); err == nil {
-		p.stdout, err = cmd.StdoutPipe()
-	}
-	if err == nil {
-		err = sb.Start(cmd)
+	p := &process{stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
+	// A task whose ids the setuid helpers map (an executor that is not
+	// root, with subordinate ids) is started directly: the helpers run
+	// between the fork and the child's release, which the spawner's
+	// protocol does not carry yet.
+	if s.spawner != nil && !sb.MapsByHelper() {
+		err = s.spawnVia(ctx, cmd, p)
+	} else {
+		err = spawnDirect(cmd, p)
 	}
 	if err != nil {
 		sb.Cleanup()
 		return nil, fmt.Errorf("start agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
 	if sb.Unsandboxed() {
-		s.log.Warn("UNSANDBOXED agent process: isolation level none (no namespaces, no Landlock, no cgroup limits)", "task", taskID, "pid", cmd.Process.Pid)
+		s.log.Warn("UNSANDBOXED agent process: isolation level none (no namespaces, no Landlock, no cgroup limits)", "task", taskID, "pid", p.pid)
 	}
 	return p, nil
+}
+
+// spawnDirect starts the child from the executor's own process (a fork of
+// the whole executor).
+func spawnDirect(cmd *exec.Cmd, p *process) error {
+	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
+	cmd.WaitDelay = exitGrace
+	cmd.Stderr = p.stderr
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err == nil {
+		p.stdout, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = p.sb.Start(cmd)
+	}
+	if err != nil {
+		return err
+	}
+	p.pid = cmd.Process.Pid
+	p.h = &directHandle{cmd: cmd}
+	return nil
+}
+
+// directHandle is a child the executor forked itself.
+type directHandle struct {
+	cmd  *exec.Cmd
+	once sync.Once
+	ws   syscall.WaitStatus
+	err  error
+}
+
+func (d *directHandle) kill() error { return sandbox.KillGroup(d.cmd) }
+
+func (d *directHandle) wait() (syscall.WaitStatus, error) {
+	d.once.Do(func() {
+		err := d.cmd.Wait()
+		if st := d.cmd.ProcessState; st != nil {
+			d.ws, _ = st.Sys().(syscall.WaitStatus)
+			return
+		}
+		d.err = err
+	})
+	return d.ws, d.err
+}
+
+// spawnVia starts the child in the spawner: the executor keeps its ends of
+// the child's pipes, the spawner gets the child's (SCM_RIGHTS) and puts
+// the child in its cgroups before it answers.
+func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error {
+	var pipes [3][2]*os.File // stdin, stdout, stderr: {read, write}
+	closeAll := func() {
+		for _, pp := range pipes {
+			for _, f := range pp {
+				if f != nil {
+					_ = f.Close()
+				}
+			}
+		}
+	}
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+	// The spawner puts the child in its cgroups before it could reap it
+	// (a child that exits at once stays a zombie until then), and before
+	// the executor sends it anything.
+	proc, err := s.spawner.Start(ctx, cmd, p.sb.AgentCgroupProcs())
+	p.sb.Started()
+	// The child's ends are the child's now.
+	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]} {
+		_ = f.Close()
+	}
+	if err != nil {
+		closeAll()
+		return sandbox.StartError(err)
+	}
+	h := &spawnedHandle{proc: proc, stderr: pipes[2][0], stdout: pipes[1][0], copied: make(chan struct{})}
+	p.pid, p.stdin, p.stdout, p.h = proc.Pid, pipes[0][1], pipes[1][0], h
+	go func() {
+		_, _ = io.Copy(p.stderr, h.stderr)
+		close(h.copied)
+	}()
+	go func() {
+		// ctx ending kills the child; if something it left behind still
+		// holds its stdout, the executor's end closes after exitGrace
+		// (what exec.Cmd's WaitDelay does on the direct path).
+		select {
+		case <-ctx.Done():
+			_ = proc.Kill()
+			<-proc.Done()
+			t := time.NewTimer(exitGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				_ = h.stdout.Close()
+			case <-h.copied:
+			}
+		case <-proc.Done():
+		}
+	}()
+	return nil
+}
+
+// spawnedHandle is a child the spawner started.
+type spawnedHandle struct {
+	proc   *spawner.Proc
+	stderr *os.File // the executor's end of the child's stderr
+	stdout *os.File
+	copied chan struct{} // stderr read to its end
+}
+
+func (h *spawnedHandle) kill() error { return h.proc.Kill() }
+
+func (h *spawnedHandle) wait() (syscall.WaitStatus, error) {
+	ws, err := h.proc.Wait()
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-h.copied:
+	case <-t.C:
+		_ = h.stderr.Close() // a leftover process holds it open
+	}
+	return ws, err
 }
 
 // wait closes the child's stdin and waits for it to exit; a child that
@@ -212,43 +355,52 @@ func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 // returns how the process ended ("exited with status 2").
 func (p *process) wait(last bool) string {
 	_ = p.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	var err error
+	type exit struct {
+		ws  syscall.WaitStatus
+		err error
+	}
+	done := make(chan exit, 1)
+	go func() {
+		ws, err := p.h.wait()
+		done <- exit{ws, err}
+	}()
+	var e exit
 	if last {
 		select {
-		case err = <-done:
+		case e = <-done:
 		case <-time.After(exitGrace):
-			_ = sandbox.KillGroup(p.cmd)
-			err = <-done
+			_ = p.h.kill()
+			e = <-done
 		}
 	} else {
 		// The conversation broke off: nothing more is expected from it.
-		_ = sandbox.KillGroup(p.cmd)
-		err = <-done
+		_ = p.h.kill()
+		e = <-done
 	}
-	st := p.cmd.ProcessState
+	return describeExit(e.ws, e.err)
+}
+
+// describeExit says how a process ended ("exited with status 2").
+func describeExit(ws syscall.WaitStatus, err error) string {
 	switch {
-	case st == nil:
+	case err != nil:
 		return fmt.Sprintf("could not be waited for (%v)", err)
-	case st.Exited():
-		return fmt.Sprintf("exited with status %d", st.ExitCode())
-	default:
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Sprintf("was killed by signal %s", ws.Signal())
-		}
-		return "ended: " + st.String()
+	case ws.Exited():
+		return fmt.Sprintf("exited with status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Sprintf("was killed by signal %s", ws.Signal())
 	}
+	return fmt.Sprintf("ended with wait status %#x", int(ws))
 }
 
 // cleanup kills what is left of the process group (with the strict level,
 // the whole PID namespace and anything left in the task's cgroups) and
 // removes the cgroups and the workspace.
 func (p *process) cleanup() {
-	_ = sandbox.KillGroup(p.cmd)
-	if p.cmd.ProcessState == nil && p.cmd.Process != nil {
-		_, _ = p.cmd.Process.Wait()
-	}
+	_ = p.h.kill()
+	_, _ = p.h.wait()
+	_ = p.stdin.Close()
+	_ = p.stdout.Close()
 	p.sb.Cleanup()
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"github.com/agentmesh/agentmesh/services/executor/spawner"
 )
 
 // sandboxService is an executor with just what spawn needs, and a strict
@@ -46,7 +47,44 @@ func sandboxService(t *testing.T, cfg sandbox.Config) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s.spawner = testSpawner(t, exe)
+	return s
+}
+
+// testSpawner starts the spawner these tests spawn through, unless
+// AGENTMESH_SPAWNER=direct asks for the executor's own fork (the default
+// path is the spawner's).
+func testSpawner(t testing.TB, exe string) *spawner.Client {
+	t.Helper()
+	mode, err := ParseSpawner(os.Getenv("AGENTMESH_SPAWNER"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode == SpawnerDirect {
+		return nil
+	}
+	sp, err := spawner.Start(exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sp.Close)
+	return sp
+}
+
+// parentPid reads pid's parent from /proc (0 if it cannot).
+func parentPid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 // call is one tool call the scripted model makes.
@@ -73,7 +111,15 @@ func spawnAgent(t *testing.T, ctx context.Context, s *Service, input string, max
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sandbox.KillGroup(p.cmd); _ = p.cmd.Wait(); p.cleanup() })
+	t.Cleanup(p.cleanup)
+	// The path under test: the spawner's child, or the executor's own.
+	want := os.Getpid()
+	if s.spawner != nil {
+		want = s.spawner.Pid()
+	}
+	if got := parentPid(p.pid); got != want {
+		t.Fatalf("the agent's parent is pid %d, want %d (spawner %v)", got, want, s.spawner != nil)
+	}
 	a := &agent{t: t, p: p, w: childproto.NewWriter(p.stdin), r: childproto.NewReader(p.stdout)}
 	start := &childv1.Start{
 		TaskId: "escape", Attempt: 1, Input: input, MaxSteps: int32(maxSteps), Workspace: p.dir,
@@ -480,19 +526,24 @@ func TestSandboxAgentOOM(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, p.stdout) }()
 	// It may ask for its model turn: no answer comes; the kill ends it.
 	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	var ws syscall.WaitStatus
+	go func() {
+		var err error
+		ws, err = p.h.wait()
+		done <- err
+	}()
 	err = nil
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
-		_ = sandbox.KillGroup(p.cmd)
+		_ = p.h.kill()
 		t.Fatal("the agent was not killed")
 	}
 	if !p.sb.OOMKilled() {
 		t.Fatalf("OOMKilled() = false; the agent ended with %v (stderr %q)", err, p.stderr.String())
 	}
-	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-		t.Errorf("the agent ended with %v, want SIGKILL", err)
+	if err != nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the agent ended with %s, want SIGKILL", describeExit(ws, err))
 	}
 	if err := p.sb.MemoryError(); !errors.Is(err, sandbox.ErrResourceExhausted) || !strings.Contains(err.Error(), "32 MiB") {
 		t.Errorf("MemoryError() = %v", err)
@@ -547,7 +598,7 @@ func TestSandboxCPULoop(t *testing.T) {
 	})
 	began = time.Now()
 	done := make(chan error, 1)
-	go func() { done <- b.p.cmd.Wait() }()
+	go func() { _, err := b.p.h.wait(); done <- err }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):

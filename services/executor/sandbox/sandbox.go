@@ -865,6 +865,34 @@ func (t *Task) Start(cmd *exec.Cmd) error {
 	return nil
 }
 
+// AgentCgroupProcs are the cgroup.procs files the task's agent process
+// joins (none with None or without cgroups): a spawner that starts the
+// process writes its pid there before it reaps it, as Start does.
+func (t *Task) AgentCgroupProcs() []string {
+	if t.Unsandboxed() || t.memDir == "" {
+		return nil
+	}
+	var out []string
+	for _, dir := range uniq(t.agentMem, t.agentPid, t.agentCPU) {
+		out = append(out, filepath.Join(dir, "cgroup.procs"))
+	}
+	return out
+}
+
+// Started closes the executable's descriptor once another process (a
+// spawner) started the task's child from Command's cmd and placed it in
+// AgentCgroupProcs.
+func (t *Task) Started() {
+	if t.exe != nil {
+		_ = t.exe.Close()
+		t.exe = nil
+	}
+}
+
+// StartError explains why a sandboxed process could not start (user
+// namespaces refused or exhausted, for instance).
+func StartError(err error) error { return startError(err) }
+
 // OOMKilled reports whether the kernel OOM-killed the agent process itself
 // at the task's memory limit (its tools' programs have their own, smaller
 // limit and are reported by the tools; see ToolOOMKills). Call it after
