@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -251,22 +250,8 @@ func nonRefs(ds []string) []string {
 
 // ResolveDependency (see store.Graph).
 func (s *Store) ResolveDependency(ctx context.Context, taskID string, parent *agentmeshv1.DependencyResult) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	var unchanged *agentmeshv1.Task
-	t, ev, err := s.write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		next, ev, err := store.PlanResolve(cur, parent, s.now())
-		if err == nil && ev == nil {
-			unchanged = next
-			return nil, nil, errUnchanged
-		}
-		return next, ev, err
-	})
-	if errors.Is(err, errUnchanged) {
-		return unchanged, nil, nil
-	}
-	return t, ev, err
+	return store.ResolveWith(ctx, s.write, s.now, taskID, parent)
 }
-
-var errUnchanged = errors.New("unchanged")
 
 // UpdateTask (see store.Graph).
 func (s *Store) UpdateTask(ctx context.Context, taskID string, upd *agentmeshv1.TaskUpdate) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {

@@ -422,3 +422,29 @@ func EffectivePriority(p agentmeshv1.Priority) agentmeshv1.Priority {
 	}
 	return p
 }
+
+// WriteFunc is a store's compare-and-set loop: it applies plan, which
+// turns the task's current state into the next and its event.
+type WriteFunc func(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
+
+// errUnchanged stops a write whose plan changes nothing.
+var errUnchanged = errors.New("unchanged")
+
+// ResolveWith is Graph.ResolveDependency over a store's write loop: it
+// plans with PlanResolve and, when the parent's end changes nothing (the
+// task no longer waits on it), returns the task as it is and no event.
+func ResolveWith(ctx context.Context, write WriteFunc, now func() time.Time, taskID string, parent *agentmeshv1.DependencyResult) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	var unchanged *agentmeshv1.Task
+	t, ev, err := write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		next, ev, err := PlanResolve(cur, parent, now())
+		if err == nil && ev == nil {
+			unchanged = next
+			return nil, nil, errUnchanged
+		}
+		return next, ev, err
+	})
+	if errors.Is(err, errUnchanged) {
+		return unchanged, nil, nil
+	}
+	return t, ev, err
+}
