@@ -14,31 +14,18 @@ import (
 // every candidate recorded with its score's parts and the facts behind
 // them.
 func (c *cli) explain(ctx context.Context, args []string) error {
-	fs := c.flags("explain", "ID", "Show why a task went to its agent.")
-	pos, err := c.parse(fs, args)
+	t, err := c.oneTask(ctx, "explain", "Show why a task went to its agent.", args)
 	if err != nil {
 		return err
 	}
-	if err := exactly("explain", pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
-		return err
-	}
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	resp, err := c.tasks.GetTask(cctx, &agentmeshv1.GetTaskRequest{Id: pos[0]})
-	if err != nil {
-		return taskErr(pos[0], err)
-	}
-	r := resp.GetTask().GetRouting()
+	r := t.GetRouting()
 	if c.json() {
 		if r == nil {
 			r = &agentmeshv1.Routing{}
 		}
 		return c.printJSON(r, true)
 	}
-	fmt.Fprintf(c.stdout, "task %s runs on agent %s\n", resp.GetTask().GetId(), resp.GetTask().GetAgent())
+	fmt.Fprintf(c.stdout, "task %s runs on agent %s\n", t.GetId(), t.GetAgent())
 	printRouting(c.stdout, r)
 	return nil
 }

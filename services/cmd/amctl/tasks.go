@@ -104,28 +104,38 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 }
 
 func (c *cli) get(ctx context.Context, args []string) error {
-	fs := c.flags("get", "ID", "Show a task.")
-	pos, err := c.parse(fs, args)
+	t, err := c.oneTask(ctx, "get", "Show a task.", args)
 	if err != nil {
 		return err
 	}
-	if err := exactly("get", pos, "ID"); err != nil {
-		return err
+	if c.json() {
+		return c.printJSON(t, true)
+	}
+	printTask(c.stdout, t)
+	return nil
+}
+
+// oneTask parses a command that takes one task ID and no flags, and reads
+// that task.
+func (c *cli) oneTask(ctx context.Context, cmd, help string, args []string) (*agentmeshv1.Task, error) {
+	fs := c.flags(cmd, "ID", help)
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := exactly(cmd, pos, "ID"); err != nil {
+		return nil, err
 	}
 	if err := c.connect(); err != nil {
-		return err
+		return nil, err
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
 	resp, err := c.tasks.GetTask(cctx, &agentmeshv1.GetTaskRequest{Id: pos[0]})
 	if err != nil {
-		return taskErr(pos[0], err)
+		return nil, taskErr(pos[0], err)
 	}
-	if c.json() {
-		return c.printJSON(resp.GetTask(), true)
-	}
-	printTask(c.stdout, resp.GetTask())
-	return nil
+	return resp.GetTask(), nil
 }
 
 func (c *cli) list(ctx context.Context, args []string) error {
