@@ -176,21 +176,24 @@ const (
 	FailureKind_FAILURE_KIND_EXECUTOR_LOST FailureKind = 45
 	// A task this one depends on failed or was cancelled (the error names it).
 	FailureKind_FAILURE_KIND_DEPENDENCY FailureKind = 60
+	// A person rejected the agent proposed for the task (the error says why).
+	FailureKind_FAILURE_KIND_PROPOSAL FailureKind = 121
 )
 
 // Enum value maps for FailureKind.
 var (
 	FailureKind_name = map[int32]string{
-		0:  "FAILURE_KIND_UNSPECIFIED",
-		1:  "FAILURE_KIND_AGENT",
-		2:  "FAILURE_KIND_MODEL",
-		3:  "FAILURE_KIND_BUDGET",
-		4:  "FAILURE_KIND_RESOURCE",
-		5:  "FAILURE_KIND_TIMEOUT",
-		6:  "FAILURE_KIND_APPROVAL",
-		7:  "FAILURE_KIND_INTERNAL",
-		45: "FAILURE_KIND_EXECUTOR_LOST",
-		60: "FAILURE_KIND_DEPENDENCY",
+		0:   "FAILURE_KIND_UNSPECIFIED",
+		1:   "FAILURE_KIND_AGENT",
+		2:   "FAILURE_KIND_MODEL",
+		3:   "FAILURE_KIND_BUDGET",
+		4:   "FAILURE_KIND_RESOURCE",
+		5:   "FAILURE_KIND_TIMEOUT",
+		6:   "FAILURE_KIND_APPROVAL",
+		7:   "FAILURE_KIND_INTERNAL",
+		45:  "FAILURE_KIND_EXECUTOR_LOST",
+		60:  "FAILURE_KIND_DEPENDENCY",
+		121: "FAILURE_KIND_PROPOSAL",
 	}
 	FailureKind_value = map[string]int32{
 		"FAILURE_KIND_UNSPECIFIED":   0,
@@ -203,6 +206,7 @@ var (
 		"FAILURE_KIND_INTERNAL":      7,
 		"FAILURE_KIND_EXECUTOR_LOST": 45,
 		"FAILURE_KIND_DEPENDENCY":    60,
+		"FAILURE_KIND_PROPOSAL":      121,
 	}
 )
 
@@ -353,6 +357,64 @@ func (ApprovalStatus) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
+// ProposalStatus is where an agent proposal stands.
+type ProposalStatus int32
+
+const (
+	ProposalStatus_PROPOSAL_STATUS_UNSPECIFIED ProposalStatus = 0
+	ProposalStatus_PROPOSAL_STATUS_PENDING     ProposalStatus = 1
+	// Approved for the task (and its sub-tasks) only: an ephemeral agent.
+	ProposalStatus_PROPOSAL_STATUS_APPROVED ProposalStatus = 2
+	// Approved and saved to the org's catalogue.
+	ProposalStatus_PROPOSAL_STATUS_APPROVED_PERMANENT ProposalStatus = 3
+	ProposalStatus_PROPOSAL_STATUS_REJECTED           ProposalStatus = 4
+)
+
+// Enum value maps for ProposalStatus.
+var (
+	ProposalStatus_name = map[int32]string{
+		0: "PROPOSAL_STATUS_UNSPECIFIED",
+		1: "PROPOSAL_STATUS_PENDING",
+		2: "PROPOSAL_STATUS_APPROVED",
+		3: "PROPOSAL_STATUS_APPROVED_PERMANENT",
+		4: "PROPOSAL_STATUS_REJECTED",
+	}
+	ProposalStatus_value = map[string]int32{
+		"PROPOSAL_STATUS_UNSPECIFIED":        0,
+		"PROPOSAL_STATUS_PENDING":            1,
+		"PROPOSAL_STATUS_APPROVED":           2,
+		"PROPOSAL_STATUS_APPROVED_PERMANENT": 3,
+		"PROPOSAL_STATUS_REJECTED":           4,
+	}
+)
+
+func (x ProposalStatus) Enum() *ProposalStatus {
+	p := new(ProposalStatus)
+	*p = x
+	return p
+}
+
+func (x ProposalStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProposalStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[5].Descriptor()
+}
+
+func (ProposalStatus) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[5]
+}
+
+func (x ProposalStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProposalStatus.Descriptor instead.
+func (ProposalStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
 // StepKind says what a step recorded.
 type StepKind int32
 
@@ -393,11 +455,11 @@ func (x StepKind) String() string {
 }
 
 func (StepKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[5].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[6].Descriptor()
 }
 
 func (StepKind) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[5]
+	return &file_agentmesh_v1_task_proto_enumTypes[6]
 }
 
 func (x StepKind) Number() protoreflect.EnumNumber {
@@ -406,7 +468,7 @@ func (x StepKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepKind.Descriptor instead.
 func (StepKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 // EventType says what a task event records.
@@ -426,18 +488,25 @@ const (
 	EventType_EVENT_TYPE_DEPENDENCY EventType = 60
 	// Fields of the task were changed by UpdateTask (no status change).
 	EventType_EVENT_TYPE_UPDATED EventType = 61
+	// A sub-task of this task was spawned or ended (TaskEvent.subtask).
+	EventType_EVENT_TYPE_SUBTASK EventType = 120
+	// An agent was proposed for this task, or the proposal was decided
+	// (TaskEvent.proposal).
+	EventType_EVENT_TYPE_PROPOSAL EventType = 121
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0:  "EVENT_TYPE_UNSPECIFIED",
-		1:  "EVENT_TYPE_CREATED",
-		2:  "EVENT_TYPE_STATUS",
-		3:  "EVENT_TYPE_STEP",
-		4:  "EVENT_TYPE_TOKEN",
-		60: "EVENT_TYPE_DEPENDENCY",
-		61: "EVENT_TYPE_UPDATED",
+		0:   "EVENT_TYPE_UNSPECIFIED",
+		1:   "EVENT_TYPE_CREATED",
+		2:   "EVENT_TYPE_STATUS",
+		3:   "EVENT_TYPE_STEP",
+		4:   "EVENT_TYPE_TOKEN",
+		60:  "EVENT_TYPE_DEPENDENCY",
+		61:  "EVENT_TYPE_UPDATED",
+		120: "EVENT_TYPE_SUBTASK",
+		121: "EVENT_TYPE_PROPOSAL",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -447,6 +516,8 @@ var (
 		"EVENT_TYPE_TOKEN":       4,
 		"EVENT_TYPE_DEPENDENCY":  60,
 		"EVENT_TYPE_UPDATED":     61,
+		"EVENT_TYPE_SUBTASK":     120,
+		"EVENT_TYPE_PROPOSAL":    121,
 	}
 )
 
@@ -461,11 +532,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[6].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[6]
+	return &file_agentmesh_v1_task_proto_enumTypes[7]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -474,7 +545,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 // DependencyPolicy says what a failed or cancelled parent does to a task.
@@ -515,11 +586,11 @@ func (x DependencyPolicy) String() string {
 }
 
 func (DependencyPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[8].Descriptor()
 }
 
 func (DependencyPolicy) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[7]
+	return &file_agentmesh_v1_task_proto_enumTypes[8]
 }
 
 func (x DependencyPolicy) Number() protoreflect.EnumNumber {
@@ -528,7 +599,7 @@ func (x DependencyPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DependencyPolicy.Descriptor instead.
 func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 // BlockedOn says what a blocked task waits for.
@@ -540,19 +611,27 @@ const (
 	BlockedOn_BLOCKED_ON_DEPENDENCIES BlockedOn = 1
 	// A person's decision (Task.pending_approval).
 	BlockedOn_BLOCKED_ON_APPROVAL BlockedOn = 2
+	// Its sub-tasks (wait_tasks; Task.waiting_on names those not finished).
+	BlockedOn_BLOCKED_ON_SUBTASKS BlockedOn = 120
+	// A person's decision on a proposed agent (Task.pending_proposal).
+	BlockedOn_BLOCKED_ON_PROPOSAL BlockedOn = 121
 )
 
 // Enum value maps for BlockedOn.
 var (
 	BlockedOn_name = map[int32]string{
-		0: "BLOCKED_ON_UNSPECIFIED",
-		1: "BLOCKED_ON_DEPENDENCIES",
-		2: "BLOCKED_ON_APPROVAL",
+		0:   "BLOCKED_ON_UNSPECIFIED",
+		1:   "BLOCKED_ON_DEPENDENCIES",
+		2:   "BLOCKED_ON_APPROVAL",
+		120: "BLOCKED_ON_SUBTASKS",
+		121: "BLOCKED_ON_PROPOSAL",
 	}
 	BlockedOn_value = map[string]int32{
 		"BLOCKED_ON_UNSPECIFIED":  0,
 		"BLOCKED_ON_DEPENDENCIES": 1,
 		"BLOCKED_ON_APPROVAL":     2,
+		"BLOCKED_ON_SUBTASKS":     120,
+		"BLOCKED_ON_PROPOSAL":     121,
 	}
 )
 
@@ -567,11 +646,11 @@ func (x BlockedOn) String() string {
 }
 
 func (BlockedOn) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[8].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[9].Descriptor()
 }
 
 func (BlockedOn) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[8]
+	return &file_agentmesh_v1_task_proto_enumTypes[9]
 }
 
 func (x BlockedOn) Number() protoreflect.EnumNumber {
@@ -580,7 +659,7 @@ func (x BlockedOn) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockedOn.Descriptor instead.
 func (BlockedOn) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 // ToolPolicy overrides a tool's default approval rule for one agent.
@@ -624,11 +703,11 @@ func (x ToolPolicy) String() string {
 }
 
 func (ToolPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[9].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[10].Descriptor()
 }
 
 func (ToolPolicy) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[9]
+	return &file_agentmesh_v1_task_proto_enumTypes[10]
 }
 
 func (x ToolPolicy) Number() protoreflect.EnumNumber {
@@ -637,7 +716,7 @@ func (x ToolPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolPolicy.Descriptor instead.
 func (ToolPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 // Usage counts the tokens a model call (or a whole task) consumed.
@@ -1038,9 +1117,22 @@ type Task struct {
 	LastError       string      `protobuf:"bytes,49,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	LastFailureKind FailureKind `protobuf:"varint,50,opt,name=last_failure_kind,json=lastFailureKind,proto3,enum=agentmesh.v1.FailureKind" json:"last_failure_kind,omitempty"`
 	// How the agent was chosen, recorded at submit (amctl explain).
-	Routing       *Routing `protobuf:"bytes,91,opt,name=routing,proto3" json:"routing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Routing *Routing `protobuf:"bytes,91,opt,name=routing,proto3" json:"routing,omitempty"`
+	// The top of the task's tree (its own id when it has no parent).
+	RootTaskId string `protobuf:"bytes,120,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
+	// Levels below the root: 0 for a task submitted by a client, parent's + 1
+	// for a sub-task.
+	Depth int32 `protobuf:"varint,121,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Usage of the task's sub-tasks and theirs, all the way down (the task's
+	// own is in usage). Own + subtree = what the tree cost.
+	SubtreeUsage *Usage `protobuf:"bytes,122,opt,name=subtree_usage,json=subtreeUsage,proto3" json:"subtree_usage,omitempty"`
+	// The earlier task whose conversation this one carries (SubmitTask's
+	// continue_from).
+	ContinueFrom string `protobuf:"bytes,123,opt,name=continue_from,json=continueFrom,proto3" json:"continue_from,omitempty"`
+	// The agent proposal the task waits for (blocked, BLOCKED_ON_PROPOSAL).
+	PendingProposal *Proposal `protobuf:"bytes,124,opt,name=pending_proposal,json=pendingProposal,proto3" json:"pending_proposal,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1388,6 +1480,267 @@ func (x *Task) GetRouting() *Routing {
 	return nil
 }
 
+func (x *Task) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
+	}
+	return ""
+}
+
+func (x *Task) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *Task) GetSubtreeUsage() *Usage {
+	if x != nil {
+		return x.SubtreeUsage
+	}
+	return nil
+}
+
+func (x *Task) GetContinueFrom() string {
+	if x != nil {
+		return x.ContinueFrom
+	}
+	return ""
+}
+
+func (x *Task) GetPendingProposal() *Proposal {
+	if x != nil {
+		return x.PendingProposal
+	}
+	return nil
+}
+
+// Proposal is an agent the registry drafted for a task no agent fitted,
+// waiting for (or decided by) a person.
+type Proposal struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Org    string                 `protobuf:"bytes,2,opt,name=org,proto3" json:"org,omitempty"`
+	TaskId string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Status ProposalStatus         `protobuf:"varint,4,opt,name=status,proto3,enum=agentmesh.v1.ProposalStatus" json:"status,omitempty"`
+	// The drafted agent: the skills, a system prompt from their templates,
+	// tools from their capabilities, the org's default model.
+	Agent *Agent `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Why: the required skills, the best score and the threshold.
+	Reason    string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// The API key's name of who decided.
+	DecidedBy     string `protobuf:"bytes,9,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Comment       string `protobuf:"bytes,10,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proposal) Reset() {
+	*x = Proposal{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proposal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proposal) ProtoMessage() {}
+
+func (x *Proposal) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
+func (*Proposal) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Proposal) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Proposal) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *Proposal) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Proposal) GetStatus() ProposalStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ProposalStatus_PROPOSAL_STATUS_UNSPECIFIED
+}
+
+func (x *Proposal) GetAgent() *Agent {
+	if x != nil {
+		return x.Agent
+	}
+	return nil
+}
+
+func (x *Proposal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Proposal) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Proposal) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *Proposal) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Proposal) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+// SubtaskEvent is a sub-task's lifecycle as its parent's history shows it
+// (EVENT_TYPE_SUBTASK): spawned, then completed, failed or cancelled.
+type SubtaskEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Agent  string                 `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Title  string                 `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	Status TaskStatus             `protobuf:"varint,4,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
+	// The sub-task's result (completed) or error (failed, cancelled).
+	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Error  string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// The sub-task's own usage plus its subtree's (when it ended).
+	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Depth         int32  `protobuf:"varint,8,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubtaskEvent) Reset() {
+	*x = SubtaskEvent{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubtaskEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubtaskEvent) ProtoMessage() {}
+
+func (x *SubtaskEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubtaskEvent.ProtoReflect.Descriptor instead.
+func (*SubtaskEvent) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SubtaskEvent) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *SubtaskEvent) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *SubtaskEvent) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
 // ToolCall is a model's request to run a tool.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1401,7 +1754,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1766,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1779,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1487,7 +1840,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1852,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1865,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Step) GetIndex() int32 {
@@ -1698,14 +2051,19 @@ type TaskEvent struct {
 	// Status events: the org that owns the task's agent (empty: a shared
 	// agent). Agent names are unique per org, so the scheduler counts an
 	// agent's max_concurrency by (agent_org, agent).
-	AgentOrg      string `protobuf:"bytes,50,opt,name=agent_org,json=agentOrg,proto3" json:"agent_org,omitempty"`
+	AgentOrg string `protobuf:"bytes,50,opt,name=agent_org,json=agentOrg,proto3" json:"agent_org,omitempty"`
+	// EVENT_TYPE_SUBTASK: the sub-task and where it stands.
+	Subtask *SubtaskEvent `protobuf:"bytes,120,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	// EVENT_TYPE_PROPOSAL, and the status events into and out of blocked on
+	// a proposal.
+	Proposal      *Proposal `protobuf:"bytes,121,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2075,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2088,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1901,6 +2259,20 @@ func (x *TaskEvent) GetAgentOrg() string {
 	return ""
 }
 
+func (x *TaskEvent) GetSubtask() *SubtaskEvent {
+	if x != nil {
+		return x.Subtask
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
 // DependencyResult is a parent's outcome as its dependent saw it.
 type DependencyResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1916,7 +2288,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2300,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[7]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2313,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DependencyResult) GetTaskId() string {
@@ -1999,7 +2371,7 @@ type TaskUpdate struct {
 
 func (x *TaskUpdate) Reset() {
 	*x = TaskUpdate{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2383,7 @@ func (x *TaskUpdate) String() string {
 func (*TaskUpdate) ProtoMessage() {}
 
 func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[8]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2396,7 @@ func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUpdate.ProtoReflect.Descriptor instead.
 func (*TaskUpdate) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskUpdate) GetMask() []string {
@@ -2108,14 +2480,18 @@ type SubmitTaskRequest struct {
 	RetryPolicy *RetryPolicy `protobuf:"bytes,45,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
 	// Fail the task (kind TIMEOUT) if it waits queued longer than this;
 	// unset takes the agent's; 1s to 30 days.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,46,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Carry the conversation of this earlier task (id or subtask:// URI of
+	// the caller's org): a follow-up, like a thread. Its agent runs the new
+	// task unless agent or required_skills say otherwise.
+	ContinueFrom  string `protobuf:"bytes,120,opt,name=continue_from,json=continueFrom,proto3" json:"continue_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2503,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2516,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitTaskRequest) GetTitle() string {
@@ -2241,6 +2617,13 @@ func (x *SubmitTaskRequest) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *SubmitTaskRequest) GetContinueFrom() string {
+	if x != nil {
+		return x.ContinueFrom
+	}
+	return ""
+}
+
 type SubmitTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -2252,7 +2635,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2647,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2660,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -2303,7 +2686,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2698,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2711,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -2347,7 +2730,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2742,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2755,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -2396,14 +2779,16 @@ type ListTasksRequest struct {
 	// Only tasks of these priorities.
 	Priorities []Priority `protobuf:"varint,61,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
 	// Only sub-tasks of this task.
-	ParentTaskId  string `protobuf:"bytes,62,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	ParentTaskId string `protobuf:"bytes,62,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// Only tasks of this tree (the root and every task below it).
+	RootTaskId    string `protobuf:"bytes,120,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2800,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2813,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListTasksRequest) GetStatuses() []TaskStatus {
@@ -2494,6 +2879,13 @@ func (x *ListTasksRequest) GetParentTaskId() string {
 	return ""
 }
 
+func (x *ListTasksRequest) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -2504,7 +2896,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2908,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2921,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2556,7 +2948,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2960,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2973,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -2607,7 +2999,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +3011,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +3024,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -2653,7 +3045,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +3057,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +3070,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -2706,7 +3098,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3110,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3123,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchTaskResponse) GetEvent() *TaskEvent {
@@ -2760,7 +3152,7 @@ type GetTaskHistoryRequest struct {
 
 func (x *GetTaskHistoryRequest) Reset() {
 	*x = GetTaskHistoryRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3164,7 @@ func (x *GetTaskHistoryRequest) String() string {
 func (*GetTaskHistoryRequest) ProtoMessage() {}
 
 func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3177,7 @@ func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTaskHistoryRequest) GetId() string {
@@ -2818,7 +3210,7 @@ type GetTaskHistoryResponse struct {
 
 func (x *GetTaskHistoryResponse) Reset() {
 	*x = GetTaskHistoryResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3222,7 @@ func (x *GetTaskHistoryResponse) String() string {
 func (*GetTaskHistoryResponse) ProtoMessage() {}
 
 func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3235,7 @@ func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
@@ -2865,7 +3257,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3269,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3282,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetUsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
@@ -2924,7 +3316,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3328,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3341,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetUsageResponse) GetUsage() *Usage {
@@ -2990,7 +3382,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3394,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3407,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelSettings) GetBaseUrl() string {
@@ -3079,7 +3471,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3483,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3496,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *McpServer) GetName() string {
@@ -3186,7 +3578,7 @@ type Agent struct {
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3590,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3603,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Agent) GetName() string {
@@ -3380,7 +3772,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3784,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3797,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -3489,7 +3881,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\x8a\x10\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xe4\x11\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3549,10 +3941,40 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x181 \x01(\tR\tlastError\x12E\n" +
 	"\x11last_failure_kind\x182 \x01(\x0e2\x19.agentmesh.v1.FailureKindR\x0flastFailureKind\x12/\n" +
-	"\arouting\x18[ \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\x1a;\n" +
+	"\arouting\x18[ \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\x12 \n" +
+	"\froot_task_id\x18x \x01(\tR\n" +
+	"rootTaskId\x12\x14\n" +
+	"\x05depth\x18y \x01(\x05R\x05depth\x128\n" +
+	"\rsubtree_usage\x18z \x01(\v2\x13.agentmesh.v1.UsageR\fsubtreeUsage\x12#\n" +
+	"\rcontinue_from\x18{ \x01(\tR\fcontinueFrom\x12A\n" +
+	"\x10pending_proposal\x18| \x01(\v2\x16.agentmesh.v1.ProposalR\x0fpendingProposal\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x02\n" +
+	"\bProposal\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03org\x18\x02 \x01(\tR\x03org\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x124\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x1c.agentmesh.v1.ProposalStatusR\x06status\x12)\n" +
+	"\x05agent\x18\x05 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"decided_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\t \x01(\tR\tdecidedBy\x12\x18\n" +
+	"\acomment\x18\n" +
+	" \x01(\tR\acomment\"\xf4\x01\n" +
+	"\fSubtaskEvent\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x120\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12)\n" +
+	"\x05usage\x18\a \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05depth\x18\b \x01(\x05R\x05depth\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -3581,7 +4003,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xb3\a\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\x9d\b\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -3612,7 +4034,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\rqueue_timeout\x180 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12\x1f\n" +
 	"\vretry_count\x181 \x01(\x05R\n" +
 	"retryCount\x12\x1b\n" +
-	"\tagent_org\x182 \x01(\tR\bagentOrg\"\xa1\x01\n" +
+	"\tagent_org\x182 \x01(\tR\bagentOrg\x124\n" +
+	"\asubtask\x18x \x01(\v2\x1a.agentmesh.v1.SubtaskEventR\asubtask\x122\n" +
+	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -3633,7 +4057,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x12dependency_results\x18\b \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -3649,7 +4073,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x04tags\x18> \x03(\tR\x04tags\x12$\n" +
 	"\x0eparent_task_id\x18? \x01(\tR\fparentTaskId\x12<\n" +
 	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
-	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x1a;\n" +
+	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12#\n" +
+	"\rcontinue_from\x18x \x01(\tR\fcontinueFrom\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -3659,7 +4084,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\x8e\x03\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\xb0\x03\n" +
 	"\x10ListTasksRequest\x124\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12?\n" +
@@ -3672,7 +4097,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"priorities\x18= \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
 	"priorities\x12$\n" +
-	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\"e\n" +
+	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\x12 \n" +
+	"\froot_task_id\x18x \x01(\tR\n" +
+	"rootTaskId\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\";\n" +
@@ -3772,7 +4199,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*\x9c\x02\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\xb7\x02\n" +
 	"\vFailureKind\x12\x1c\n" +
 	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
@@ -3783,7 +4210,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15FAILURE_KIND_APPROVAL\x10\x06\x12\x19\n" +
 	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1e\n" +
 	"\x1aFAILURE_KIND_EXECUTOR_LOST\x10-\x12\x1b\n" +
-	"\x17FAILURE_KIND_DEPENDENCY\x10<*\xbe\x01\n" +
+	"\x17FAILURE_KIND_DEPENDENCY\x10<\x12\x19\n" +
+	"\x15FAILURE_KIND_PROPOSAL\x10y*\xbe\x01\n" +
 	"\fToolDecision\x12\x1d\n" +
 	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_DECISION_ALLOWED\x10\x01\x12\x1a\n" +
@@ -3796,12 +4224,18 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x17APPROVAL_STATUS_PENDING\x10\x01\x12\x1c\n" +
 	"\x18APPROVAL_STATUS_APPROVED\x10\x02\x12\x1c\n" +
 	"\x18APPROVAL_STATUS_REJECTED\x10\x03\x12\x1b\n" +
-	"\x17APPROVAL_STATUS_EXPIRED\x10\x04*s\n" +
+	"\x17APPROVAL_STATUS_EXPIRED\x10\x04*\xb2\x01\n" +
+	"\x0eProposalStatus\x12\x1f\n" +
+	"\x1bPROPOSAL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17PROPOSAL_STATUS_PENDING\x10\x01\x12\x1c\n" +
+	"\x18PROPOSAL_STATUS_APPROVED\x10\x02\x12&\n" +
+	"\"PROPOSAL_STATUS_APPROVED_PERMANENT\x10\x03\x12\x1c\n" +
+	"\x18PROPOSAL_STATUS_REJECTED\x10\x04*s\n" +
 	"\bStepKind\x12\x19\n" +
 	"\x15STEP_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STEP_KIND_MODEL_TURN\x10\x01\x12\x17\n" +
 	"\x13STEP_KIND_TOOL_CALL\x10\x02\x12\x19\n" +
-	"\x15STEP_KIND_TOOL_RESULT\x10\x03*\xb4\x01\n" +
+	"\x15STEP_KIND_TOOL_RESULT\x10\x03*\xe5\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x15\n" +
@@ -3809,15 +4243,19 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fEVENT_TYPE_STEP\x10\x03\x12\x14\n" +
 	"\x10EVENT_TYPE_TOKEN\x10\x04\x12\x19\n" +
 	"\x15EVENT_TYPE_DEPENDENCY\x10<\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10=*~\n" +
+	"\x12EVENT_TYPE_UPDATED\x10=\x12\x16\n" +
+	"\x12EVENT_TYPE_SUBTASK\x10x\x12\x17\n" +
+	"\x13EVENT_TYPE_PROPOSAL\x10y*~\n" +
 	"\x10DependencyPolicy\x12!\n" +
 	"\x1dDEPENDENCY_POLICY_UNSPECIFIED\x10\x00\x12%\n" +
 	"!DEPENDENCY_POLICY_REQUIRE_SUCCESS\x10\x01\x12 \n" +
-	"\x1cDEPENDENCY_POLICY_RUN_ANYWAY\x10\x02*]\n" +
+	"\x1cDEPENDENCY_POLICY_RUN_ANYWAY\x10\x02*\x8f\x01\n" +
 	"\tBlockedOn\x12\x1a\n" +
 	"\x16BLOCKED_ON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17BLOCKED_ON_DEPENDENCIES\x10\x01\x12\x17\n" +
-	"\x13BLOCKED_ON_APPROVAL\x10\x02*\x91\x01\n" +
+	"\x13BLOCKED_ON_APPROVAL\x10\x02\x12\x17\n" +
+	"\x13BLOCKED_ON_SUBTASKS\x10x\x12\x17\n" +
+	"\x13BLOCKED_ON_PROPOSAL\x10y*\x91\x01\n" +
 	"\n" +
 	"ToolPolicy\x12\x1b\n" +
 	"\x17TOOL_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3848,158 +4286,171 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_task_proto_rawDescData
 }
 
-var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
 	(FailureKind)(0),               // 2: agentmesh.v1.FailureKind
 	(ToolDecision)(0),              // 3: agentmesh.v1.ToolDecision
 	(ApprovalStatus)(0),            // 4: agentmesh.v1.ApprovalStatus
-	(StepKind)(0),                  // 5: agentmesh.v1.StepKind
-	(EventType)(0),                 // 6: agentmesh.v1.EventType
-	(DependencyPolicy)(0),          // 7: agentmesh.v1.DependencyPolicy
-	(BlockedOn)(0),                 // 8: agentmesh.v1.BlockedOn
-	(ToolPolicy)(0),                // 9: agentmesh.v1.ToolPolicy
-	(*Usage)(nil),                  // 10: agentmesh.v1.Usage
-	(*Budget)(nil),                 // 11: agentmesh.v1.Budget
-	(*Approval)(nil),               // 12: agentmesh.v1.Approval
-	(*Task)(nil),                   // 13: agentmesh.v1.Task
-	(*ToolCall)(nil),               // 14: agentmesh.v1.ToolCall
-	(*Step)(nil),                   // 15: agentmesh.v1.Step
-	(*TaskEvent)(nil),              // 16: agentmesh.v1.TaskEvent
-	(*DependencyResult)(nil),       // 17: agentmesh.v1.DependencyResult
-	(*TaskUpdate)(nil),             // 18: agentmesh.v1.TaskUpdate
-	(*SubmitTaskRequest)(nil),      // 19: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 20: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 21: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 22: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 23: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 24: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 25: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 26: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 27: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 28: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 29: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 30: agentmesh.v1.GetTaskHistoryResponse
-	(*GetUsageRequest)(nil),        // 31: agentmesh.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 32: agentmesh.v1.GetUsageResponse
-	(*ModelSettings)(nil),          // 33: agentmesh.v1.ModelSettings
-	(*McpServer)(nil),              // 34: agentmesh.v1.McpServer
-	(*Agent)(nil),                  // 35: agentmesh.v1.Agent
-	(*RetryPolicy)(nil),            // 36: agentmesh.v1.RetryPolicy
-	nil,                            // 37: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 38: agentmesh.v1.TaskUpdate.MetadataEntry
-	nil,                            // 39: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 40: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 41: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
-	(*Routing)(nil),                // 44: agentmesh.v1.Routing
+	(ProposalStatus)(0),            // 5: agentmesh.v1.ProposalStatus
+	(StepKind)(0),                  // 6: agentmesh.v1.StepKind
+	(EventType)(0),                 // 7: agentmesh.v1.EventType
+	(DependencyPolicy)(0),          // 8: agentmesh.v1.DependencyPolicy
+	(BlockedOn)(0),                 // 9: agentmesh.v1.BlockedOn
+	(ToolPolicy)(0),                // 10: agentmesh.v1.ToolPolicy
+	(*Usage)(nil),                  // 11: agentmesh.v1.Usage
+	(*Budget)(nil),                 // 12: agentmesh.v1.Budget
+	(*Approval)(nil),               // 13: agentmesh.v1.Approval
+	(*Task)(nil),                   // 14: agentmesh.v1.Task
+	(*Proposal)(nil),               // 15: agentmesh.v1.Proposal
+	(*SubtaskEvent)(nil),           // 16: agentmesh.v1.SubtaskEvent
+	(*ToolCall)(nil),               // 17: agentmesh.v1.ToolCall
+	(*Step)(nil),                   // 18: agentmesh.v1.Step
+	(*TaskEvent)(nil),              // 19: agentmesh.v1.TaskEvent
+	(*DependencyResult)(nil),       // 20: agentmesh.v1.DependencyResult
+	(*TaskUpdate)(nil),             // 21: agentmesh.v1.TaskUpdate
+	(*SubmitTaskRequest)(nil),      // 22: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 23: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 24: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 25: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 26: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 27: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 28: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 29: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 30: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 31: agentmesh.v1.WatchTaskResponse
+	(*GetTaskHistoryRequest)(nil),  // 32: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 33: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 34: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 35: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 36: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 37: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 38: agentmesh.v1.Agent
+	(*RetryPolicy)(nil),            // 39: agentmesh.v1.RetryPolicy
+	nil,                            // 40: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 41: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 42: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 43: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 44: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*Routing)(nil),                // 47: agentmesh.v1.Routing
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	42, // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
-	4,  // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	43, // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	43, // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	43, // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	1,  // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	37, // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
-	0,  // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	43, // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	43, // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	43, // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	43, // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	35, // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
-	11, // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
-	12, // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
-	2,  // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
-	7,  // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	8,  // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
-	43, // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
-	42, // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
-	42, // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
-	17, // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	36, // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	42, // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
-	43, // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
-	2,  // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
-	44, // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
-	5,  // 28: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	14, // 29: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	10, // 30: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	42, // 31: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,  // 32: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	6,  // 33: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	43, // 34: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 35: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,  // 36: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	15, // 37: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	12, // 38: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,  // 39: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	17, // 40: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	18, // 41: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,  // 42: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	43, // 43: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	42, // 44: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	0,  // 45: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,  // 46: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	38, // 47: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	17, // 48: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,  // 49: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	39, // 50: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	11, // 51: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	7,  // 52: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	36, // 53: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	42, // 54: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	13, // 55: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	13, // 56: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,  // 57: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	43, // 58: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	43, // 59: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 60: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	13, // 61: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	13, // 62: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	16, // 63: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,  // 64: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	16, // 65: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	43, // 66: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	43, // 67: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	10, // 68: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	40, // 69: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	33, // 70: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	43, // 71: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	43, // 72: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 73: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	34, // 74: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	41, // 75: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	42, // 76: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	36, // 77: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	42, // 78: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	42, // 79: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	42, // 80: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,  // 81: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	9,  // 82: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	19, // 83: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	21, // 84: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	23, // 85: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	25, // 86: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	27, // 87: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	29, // 88: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	31, // 89: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	20, // 90: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	22, // 91: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	24, // 92: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	26, // 93: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	28, // 94: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	30, // 95: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	32, // 96: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	90, // [90:97] is the sub-list for method output_type
-	83, // [83:90] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	45,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	4,   // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
+	46,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	46,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	1,   // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
+	40,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	0,   // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
+	46,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	46,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	46,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	11,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
+	38,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	12,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
+	13,  // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
+	2,   // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
+	8,   // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	9,   // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
+	46,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	45,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	45,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	20,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	39,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	46,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	2,   // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
+	47,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
+	11,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
+	15,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
+	5,   // 30: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
+	38,  // 31: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
+	46,  // 32: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 33: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
+	0,   // 34: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	11,  // 35: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
+	6,   // 36: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	17,  // 37: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	11,  // 38: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	45,  // 39: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,   // 40: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	7,   // 41: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	46,  // 42: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,   // 43: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 44: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	18,  // 45: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	13,  // 46: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,   // 47: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	20,  // 48: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	21,  // 49: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,   // 50: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	46,  // 51: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	45,  // 52: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	16,  // 53: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
+	15,  // 54: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
+	0,   // 55: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 56: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	41,  // 57: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	20,  // 58: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 59: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	42,  // 60: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	12,  // 61: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	8,   // 62: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	39,  // 63: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 64: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	14,  // 65: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	14,  // 66: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 67: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	46,  // 68: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 69: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 70: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	14,  // 71: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	14,  // 72: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	19,  // 73: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 74: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	19,  // 75: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	46,  // 76: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 77: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	11,  // 78: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	43,  // 79: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	36,  // 80: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	46,  // 81: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 82: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	12,  // 83: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	37,  // 84: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	44,  // 85: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	45,  // 86: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	39,  // 87: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 88: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	45,  // 89: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	45,  // 90: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 91: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 92: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	22,  // 93: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	24,  // 94: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	26,  // 95: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	28,  // 96: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	30,  // 97: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	32,  // 98: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	34,  // 99: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	23,  // 100: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	25,  // 101: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	27,  // 102: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	29,  // 103: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	31,  // 104: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	33,  // 105: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	35,  // 106: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	100, // [100:107] is the sub-list for method output_type
+	93,  // [93:100] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4008,14 +4459,14 @@ func file_agentmesh_v1_task_proto_init() {
 		return
 	}
 	file_agentmesh_v1_routing_proto_init()
-	file_agentmesh_v1_task_proto_msgTypes[23].OneofWrappers = []any{}
+	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   32,
+			NumEnums:      11,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -298,6 +298,8 @@ type ListTasksRequest struct {
 	Tag           string                 `protobuf:"bytes,60,opt,name=tag,proto3" json:"tag,omitempty"`
 	Priorities    []v1.Priority          `protobuf:"varint,61,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
 	ParentTaskId  string                 `protobuf:"bytes,62,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// Only tasks of this tree.
+	RootTaskId string `protobuf:"bytes,120,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
 	// Only blocked tasks still waiting on this parent.
 	WaitingOn string `protobuf:"bytes,63,opt,name=waiting_on,json=waitingOn,proto3" json:"waiting_on,omitempty"`
 	// Only tasks last updated after this time.
@@ -409,6 +411,13 @@ func (x *ListTasksRequest) GetPriorities() []v1.Priority {
 func (x *ListTasksRequest) GetParentTaskId() string {
 	if x != nil {
 		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
 	}
 	return ""
 }
@@ -1873,7 +1882,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\xc3\x04\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\"\xe5\x04\n" +
 	"\x10ListTasksRequest\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x124\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
@@ -1888,7 +1897,9 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"priorities\x18= \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
 	"priorities\x12$\n" +
-	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\x12\x1d\n" +
+	"\x0eparent_task_id\x18> \x01(\tR\fparentTaskId\x12 \n" +
+	"\froot_task_id\x18x \x01(\tR\n" +
+	"rootTaskId\x12\x1d\n" +
 	"\n" +
 	"waiting_on\x18? \x01(\tR\twaitingOn\x12?\n" +
 	"\rupdated_after\x18@ \x01(\v2\x1a.google.protobuf.TimestampR\fupdatedAfter\"e\n" +
