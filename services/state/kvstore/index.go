@@ -96,6 +96,14 @@ func (ix *index[T]) get(key string) (T, bool) {
 	return e.v, ok && e.live
 }
 
+// getRev returns the live value of key and the KV revision it was read at.
+func (ix *index[T]) getRev(key string) (T, uint64, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	e, ok := ix.m[key]
+	return e.v, e.rev, ok && e.live
+}
+
 // ascend calls fn for live keys above `after` ("" = from the bottom),
 // least first, while fn returns true.
 func (ix *index[T]) ascend(after string, fn func(string, T) bool) {

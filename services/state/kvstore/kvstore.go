@@ -97,6 +97,11 @@ type Store struct {
 	stopWatch context.CancelFunc
 	watchers  sync.WaitGroup
 
+	// group commits concurrent task writes together (groupcommit.go);
+	// kvPut is the subject prefix of the tasks bucket's entries.
+	group *store.GroupCommit[*entryWrite]
+	kvPut string
+
 	memory   bool // the buckets' storage (graph.go creates one more)
 	replicas int
 	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
@@ -174,6 +179,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		prefix += "."
 	}
 	s.directGet = prefix + "DIRECT.GET." + names.StoreHistoryStream()
+	s.kvPut = "$KV." + names.StoreBucket("tasks") + "."
+	if prefix != jetstream.DefaultAPIPrefix {
+		s.kvPut = prefix + s.kvPut // as the KV client does under a non-default API prefix
+	}
+	s.group = store.NewGroupCommit(s.flush)
 
 	wctx, cancel := context.WithCancel(context.Background())
 	s.stopWatch = cancel
@@ -537,19 +547,30 @@ func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, erro
 }
 
 // write runs the append-then-update loop shared by Transition and
-// AppendStep.
+// AppendStep: load (from the index when this process knows the task's
+// head), plan, then append the event and update the KV entry through the
+// group commit (groupcommit.go), with the writes of other tasks waiting at
+// the same moment.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 	trust := true
 	for range maxRetries {
-		cur, rev, after, err := s.load(ctx, id, trust)
+		cur, rev, after, known, err := s.loadForWrite(ctx, id, trust)
 		if err != nil {
 			return nil, nil, err
 		}
 		next, ev, err := plan(cur)
+		if err != nil && known {
+			trust = false // the index may be behind: decide on a fresh read
+			continue
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		streamSeq, err := s.appendEvent(ctx, ev, after)
+		w, err := newEntryWrite(ev, after, next, rev)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = s.group.Do(ctx, w)
 		if errors.Is(err, bus.ErrConflict) {
 			trust = false // re-read the head, roll forward, re-plan
 			continue
@@ -557,27 +578,32 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		if err != nil {
 			return nil, nil, err
 		}
-		s.setHead(id, head{seq: ev.Seq, streamSeq: streamSeq}, taskstate.Terminal(next.Status))
-		s.commit(ctx, id, next, rev)
 		return next, ev, nil
 	}
 	return nil, nil, bus.Errorf(bus.CodeConflict, "task %s: too much contention, retry", id)
 }
 
-// commit brings the KV entry up to next, whose event is already recorded.
-// The history is the record, so a failure here does not fail the write: a
-// lagging entry is rolled forward by the next read or write.
-func (s *Store) commit(ctx context.Context, id string, next *agentmeshv1.Task, rev uint64) {
-	data, err := proto.Marshal(next)
-	if err != nil {
-		return
+// loadForWrite is load for a write: when trust is set and this process
+// knows the task's head and its index holds the entry at that head, it
+// plans against the index without a read (known=true). A wrong guess makes
+// the append fail with a conflict, never succeed wrongly.
+func (s *Store) loadForWrite(ctx context.Context, id string, trust bool) (cur *agentmeshv1.Task, rev, after uint64, known bool, err error) {
+	if trust {
+		if t, r, ok := s.taskIndex.getRev(id); ok {
+			if h, ok := s.getHead(id); ok && h.seq == t.LastEventSeq {
+				return t, r, h.streamSeq, true, nil
+			}
+		}
 	}
-	nrev, err := s.tasks.Update(ctx, id, data, rev)
-	if err == nil {
-		s.taskIndex.put(id, next, nrev)
-		return
-	}
-	// Someone else moved the entry (rolled it forward, maybe past next).
+	cur, rev, after, err = s.load(ctx, id, trust)
+	return cur, rev, after, false, err
+}
+
+// rollForward brings a KV entry whose update failed (someone else moved it)
+// at least to next, whose event is recorded. The history is the record, so
+// a failure here does not fail the write: a lagging entry is rolled forward
+// by the next read or write.
+func (s *Store) rollForward(ctx context.Context, id string, next *agentmeshv1.Task) {
 	for range 4 {
 		cur, _, _, err := s.load(ctx, id, false)
 		if err != nil || cur.LastEventSeq >= next.LastEventSeq {

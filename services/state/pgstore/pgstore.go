@@ -14,10 +14,12 @@
 // the data by every write, so Usage sums them in SQL.
 //
 // What a write does is decided by the shared planning in package store; this
-// package only persists it. Every write is one statement (one implicit
-// transaction) that updates the task row with compare-and-set on
-// last_event_seq and inserts the event only when the update matched; a lost
-// race re-reads and re-plans, a bounded number of times.
+// package only persists it. Every task write is one statement that updates
+// the task row with compare-and-set on last_event_seq and inserts the event
+// only when the update matched; a lost race re-reads and re-plans, a
+// bounded number of times. The statements of the writes waiting at the same
+// moment are sent as one batch and commit as one transaction (group
+// commit, groupcommit.go); each caller is answered after that commit.
 package pgstore
 
 import (
@@ -54,6 +56,8 @@ type Store struct {
 	now  func() time.Time
 	// cache saves the read before a write (see writeCache).
 	cache writeCache
+	// group commits concurrent task writes together (groupcommit.go).
+	group *store.GroupCommit[rowWrite]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -75,7 +79,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: ping: %w", err)
 	}
-	return &Store{pool: pool, now: time.Now}, nil
+	s := &Store{pool: pool, now: time.Now}
+	s.group = store.NewGroupCommit(s.flush)
+	return s, nil
 }
 
 // migrate applies the embedded migrations under a Postgres advisory lock,
@@ -282,7 +288,9 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 }
 
 // write runs the compare-and-set loop shared by Transition and AppendStep:
-// read, plan, update-if-unchanged plus insert the event, in one statement.
+// read (or take the cached row), plan, then commit the update-if-unchanged
+// plus the event insert through the group commit (groupcommit.go), with
+// the writes of other tasks waiting at the same moment.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 	for range maxRetries {
 		cur, cached := s.cache.get(id), true
@@ -302,39 +310,17 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		if err != nil {
 			return nil, nil, err
 		}
-		data, err := marshal(next)
+		w, err := newRowWrite(cur.LastEventSeq, next, ev)
 		if err != nil {
 			return nil, nil, err
 		}
-		evData, err := marshal(ev)
-		if err != nil {
-			return nil, nil, err
-		}
-		tag, err := s.pool.Exec(ctx, `
-WITH u AS (
-  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
-    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
-    priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
-  WHERE id = $1 AND last_event_seq = $2
-  RETURNING id
-)
-INSERT INTO task_events (task_id, seq, type, time, data)
-SELECT u.id, $5, $8, $9, $10 FROM u`,
-			id, cur.LastEventSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
-			int16(ev.Type), ev.Time.AsTime(), evData,
-			next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd(),
-			graphCols(next)[0], graphCols(next)[1], graphCols(next)[2], graphCols(next)[3], graphCols(next)[4])
-		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
-				s.cache.forget(id)
-				continue
-			}
-			return nil, nil, dbError("write task "+id, err)
-		}
-		if tag.RowsAffected() == 1 {
+		err = s.group.Do(ctx, w)
+		if err == nil {
 			s.cache.put(next)
 			return next, ev, nil
+		}
+		if !errors.Is(err, errLostRace) {
+			return nil, nil, dbError("write task "+id, err)
 		}
 		s.cache.forget(id) // another writer got there first: re-read
 		if err := ctx.Err(); err != nil {

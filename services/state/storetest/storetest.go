@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Usage", testUsage},
 		{"Isolation", testIsolation},
 		{"Retries", testRetries},
+		{"GroupCommit", testGroupCommit},
 	}
 	tests = append(tests, graphTests...)
 	for _, tc := range tests {

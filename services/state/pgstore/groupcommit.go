@@ -1,0 +1,138 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit of task writes (Transition, AppendStep). The writes that
+// wait at the same moment are sent as one pgx batch: one round trip, and
+// one implicit transaction (the batch ends with a single Sync), so one
+// commit for all of them. Each write's statement is its own
+// compare-and-set, so one that lost a race (0 rows: another writer moved
+// the task) leaves the others to commit, and its caller alone re-reads and
+// re-plans. A statement that fails outright aborts the whole transaction;
+// the group is then sent again one write at a time, so each caller gets its
+// own error and the others still commit.
+
+// errLostRace says a write's compare-and-set matched no row.
+var errLostRace = errors.New("lost a compare-and-set race")
+
+// writeSQL updates the task row if its last_event_seq is still the one the
+// write was planned against, and inserts the event only then.
+const writeSQL = `
+WITH u AS (
+  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
+    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
+    priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
+  WHERE id = $1 AND last_event_seq = $2
+  RETURNING id
+)
+INSERT INTO task_events (task_id, seq, type, time, data)
+SELECT u.id, $5, $8, $9, $10 FROM u`
+
+// rowWrite is one planned task write: the row after it and its event.
+type rowWrite struct {
+	id   string
+	args []any
+}
+
+func newRowWrite(prevSeq int64, next *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) (rowWrite, error) {
+	data, err := marshal(next)
+	if err != nil {
+		return rowWrite{}, err
+	}
+	evData, err := marshal(ev)
+	if err != nil {
+		return rowWrite{}, err
+	}
+	g := graphCols(next)
+	return rowWrite{id: next.Id, args: []any{
+		next.Id, prevSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
+		int16(ev.Type), ev.Time.AsTime(), evData,
+		next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd(),
+		g[0], g[1], g[2], g[3], g[4],
+	}}, nil
+}
+
+// flush commits a group of writes; one outcome per write: nil (committed),
+// errLostRace, or the database's error.
+func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
+	errs := make([]error, len(ws))
+	if len(ws) == 1 {
+		errs[0] = s.writeOne(ctx, ws[0])
+		return errs
+	}
+	// Rows are locked in id order, so two state processes' groups cannot
+	// deadlock on each other.
+	order := make([]int, len(ws))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ws[a].id, ws[b].id) })
+	b := &pgx.Batch{}
+	for _, i := range order {
+		b.Queue(writeSQL, ws[i].args...)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	tags := make([]pgconn.CommandTag, len(ws))
+	var batchErr error
+	for _, i := range order {
+		tag, err := br.Exec()
+		if err != nil {
+			batchErr = err
+			break
+		}
+		tags[i] = tag
+	}
+	if err := br.Close(); batchErr == nil {
+		batchErr = err
+	}
+	if batchErr != nil {
+		// Nothing of the group committed: each write alone decides its fate.
+		for i, w := range ws {
+			errs[i] = s.writeOne(ctx, w)
+		}
+		return errs
+	}
+	for i, tag := range tags {
+		if tag.RowsAffected() != 1 {
+			errs[i] = errLostRace
+		}
+	}
+	return errs
+}
+
+// writeOne commits one write in its own statement.
+func (s *Store) writeOne(ctx context.Context, w rowWrite) error {
+	tag, err := s.pool.Exec(ctx, writeSQL, w.args...)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
+			return errLostRace
+		}
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return errLostRace
+	}
+	return nil
+}
+
+// CommitStats counts the groups committed (store.GroupCommitter).
+func (s *Store) CommitStats() store.CommitStats { return s.group.Stats() }
+
+// PauseCommits holds the groups back until resume (store.GroupCommitter).
+func (s *Store) PauseCommits() (resume func()) { return s.group.Pause() }
+
+// WaitingCommits is the number of writes queued (store.GroupCommitter).
+func (s *Store) WaitingCommits() int { return s.group.Waiting() }
+
+var _ store.GroupCommitter = (*Store)(nil)
