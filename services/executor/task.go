@@ -113,9 +113,12 @@ func (s *Service) start(ctx context.Context, key runKey) (*busv1.TransitionRespo
 }
 
 // outcomeBackoff retries a transition that state did not answer for about
-// 30 s (20 ms doubling to 500 ms): long enough for a state or Postgres
-// restart, after which the work is nak'ed and comes back.
-var outcomeBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond, Tries: 64}
+// 30 s (20 ms doubling to 250 ms, plus up to half of it as jitter): long
+// enough for a state or Postgres restart, after which the work is nak'ed
+// and comes back. The short ceiling makes a task go on within about 0.4 s of
+// state's return (a request to a state service that is down fails at once,
+// so a try costs nothing while it is away).
+var outcomeBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond, Tries: 128}
 
 // redelivered handles work delivered again: the executor that had it died
 // or went silent. If the task still waits for that attempt, it goes back to
@@ -321,9 +324,9 @@ func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, 
 }
 
 // stepBackoff retries a checkpoint until the context ends (no try limit):
-// 20 ms doubling to 500 ms, so a state service that comes back is heard
-// from within about half a second.
-var stepBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+// 20 ms doubling to 250 ms (plus jitter), so a state service that comes
+// back is heard from within about 0.4 s.
+var stepBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // stepTryTimeout bounds one try of a checkpoint: a request lost with a
 // state process that died is sent again after this, not after the bus's
