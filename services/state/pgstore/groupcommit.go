@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Group commit of task writes (Transition, AppendStep). The writes that
+// Group commit of task writes (CreateTask without dependencies,
+// Transition, AppendStep). The writes that
 // wait at the same moment are sent as one pgx batch: one round trip, and
 // one implicit transaction (the batch ends with a single Sync), so one
 // commit for all of them. Each write's statement is its own
@@ -38,9 +39,12 @@ WITH u AS (
 INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, $5, $8, $9, $10 FROM u`
 
-// rowWrite is one planned task write: the row after it and its event.
+// rowWrite is one planned task write: its statement (writeSQL, or
+// createSQL for a new task) and arguments. A statement that changes no row
+// is errLostRace.
 type rowWrite struct {
 	id   string
+	sql  string
 	args []any
 }
 
@@ -54,7 +58,7 @@ func newRowWrite(prevSeq int64, next *agentmeshv1.Task, ev *agentmeshv1.TaskEven
 		return rowWrite{}, err
 	}
 	g := graphCols(next)
-	return rowWrite{id: next.Id, args: []any{
+	return rowWrite{id: next.Id, sql: writeSQL, args: []any{
 		next.Id, prevSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
 		int16(ev.Type), ev.Time.AsTime(), evData,
 		next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd(),
@@ -79,7 +83,7 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ws[a].id, ws[b].id) })
 	b := &pgx.Batch{}
 	for _, i := range order {
-		b.Queue(writeSQL, ws[i].args...)
+		b.Queue(ws[i].sql, ws[i].args...)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	tags := make([]pgconn.CommandTag, len(ws))
@@ -103,7 +107,7 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 		return errs
 	}
 	for i, tag := range tags {
-		if tag.RowsAffected() != 1 {
+		if tag.RowsAffected() == 0 {
 			errs[i] = errLostRace
 		}
 	}
@@ -112,7 +116,7 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 
 // writeOne commits one write in its own statement.
 func (s *Store) writeOne(ctx context.Context, w rowWrite) error {
-	tag, err := s.pool.Exec(ctx, writeSQL, w.args...)
+	tag, err := s.pool.Exec(ctx, w.sql, w.args...)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: a racing writer
@@ -120,7 +124,7 @@ func (s *Store) writeOne(ctx context.Context, w rowWrite) error {
 		}
 		return err
 	}
-	if tag.RowsAffected() != 1 {
+	if tag.RowsAffected() == 0 {
 		return errLostRace
 	}
 	return nil

@@ -129,9 +129,26 @@ func decodeTask(b []byte) (*agentmeshv1.Task, error) {
 	return t, nil
 }
 
-// CreateTask inserts the task and its two events in one statement. A
-// concurrent duplicate idempotency key makes the insert do nothing; the
-// existing task is then returned.
+// createSQL inserts a task and its two events in one statement; a
+// duplicate idempotency key makes it insert nothing.
+const createSQL = `
+WITH t AS (
+  INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data,
+                     prompt_tokens, completion_tokens, total_tokens, cost_usd,
+                     priority, tags, parent_task_id, waiting_on, finished_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, 0, $19, $20, $21, $22, $23)
+  ON CONFLICT (org, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
+  RETURNING id
+)
+INSERT INTO task_events (task_id, seq, type, time, data)
+SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
+  (VALUES ($11::bigint, $12::smallint, $13::timestamptz, $14::bytea),
+          ($15::bigint, $16::smallint, $17::timestamptz, $18::bytea)) AS e(seq, type, time, data)`
+
+// CreateTask inserts the task and its two events in one statement, committed
+// with the writes waiting at the same moment (group commit). A concurrent
+// duplicate idempotency key makes the insert do nothing; the existing task
+// is then returned.
 func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, bool, error) {
 	if t == nil {
 		return nil, nil, false, bus.FieldError("task", "a task is required")
@@ -159,29 +176,18 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	if err != nil {
 		return nil, nil, false, err
 	}
-	tag, err := s.pool.Exec(ctx, `
-WITH t AS (
-  INSERT INTO tasks (id, org, agent, status, attempt, last_event_seq, idempotency_key, created_at, updated_at, data,
-                     prompt_tokens, completion_tokens, total_tokens, cost_usd,
-                     priority, tags, parent_task_id, waiting_on, finished_at)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, 0, 0, 0, $19, $20, $21, $22, $23)
-  ON CONFLICT (org, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
-  RETURNING id
-)
-INSERT INTO task_events (task_id, seq, type, time, data)
-SELECT t.id, e.seq, e.type, e.time, e.data FROM t,
-  (VALUES ($11::bigint, $12::smallint, $13::timestamptz, $14::bytea),
-          ($15::bigint, $16::smallint, $17::timestamptz, $18::bytea)) AS e(seq, type, time, data)`,
+	g := graphCols(task)
+	err = s.group.Do(ctx, rowWrite{id: task.Id, sql: createSQL, args: []any{
 		task.Id, task.Org, task.Agent, int16(task.Status), task.Attempt, task.LastEventSeq, task.IdempotencyKey,
 		task.CreatedAt.AsTime(), task.UpdatedAt.AsTime(), data,
 		events[0].Seq, int16(events[0].Type), events[0].Time.AsTime(), ev1,
 		events[1].Seq, int16(events[1].Type), events[1].Time.AsTime(), ev2,
-		graphCols(task)[0], graphCols(task)[1], graphCols(task)[2], graphCols(task)[3], graphCols(task)[4])
-	if err != nil {
+		g[0], g[1], g[2], g[3], g[4]}})
+	if err != nil && !errors.Is(err, errLostRace) {
 		return nil, nil, false, dbError("create task", err)
 	}
-	if tag.RowsAffected() == 0 {
-		// Another create with the same key won.
+	if err != nil {
+		// Nothing inserted: another create with the same key won.
 		cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey)
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("idempotency key %q lost a race, then: %w", t.IdempotencyKey, err)
