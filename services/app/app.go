@@ -328,7 +328,12 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_SPAWNER: %w", err)}
 	}
+	warm, err := executor.ParseWarmPool(s.str("AGENTMESH_WARM_POOL"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_WARM_POOL: %w", err)}
+	}
 	return executor.Config{
+		WarmPool: warm,
 		Prefix:   s.str("AGENTMESH_PREFIX"),
 		Node:     s.str("AGENTMESH_NODE"),
 		Capacity: capacity,

@@ -103,6 +103,13 @@ type Config struct {
 	// default: a small long-lived spawner process, see package spawner)
 	// or SpawnerDirect (the executor forks them itself).
 	Spawner string
+	// WarmPool is how many idle warm agent children (started and
+	// sandboxed ahead of time, each to serve exactly one task; see
+	// warm.go) the executor keeps (AGENTMESH_WARM_POOL): 0 takes the
+	// default, Capacity but at most DefaultWarmPoolMax; negative turns the
+	// pool off. Idle warm children and running tasks together never
+	// exceed Capacity.
+	WarmPool int
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -200,6 +207,8 @@ type Service struct {
 	sb    *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
+	// warm is the warm pool while Run runs (nil: off, or not running).
+	warm *warmPool
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
 
@@ -395,8 +404,15 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
 
+	var warm *warmPool
+	if n := warmSize(s.cfg); n > 0 {
+		warm = newWarmPool(s, n, s.running)
+		s.mu.Lock()
+		s.warm = warm
+		s.mu.Unlock()
+	}
 	slots := make(chan struct{}, s.cfg.Capacity)
-	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0])
+	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
 	for ctx.Err() == nil {
 		select {
 		case slots <- struct{}{}:
@@ -477,6 +493,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+	if warm != nil {
+		// Idle warm children are killed and their cgroups and staging
+		// directories removed before the spawner goes.
+		warm.close()
+		st := warm.stats()
+		s.log.Info("warm pool closed", "hits", st.Hits, "misses", st.Misses, "spawned", st.Spawned, "failed", st.Failed, "discarded", st.Discarded)
+	}
 	if s.spawner != nil {
 		s.spawner.Close()
 	}
@@ -508,6 +531,16 @@ func (s *Service) unregister(r *run) {
 		delete(s.runs, r.key)
 	}
 	r.cancel(nil)
+	if s.warm != nil {
+		s.warm.wake() // a slot is free: the pool may grow back
+	}
+}
+
+// running is how many task attempts run here now.
+func (s *Service) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.runs)
 }
 
 // onCancelled kills the child of a task cancelled while it runs here. The

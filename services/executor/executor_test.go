@@ -111,9 +111,12 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { model.Close() })
 
 	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
-		Prefix:            "am",
-		Node:              "node-1",
-		Capacity:          4,
+		Prefix:   "am",
+		Node:     "node-1",
+		Capacity: 4,
+		// These tests count the agent processes: no warm pool (its own
+		// tests are warm_test.go's and TestWarmPoolRunsTasks).
+		WarmPool:          -1,
 		ChildCommand:      []string{os.Args[0]},
 		Model:             executor.ModelConfig{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
 		WallTime:          30 * time.Second,

@@ -12,6 +12,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -30,9 +31,12 @@ func TestMain(m *testing.M) {
 }
 
 // testChild is the real child (child.Main) with one addition: it crashes
-// on a task whose input carries CrashMarker. It reads the Start frame
-// unbuffered, then hands that frame and the rest of stdin to child.Main.
+// on a task whose input carries CrashMarker. Like child.Main it confines
+// itself before it reads anything (a warm child waits confined for its
+// Start frame); it reads the Start frame unbuffered, then hands that frame
+// and the rest of stdin to child.Main (whose own Enter is then a no-op).
 func testChild() int {
+	sandbox.EnterOrExit()
 	var hdr [4]byte
 	if _, err := io.ReadFull(os.Stdin, hdr[:]); err != nil {
 		return 3

@@ -89,7 +89,7 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	start.ExecutorTools = append(start.ExecutorTools, mc.specs...)
 	start.McpServers = mc.stdio
 
-	p, err := s.spawn(ctx, task.Id)
+	p, err := s.startChild(ctx, task.Id)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
@@ -97,7 +97,7 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
 	defer p.cleanup()
-	log.Info("agent process started", "pid", p.pid, "resumed_steps", len(steps))
+	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
 	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, mc.execTools(s.execTools), mc.tools), mr)
 	status := p.wait(res.last)
@@ -169,6 +169,11 @@ type process struct {
 	// tells whether the kernel killed the child at its memory limit.
 	sb *sandbox.Task
 	h  handle
+	// release ends the context the child was spawned under (a warm child's
+	// own; see warm.go), nil for a child spawned under its task's context.
+	release func()
+	// warm: the child came from the warm pool.
+	warm bool
 }
 
 // handle is how the executor kills and waits for a child: its own
@@ -180,6 +185,8 @@ type handle interface {
 	// wait waits for the child (and its stderr) and returns its wait
 	// status; err when the status cannot be known. It may be called again.
 	wait() (syscall.WaitStatus, error)
+	// exited reports whether the child has ended (without reaping it).
+	exited() bool
 }
 
 // spawn starts a child in a fresh workspace, with a clean environment, in
@@ -252,6 +259,19 @@ type directHandle struct {
 }
 
 func (d *directHandle) kill() error { return sandbox.KillGroup(d.cmd) }
+
+func (d *directHandle) exited() bool { return processEnded(d.cmd.Process.Pid) }
+
+// processEnded reports whether pid is gone or a zombie (/proc/PID/stat).
+func processEnded(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
 
 func (d *directHandle) wait() (syscall.WaitStatus, error) {
 	d.once.Do(func() {
@@ -338,6 +358,15 @@ type spawnedHandle struct {
 
 func (h *spawnedHandle) kill() error { return h.proc.Kill() }
 
+func (h *spawnedHandle) exited() bool {
+	select {
+	case <-h.proc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 func (h *spawnedHandle) wait() (syscall.WaitStatus, error) {
 	ws, err := h.proc.Wait()
 	t := time.NewTimer(exitGrace)
@@ -402,6 +431,9 @@ func (p *process) cleanup() {
 	_ = p.stdin.Close()
 	_ = p.stdout.Close()
 	p.sb.Cleanup()
+	if p.release != nil {
+		p.release()
+	}
 }
 
 // serveResult is how a conversation with a child ended.

@@ -107,10 +107,7 @@ type agent struct {
 // spawnAgent starts the child through Service.spawn and sends it Start.
 func spawnAgent(t *testing.T, ctx context.Context, s *Service, input string, maxSteps int) *agent {
 	t.Helper()
-	p, err := s.spawn(ctx, "escape-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := takeChild(t, ctx, s, "escape-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
 	t.Cleanup(p.cleanup)
 	// The path under test: the spawner's child, or the executor's own.
 	want := os.Getpid()
@@ -515,10 +512,7 @@ func TestSandboxMemoryHog(t *testing.T) {
 // exhaustion and is not retried.
 func TestSandboxAgentOOM(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{Memory: 32 << 20})
-	p, err := s.spawn(context.Background(), "agent-oom")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := takeChild(t, context.Background(), s, "agent-oom")
 	defer p.cleanup()
 	// A Start frame of 15 MiB: the agent holds it twice or more.
 	start := &childv1.Start{TaskId: "oom", Attempt: 1, Input: strings.Repeat("x", 15<<20), MaxSteps: 1}
@@ -532,7 +526,7 @@ func TestSandboxAgentOOM(t *testing.T) {
 		ws, err = p.h.wait()
 		done <- err
 	}()
-	err = nil
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):

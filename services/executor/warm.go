@@ -1,0 +1,274 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The warm pool (Config.WarmPool, AGENTMESH_WARM_POOL): agent children
+// started ahead of time, so that dispatch → first model call does not wait
+// for a spawn.
+//
+// A warm child is an ordinary sandboxed child (Service.spawn: its own
+// staging directory, cgroups with the executor's limits, a host uid of its
+// own, every wall entered by sandbox.Enter) that has not been sent its
+// Start frame yet: it is blocked reading its stdin. Nothing in it depends on
+// a task — the sandbox's walls are the executor's, the same for every task —
+// and nothing of a task reaches it before it is claimed. Claiming one hands
+// it exactly one task (its Start frame, written by the executor); after that
+// task it exits and is cleaned up like any child. It is never returned to
+// the pool, so it never serves a second task, another agent or another org.
+//
+// The pool is refilled by its own goroutines, off the critical path: a
+// claim only wakes them. Idle warm children and running tasks together
+// never exceed Capacity, so the pool adds no process beyond what a full
+// executor holds anyway.
+
+// DefaultWarmPoolMax caps the default pool size (Capacity, at most this):
+// an idle executor holds that many idle children.
+const DefaultWarmPoolMax = 64
+
+// warmRefillers is how many spawns the pool runs at once when refilling.
+const warmRefillers = 2
+
+// ParseWarmPool parses AGENTMESH_WARM_POOL: "" is the default (Capacity, at
+// most DefaultWarmPoolMax), "0" turns the pool off, N keeps up to N idle
+// warm children. It returns Config.WarmPool's value (0 default, -1 off).
+func ParseWarmPool(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("warm pool %q: want a number of children ≥ 0 (0 = off)", s)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
+}
+
+// warmSize is the pool size cfg asks for (0: off).
+func warmSize(cfg Config) int {
+	switch {
+	case cfg.WarmPool < 0:
+		return 0
+	case cfg.WarmPool == 0:
+		return min(cfg.Capacity, DefaultWarmPoolMax)
+	}
+	return min(cfg.WarmPool, cfg.Capacity)
+}
+
+// WarmStats counts what the warm pool did.
+type WarmStats struct {
+	// Hits: tasks that got a warm child; Misses: tasks that found the pool
+	// empty and spawned their own.
+	Hits, Misses int64
+	// Spawned warm children, and spawns that failed.
+	Spawned, Failed int64
+	// Discarded: warm children found dead when claimed, or killed idle at
+	// shutdown.
+	Discarded int64
+	// Idle now.
+	Idle int
+}
+
+// warmPool keeps up to size idle warm children.
+type warmPool struct {
+	s    *Service
+	size int
+	// running is how many tasks run now (idle + running ≤ Capacity).
+	running func() int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	kick   chan struct{}
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	idle     []*process
+	starting int
+	closed   bool
+
+	hits, misses, spawned, failed, discarded atomic.Int64
+}
+
+// newWarmPool starts the pool's refillers; close stops them and kills the
+// idle children.
+func newWarmPool(s *Service, size int, running func() int) *warmPool {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &warmPool{s: s, size: size, running: running, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1)}
+	for range warmRefillers {
+		w.wg.Go(w.refill)
+	}
+	w.wake()
+	return w
+}
+
+// wake asks the refillers to top the pool up (never blocks).
+func (w *warmPool) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reserve books one spawn if the pool needs one.
+func (w *warmPool) reserve() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	have := len(w.idle) + w.starting
+	if have >= w.size || have+w.running() >= w.s.cfg.Capacity {
+		return false
+	}
+	w.starting++
+	return true
+}
+
+func (w *warmPool) refill() {
+	for {
+		select {
+		case <-w.kick:
+		case <-w.ctx.Done():
+			return
+		}
+		for w.reserve() {
+			p, err := w.spawnOne()
+			w.mu.Lock()
+			w.starting--
+			if err == nil && !w.closed {
+				w.idle = append(w.idle, p)
+				p = nil
+			}
+			w.mu.Unlock()
+			if p != nil { // closed meanwhile
+				w.discarded.Add(1)
+				p.cleanup()
+			}
+			if err != nil {
+				w.failed.Add(1)
+				if w.ctx.Err() == nil {
+					w.s.log.Warn("warm pool: could not start a warm agent process; tasks spawn their own meanwhile", "err", err)
+					sleep(w.ctx, time.Second)
+					w.wake() // try again
+				}
+				break
+			}
+			w.spawned.Add(1)
+		}
+	}
+}
+
+var warmSeq atomic.Int64
+
+// spawnOne starts one warm child. Its context is its own: the pool's end
+// does not kill a claimed child, and a claim links it to its task's.
+func (w *warmPool) spawnOne() (*process, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := w.s.spawn(ctx, fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1)))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	p.release = cancel
+	return p, nil
+}
+
+// take hands out an idle warm child (nil when there is none) and wakes the
+// refillers. A child found dead is discarded.
+func (w *warmPool) take() *process {
+	defer w.wake()
+	for {
+		w.mu.Lock()
+		n := len(w.idle)
+		if n == 0 || w.closed {
+			w.mu.Unlock()
+			w.misses.Add(1)
+			return nil
+		}
+		p := w.idle[n-1]
+		w.idle[n-1] = nil
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		if p.h.exited() {
+			w.discarded.Add(1)
+			w.s.log.Warn("warm pool: a warm agent process ended while idle; discarded", "pid", p.pid, "stderr", strings.TrimSpace(p.stderr.String()))
+			go p.cleanup()
+			continue
+		}
+		w.hits.Add(1)
+		return p
+	}
+}
+
+// close stops the refillers and kills and cleans up every idle child
+// (their cgroups and staging directories go with them).
+func (w *warmPool) close() {
+	w.mu.Lock()
+	w.closed = true
+	idle := w.idle
+	w.idle = nil
+	w.mu.Unlock()
+	w.cancel()
+	w.wg.Wait()
+	for _, p := range idle {
+		w.discarded.Add(1)
+		p.cleanup()
+	}
+}
+
+func (w *warmPool) stats() WarmStats {
+	w.mu.Lock()
+	idle := len(w.idle)
+	w.mu.Unlock()
+	return WarmStats{
+		Hits: w.hits.Load(), Misses: w.misses.Load(),
+		Spawned: w.spawned.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
+		Idle: idle,
+	}
+}
+
+// WarmStats reports the warm pool's counts (zero when it is off).
+func (s *Service) WarmStats() WarmStats {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w == nil {
+		return WarmStats{}
+	}
+	return w.stats()
+}
+
+// startChild gives the task an agent child: a warm one when the pool has
+// one (its kill linked to ctx), else a fresh spawn. Either has every wall
+// in force and has read nothing yet.
+func (s *Service) startChild(ctx context.Context, taskID string) (*process, error) {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w != nil {
+		if p := w.take(); p != nil {
+			p.claim(ctx)
+			return p, nil
+		}
+	}
+	return s.spawn(ctx, taskID)
+}
+
+// claim makes ctx's end kill the warm child p, as a spawn under ctx would.
+func (p *process) claim(ctx context.Context) {
+	release := p.release
+	stop := context.AfterFunc(ctx, release)
+	p.release = func() { stop(); release() }
+	p.warm = true
+}
