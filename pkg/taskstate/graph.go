@@ -25,8 +25,13 @@ func applyGraph(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
 	}
 	if d := ev.GetDependency(); d != nil {
 		if i := slices.Index(t.WaitingOn, d.TaskId); i >= 0 {
+			subtask := t.SubtaskWait != nil && slices.Contains(t.SubtaskWait.Tasks, d.TaskId)
 			t.WaitingOn = slices.Delete(slices.Clone(t.WaitingOn), i, i+1)
-			t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+			// A sub-task's outcome reaches the model through wait_tasks,
+			// not as a dependency result added to the task's input.
+			if !subtask {
+				t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+			}
 		}
 	}
 	if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS {

@@ -263,6 +263,7 @@ func (s *Service) waitSubtasks(ctx context.Context, req *busv1.WaitSubtasksReque
 			return nil, err
 		}
 		slices.Sort(ids) // creation order
+		ids = inCallOrder(ids, req.Order)
 	}
 	var deadline *timestamppb.Timestamp
 	switch {
@@ -345,4 +346,30 @@ func (s *Service) releaseWait(ctx context.Context, req *busv1.ReleaseSubtaskWait
 		s.publishEvents(ctx, ev)
 	}
 	return &busv1.ReleaseSubtaskWaitResponse{Task: t, Event: ev}, nil
+}
+
+// inCallOrder orders ids as order does (the calls that spawned them), the
+// others after, in their order.
+func inCallOrder(ids, order []string) []string {
+	pos := make(map[string]int, len(order))
+	for i, id := range order {
+		if _, ok := pos[id]; !ok {
+			pos[id] = i
+		}
+	}
+	out := slices.Clone(ids)
+	slices.SortStableFunc(out, func(a, b string) int {
+		pa, oka := pos[a]
+		pb, okb := pos[b]
+		switch {
+		case oka && okb:
+			return pa - pb
+		case oka:
+			return -1
+		case okb:
+			return 1
+		}
+		return 0
+	})
+	return out
 }

@@ -204,8 +204,12 @@ type WaitSubtasksRequest struct {
 	// 0 = no deadline.
 	TimeoutSeconds int32  `protobuf:"varint,6,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Node           string `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The sub-tasks the executor saw this task spawn, in call order: with no
+	// tasks, every sub-task is reported, these first in this order (then any
+	// other by creation).
+	Order         []string `protobuf:"bytes,8,rep,name=order,proto3" json:"order,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WaitSubtasksRequest) Reset() {
@@ -285,6 +289,13 @@ func (x *WaitSubtasksRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *WaitSubtasksRequest) GetOrder() []string {
+	if x != nil {
+		return x.Order
+	}
+	return nil
 }
 
 type WaitSubtasksResponse struct {
@@ -467,7 +478,7 @@ const file_agentmesh_bus_v1_delegation_proto_rawDesc = "" +
 	"model_only\x18\b \x01(\bR\tmodelOnly\"X\n" +
 	"\x14SpawnSubtaskResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xcf\x01\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xe5\x01\n" +
 	"\x13WaitSubtasksRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12 \n" +
@@ -476,7 +487,8 @@ const file_agentmesh_bus_v1_delegation_proto_rawDesc = "" +
 	"\x05tasks\x18\x04 \x03(\tR\x05tasks\x12\x10\n" +
 	"\x03any\x18\x05 \x01(\bR\x03any\x12'\n" +
 	"\x0ftimeout_seconds\x18\x06 \x01(\x05R\x0etimeoutSeconds\x12\x12\n" +
-	"\x04node\x18\a \x01(\tR\x04node\"n\n" +
+	"\x04node\x18\a \x01(\tR\x04node\x12\x14\n" +
+	"\x05order\x18\b \x03(\tR\x05order\"n\n" +
 	"\x14WaitSubtasksResponse\x12\x18\n" +
 	"\ablocked\x18\x01 \x01(\bR\ablocked\x12\x14\n" +
 	"\x05tasks\x18\x02 \x03(\tR\x05tasks\x12&\n" +
