@@ -9,6 +9,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/delegation"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 )
@@ -93,9 +94,14 @@ func TestDelegationPlannerFansOut(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		capacity int
-	}{{"capacity-32", 0}, {"capacity-1", 1}} {
+		postgres bool
+	}{{"capacity-32", 0, false}, {"capacity-1", 1, false}, {"capacity-1-postgres", 1, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := start(t, opts{script: delegationScript, capacity: tc.capacity})
+			o := opts{script: delegationScript, capacity: tc.capacity}
+			if tc.postgres {
+				o.postgres = pgtest.NewDatabase(t)
+			}
+			e := start(t, o)
 			e.delegationAgents(t)
 			parent := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "plan: the report", Agent: "planner"})
 			done := e.waitStatus(t, parent.Id, taskstate.Completed, 60*time.Second)
@@ -196,7 +202,12 @@ func TestDelegationCallModel(t *testing.T) {
 // TestDelegationDepthLimit: an agent that delegates to itself ends at the
 // depth limit with an error the model reads.
 func TestDelegationDepthLimit(t *testing.T) {
-	e := start(t, opts{script: delegationScript})
+	stores(t, func(t *testing.T, o opts) { testDepthLimit(t, o) })
+}
+
+func testDepthLimit(t *testing.T, o opts) {
+	o.script = delegationScript
+	e := start(t, o)
 	e.createAgentWith(t, &agentmeshv1.Agent{Name: "looper", Tools: delegationTools})
 	root := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "loop", Agent: "looper"})
 	var tree []*agentmeshv1.Task
