@@ -22,6 +22,7 @@
 //	  "scenarios": [
 //	    {
 //	      "match": "(?i)weather",        // optional regexp on the first user message
+//	      "model": "small",              // optional: only requests for this model
 //	      "turns": [
 //	        {"tool_calls": [{"name": "current_time", "arguments": {"timezone": "UTC"}}]},
 //	        {"content": "It is {{last_tool_result}}. You asked: {{input}}"}
@@ -31,8 +32,8 @@
 //	}
 //
 // A bare list of scenarios is accepted too. The first scenario whose match
-// finds the first user message answers (a scenario without match answers
-// anything); when none matches the server answers 404. Turn k answers a
+// finds the first user message, and whose model (if any) is the request's
+// model, answers (a scenario without match answers anything); when none matches the server answers 404. Turn k answers a
 // conversation that already holds k assistant messages, so the server is
 // stateless and any number of conversations may run at once. Past the last
 // turn it answers with the last turn's content and no tool calls.
@@ -40,8 +41,10 @@
 // A turn's fields, all optional:
 //
 //	content        the assistant's text; {{input}} is replaced by the first
-//	               user message and {{last_tool_result}} by the content of
-//	               the last tool message
+//	               user message, {{last_tool_result}} by the content of
+//	               the last tool message and {{tool_results}} by the
+//	               contents of the tool messages that answered the last
+//	               turn, one per line
 //	tool_calls     [{"name": "echo", "arguments": {...}, "id": "call_1"}];
 //	               arguments is any JSON value (an object is usual; a string
 //	               is sent as is, so a script can send malformed arguments);
@@ -87,6 +90,10 @@ type Script struct {
 // Scenario answers the conversations whose first user message Match finds.
 type Scenario struct {
 	Match string `json:"match,omitempty"`
+	// Model, when set, limits the scenario to requests for this model name
+	// (so one server can script a planner, its workers and a second,
+	// cheaper model).
+	Model string `json:"model,omitempty"`
 	Turns []Turn `json:"turns"`
 
 	re *regexp.Regexp

@@ -28,8 +28,9 @@ type Server struct {
 	ids      atomic.Int64
 
 	mu         sync.Mutex
-	misbehaved map[[2]int]int // (scenario, turn) → error answers given
-	byTurn     map[int]int64  // conversation position (assistant messages so far) → requests
+	misbehaved map[[2]int]int   // (scenario, turn) → error answers given
+	byTurn     map[int]int64    // conversation position (assistant messages so far) → requests
+	byScenario map[[2]int]int64 // (scenario, position) → requests
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -115,6 +116,15 @@ func (s *Server) RequestsAt(k int) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.byTurn[k]
+}
+
+// RequestsOf returns how many requests scenario (its index in the script)
+// answered at turn k: per-scenario RequestsAt, for scripts whose agents
+// each have their own scenario.
+func (s *Server) RequestsOf(scenario, k int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byScenario[[2]int{scenario, k}]
 }
 
 func (s *Server) modelName(requested string) string {
@@ -235,6 +245,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	input, lastTool, assistants := "", "", 0
+	var turnTools []string // the tool results since the last assistant message
 	for _, m := range req.Messages {
 		switch m.Role {
 		case "user":
@@ -243,13 +254,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			}
 		case "assistant":
 			assistants++
+			turnTools = nil
 		case "tool":
 			lastTool = m.text()
+			turnTools = append(turnTools, m.text())
 		}
 	}
 	si := -1
 	for i, sc := range s.script.Scenarios {
-		if sc.re == nil || sc.re.MatchString(input) {
+		if (sc.re == nil || sc.re.MatchString(input)) && (sc.Model == "" || sc.Model == req.Model) {
 			si = i
 			break
 		}
@@ -264,6 +277,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.byTurn = map[int]int64{}
 	}
 	s.byTurn[assistants]++
+	if s.byScenario == nil {
+		s.byScenario = map[[2]int]int64{}
+	}
+	s.byScenario[[2]int{si, assistants}]++
 	s.mu.Unlock()
 	k := assistants
 	past := k >= len(sc.Turns)
@@ -298,7 +315,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	a := render(turn, k, input, lastTool, req.Messages)
+	a := render(turn, k, input, lastTool, strings.Join(turnTools, "\n"), req.Messages)
 	id := fmt.Sprintf("chatcmpl-scripted-%d", s.ids.Add(1))
 	model := s.modelName(req.Model)
 	if req.Stream {
@@ -329,8 +346,8 @@ func (s *Server) misbehave(scenario, turn, times int) bool {
 	return true
 }
 
-func render(t Turn, k int, input, lastTool string, msgs []chatMessage) answer {
-	fill := strings.NewReplacer("{{input}}", input, "{{last_tool_result}}", lastTool)
+func render(t Turn, k int, input, lastTool, turnTools string, msgs []chatMessage) answer {
+	fill := strings.NewReplacer("{{input}}", input, "{{last_tool_result}}", lastTool, "{{tool_results}}", turnTools)
 	a := answer{content: fill.Replace(t.Content), finishReason: t.FinishReason}
 	for i, c := range t.ToolCalls {
 		wc := wireToolCall{ID: c.ID, Type: "function"}

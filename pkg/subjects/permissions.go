@@ -92,7 +92,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		lease := "KV_" + n.SchedulerBucket()
 		p.Sub = []string{inbox, n.Heartbeats()}
 		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateTimeout, StateLost,
-			StateResolveDependency, StateGetAgent, StateListAgents),
+			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired),
 			n.WorkAll(),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
@@ -108,8 +108,10 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// tokens, and moves tasks only by its attempt-fenced intents.
 		p.Sub = []string{inbox, n.TaskEventsOfType(StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_CANCELLED))}
 		p.Pub = append(state(StateGetTask, StateHistory, StateAppendStep,
-			StateStart, StateComplete, StateFail, StateBlock, StateRequeue),
+			StateStart, StateComplete, StateFail, StateBlock, StateRequeue, StateSpawn, StateWait),
 			n.Heartbeats(), n.TokensAll(),
+			// call_agent with skills: the registry picks the agent.
+			n.Registry(RegistryMatch),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
 		)
 		p.Pub = append(p.Pub, durable(n.WorkStream(), ConsumerExecutors)...)

@@ -36,6 +36,7 @@ func TestPermissionsIntentsHaveOneOwner(t *testing.T) {
 		StateCancel: ServiceRouter, StateDecide: ServiceRouter, StateCreateTap: ServiceRouter,
 		StateCreateTask: ServiceRouter, StatePutAgent: ServiceRegistry, StateDeleteAgent: ServiceRegistry,
 		StateAgentStats: ServiceRegistry,
+		StateSpawn:      ServiceExecutor, StateWait: ServiceExecutor, StateWaitExpired: ServiceScheduler,
 	}
 	perms := map[string]Permission{}
 	for _, svc := range Services {

@@ -122,6 +122,15 @@ const (
 	StateDecide = "task.decide" // blocked → queued with an approval decision
 )
 
+// Delegation intents (bus.v1 delegation.proto; docs/delegation.md).
+const (
+	// executor, fenced by the parent's attempt
+	StateSpawn = "task.spawn" // create a sub-task of the running task
+	StateWait  = "task.wait"  // running → blocked on sub-tasks (or answer at once)
+	// scheduler
+	StateWaitExpired = "task.wait_expired" // blocked on sub-tasks → queued at the wait's deadline
+)
+
 // NoOrg is the org token of the event subjects of a task without an org.
 const NoOrg = "_"
 

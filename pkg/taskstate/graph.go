@@ -25,8 +25,13 @@ func applyGraph(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
 	}
 	if d := ev.GetDependency(); d != nil {
 		if i := slices.Index(t.WaitingOn, d.TaskId); i >= 0 {
+			subtask := t.SubtaskWait != nil && slices.Contains(t.SubtaskWait.Tasks, d.TaskId)
 			t.WaitingOn = slices.Delete(slices.Clone(t.WaitingOn), i, i+1)
-			t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+			// A sub-task's outcome reaches the model through wait_tasks,
+			// not as a dependency result added to the task's input.
+			if !subtask {
+				t.DependencyResults = append(t.DependencyResults, proto.Clone(d).(*agentmeshv1.DependencyResult))
+			}
 		}
 	}
 	if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS {
@@ -43,6 +48,16 @@ func applyGraph(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
 			t.WaitingOn = nil
 		}
 	}
+	if w := ev.GetSubtaskWait(); w != nil && ev.Status == Blocked {
+		// A wait_tasks call: it waits on the sub-tasks not finished yet.
+		t.SubtaskWait = proto.Clone(w).(*agentmeshv1.SubtaskWait)
+		t.WaitingOn = slices.Clone(w.Waiting)
+		t.SubtaskWait.Waiting = nil
+	} else if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS && ev.FromStatus == Blocked && ev.Status != Blocked &&
+		t.SubtaskWait != nil && waitsOnSubtasks(t) {
+		// Released (mode any, the deadline, cancel): nothing is awaited.
+		t.WaitingOn = nil
+	}
 	t.BlockedOn = BlockedOn(t)
 }
 
@@ -53,6 +68,8 @@ func BlockedOn(t *agentmeshv1.Task) agentmeshv1.BlockedOn {
 		return agentmeshv1.BlockedOn_BLOCKED_ON_UNSPECIFIED
 	case t.PendingApproval != nil:
 		return agentmeshv1.BlockedOn_BLOCKED_ON_APPROVAL
+	case len(t.WaitingOn) > 0 && t.SubtaskWait != nil && waitsOnSubtasks(t):
+		return agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS
 	case len(t.WaitingOn) > 0:
 		return agentmeshv1.BlockedOn_BLOCKED_ON_DEPENDENCIES
 	}
@@ -90,4 +107,17 @@ func maps(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// waitsOnSubtasks reports whether what a blocked task waits on is its
+// wait_tasks call's sub-tasks (not dependencies: a task waits on either,
+// never both — dependencies block it before it starts, a wait only while
+// it runs).
+func waitsOnSubtasks(t *agentmeshv1.Task) bool {
+	for _, id := range t.WaitingOn {
+		if !slices.Contains(t.SubtaskWait.GetTasks(), id) {
+			return false
+		}
+	}
+	return true
 }

@@ -118,6 +118,10 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 	case agentmeshv1.EventType_EVENT_TYPE_CREATED:
 		t.Status = ev.Status
 		t.CreatedAt = ev.Time
+		// A task without a parent is the root of its own tree.
+		if t.RootTaskId == "" || t.RootTaskId == t.Id {
+			t.RootTaskId = ev.TaskId
+		}
 	case agentmeshv1.EventType_EVENT_TYPE_STATUS:
 		t.Status = ev.Status
 		t.Attempt = ev.Attempt

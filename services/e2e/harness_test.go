@@ -62,6 +62,9 @@ type opts struct {
 	log io.Writer
 	// state: the state service's settings (retention).
 	state state.Config
+	// script replaces testScript; capacity, when > 0, the executor's.
+	script   string
+	capacity int
 }
 
 func logger() *slog.Logger {
@@ -79,7 +82,11 @@ func start(t testing.TB, o opts) *env {
 		o.dataDir = t.TempDir()
 	}
 	scriptPath := filepath.Join(t.TempDir(), "script.json")
-	if err := os.WriteFile(scriptPath, []byte(testScript), 0o644); err != nil {
+	text := testScript
+	if o.script != "" {
+		text = o.script
+	}
+	if err := os.WriteFile(scriptPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script, err := scriptedmodel.LoadScript(scriptPath)
@@ -104,6 +111,7 @@ func start(t testing.TB, o opts) *env {
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
+	cfg.Executor.Capacity = o.capacity
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/delegation"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -99,12 +100,13 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	defer p.cleanup()
 	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
-	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, mc.execTools(s.execTools), mc.tools), mr)
+	dl := s.newDelegator(task, attempt, mr, steps)
+	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
 	status := p.wait(res.last)
 
 	switch {
 	case res.blocked:
-		return outcome{kind: outGone, reason: "waiting for approval"}
+		return outcome{kind: outGone, reason: res.blockedOn}
 	case res.final != nil:
 		return outcome{kind: outCompleted, result: res.final.Answer}
 	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
@@ -445,15 +447,17 @@ type serveResult struct {
 	// last is true when the child sent its last frame (Final, Failure, or
 	// got a stop ack) and should exit by itself.
 	last bool
-	// blocked: the task now waits for a person's approval.
-	blocked bool
+	// blocked: the task now waits for a person's approval or for its
+	// sub-tasks (blockedOn says which).
+	blocked   bool
+	blockedOn string
 	// kind of a failure (MODEL, BUDGET, AGENT).
 	kind agentmeshv1.FailureKind
 }
 
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate, mr *modelRun) serveResult {
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate, mr *modelRun, dl *delegator) serveResult {
 	w := childproto.NewWriter(p.stdin)
 	r := childproto.NewReader(p.stdout)
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
@@ -521,12 +525,27 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
 				return res
 			}
+			if stepErr == nil && step.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
+				dl.prefetch(ctx, g, step) // the turn's spawns start together
+			}
+			if stepErr == nil && step.ToolName == delegation.ToolWaitTasks && v.inExecutor &&
+				(v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_ALLOWED || v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED) {
+				// The call is checkpointed: the task may block on its
+				// sub-tasks now, and a later attempt replays the call.
+				blocked, err := dl.wait(ctx, step)
+				stepErr = err
+				if blocked {
+					ack.Error = "waiting for sub-tasks"
+					_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
+					return serveResult{blocked: true, blockedOn: "waiting for sub-tasks", last: true}
+				}
+			}
 			if stepErr == nil && v.approval != nil && v.decision == agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL {
 				stepErr = s.block(ctx, task, attempt, v.approval)
 				if stepErr == nil {
 					ack.Error = "waiting for approval of " + v.approval.Tool
 					_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
-					return serveResult{blocked: true, last: true}
+					return serveResult{blocked: true, blockedOn: "waiting for approval", last: true}
 				}
 			}
 			if stepErr != nil {

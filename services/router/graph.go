@@ -403,6 +403,11 @@ func validateListGraph(req *agentmeshv1.ListTasksRequest) error {
 			return bus.FieldError(fmt.Sprintf("priorities[%d]", i), "unknown value %d", int32(p))
 		}
 	}
+	if p := req.GetRootTaskId(); p != "" {
+		if err := checkID("root_task_id", p); err != nil {
+			return err
+		}
+	}
 	if p := req.GetParentTaskId(); p != "" {
 		return checkID("parent_task_id", p)
 	}

@@ -291,8 +291,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(s.unaryAuth),
-		grpc.ChainStreamInterceptor(s.streamAuth),
+		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
+		grpc.ChainStreamInterceptor(s.streamAuth, s.streamSubtaskIDs),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
 		// Watch streams can idle for long: ping so dead peers are noticed;

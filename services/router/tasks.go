@@ -173,6 +173,7 @@ func (s *Service) listTasks(ctx context.Context, req *agentmeshv1.ListTasksReque
 		Tag:           req.GetTag(),
 		Priorities:    req.GetPriorities(),
 		ParentTaskId:  req.GetParentTaskId(),
+		RootTaskId:    req.GetRootTaskId(),
 	}, &resp); err != nil {
 		return nil, err
 	}

@@ -342,7 +342,11 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 	}
 	s.wake()
 	expired, err := s.expireApprovals(ctx)
-	return n + expired, err
+	if err != nil {
+		return n + expired, err
+	}
+	released, err := s.expireWaits(ctx)
+	return n + expired + released, err
 }
 
 // expireApprovals fails the blocked tasks whose pending approval is past

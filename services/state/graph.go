@@ -46,6 +46,7 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 		if t.AgentSpec == nil {
 			t.AgentSpec = specs[t.Agent]
 		}
+		s.placeInTree(ctx, t)
 	}
 	tasks, events, err := s.store.CreateTasks(ctx, req.Tasks, req.Refs)
 	if err != nil {

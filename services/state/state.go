@@ -89,6 +89,9 @@ type Config struct {
 	// RetentionInterval between retention sweeps; 0 means
 	// DefaultRetentionInterval.
 	RetentionInterval time.Duration
+	// Delegation limits (delegation.go); zero fields take the defaults of
+	// package delegation.
+	Delegation DelegationLimits
 }
 
 // Deps are the service's required dependencies.
@@ -110,6 +113,9 @@ type Service struct {
 	taps  *busauth.TapSigner
 
 	retention, retentionEvery time.Duration
+
+	limits  DelegationLimits
+	spawnMu [spawnStripes]sync.Mutex
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -148,7 +154,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	s := &Service{
-		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store),
+		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store), limits: cfg.Delegation.withDefaults(),
 		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
 		taps:      cfg.Taps,
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
@@ -213,6 +219,9 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateUpdateTask, bus.Handler(s.log, func() *busv1.UpdateTaskRequest { return &busv1.UpdateTaskRequest{} }, s.updateTask)},
 		{subjects.StateDeleteTask, bus.Handler(s.log, func() *busv1.DeleteTaskRequest { return &busv1.DeleteTaskRequest{} }, s.deleteTask)},
 		{subjects.StateMetrics, bus.Handler(s.log, func() *busv1.MetricsRequest { return &busv1.MetricsRequest{} }, s.metrics)},
+		{subjects.StateSpawn, bus.Handler(s.log, func() *busv1.SpawnSubtaskRequest { return &busv1.SpawnSubtaskRequest{} }, s.spawn)},
+		{subjects.StateWait, bus.Handler(s.log, func() *busv1.WaitSubtasksRequest { return &busv1.WaitSubtasksRequest{} }, s.waitSubtasks)},
+		{subjects.StateWaitExpired, bus.Handler(s.log, func() *busv1.ReleaseSubtaskWaitRequest { return &busv1.ReleaseSubtaskWaitRequest{} }, s.releaseWait)},
 	}...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
@@ -366,6 +375,7 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 	case !subjects.ValidToken(t.Agent):
 		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
 	}
+	s.placeInTree(ctx, t)
 	task, events, created, err := s.store.CreateTask(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
@@ -418,7 +428,8 @@ func (s *Service) listTasks(ctx context.Context, req *busv1.ListTasksRequest) (*
 		}
 	}
 	q := store.TaskQuery{Org: req.Org, Statuses: req.Statuses, Agent: req.Agent, PageSize: int(req.PageSize), PageToken: req.PageToken,
-		Tag: req.Tag, Priorities: req.Priorities, ParentTaskID: req.ParentTaskId, WaitingOn: req.WaitingOn}
+		Tag: req.Tag, Priorities: req.Priorities, ParentTaskID: req.ParentTaskId, WaitingOn: req.WaitingOn,
+		RootTaskID: req.RootTaskId}
 	if req.UpdatedAfter != nil {
 		if err := req.UpdatedAfter.CheckValid(); err != nil {
 			return nil, bus.FieldError("updated_after", "%v", err)

@@ -290,3 +290,13 @@ func (s *Store) listWaiting(q store.TaskQuery, after string, n int) ([]*agentmes
 	}
 	return out, ""
 }
+
+// WaitSubtasks (see store.Delegation).
+func (s *Store) WaitSubtasks(ctx context.Context, taskID string, attempt int32, node string, w *agentmeshv1.SubtaskWait) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return store.WaitWith(ctx, s.write, s.now, taskID, attempt, node, w)
+}
+
+// ReleaseSubtaskWait (see store.Delegation).
+func (s *Store) ReleaseSubtaskWait(ctx context.Context, taskID string) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return store.ReleaseWaitWith(ctx, s.write, s.now, taskID)
+}

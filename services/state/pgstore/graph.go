@@ -46,6 +46,9 @@ func graphWhere(q store.TaskQuery, where []string, arg func(any) string) []strin
 	if q.ParentTaskID != "" {
 		where = append(where, "parent_task_id = "+arg(q.ParentTaskID))
 	}
+	if q.RootTaskID != "" {
+		where = append(where, "root_task_id = "+arg(q.RootTaskID)) // migration 00050
+	}
 	if q.WaitingOn != "" {
 		where = append(where, arg(q.WaitingOn)+" = ANY(waiting_on)", "status = "+arg(int16(taskstate.Blocked)))
 	}
@@ -320,4 +323,14 @@ func (s *Store) ScanTasks(ctx context.Context, q store.TaskQuery, fn func(*agent
 		}
 		q.PageToken = next
 	}
+}
+
+// WaitSubtasks (see store.Delegation).
+func (s *Store) WaitSubtasks(ctx context.Context, taskID string, attempt int32, node string, w *agentmeshv1.SubtaskWait) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return store.WaitWith(ctx, s.write, s.now, taskID, attempt, node, w)
+}
+
+// ReleaseSubtaskWait (see store.Delegation).
+func (s *Store) ReleaseSubtaskWait(ctx context.Context, taskID string) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return store.ReleaseWaitWith(ctx, s.write, s.now, taskID)
 }

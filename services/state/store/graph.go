@@ -181,6 +181,9 @@ func PlanCreateDeps(t *agentmeshv1.Task, id string, parents map[string]*agentmes
 }
 
 func setID(task *agentmeshv1.Task, evs []*agentmeshv1.TaskEvent, id string) {
+	if task.RootTaskId == task.Id {
+		task.RootTaskId = id // a root task is its own tree's root
+	}
 	task.Id = id
 	for _, ev := range evs {
 		ev.TaskId = id
@@ -259,6 +262,9 @@ func PlanResolve(cur *agentmeshv1.Task, parent *agentmeshv1.DependencyResult, no
 	}
 	if cur.Status != taskstate.Blocked || cur.PendingApproval != nil || !slices.Contains(cur.WaitingOn, parent.TaskId) {
 		return cur, nil, nil
+	}
+	if taskstate.BlockedOn(cur) == agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS {
+		return planResolveSubtask(cur, parent, now)
 	}
 	ev := &agentmeshv1.TaskEvent{
 		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
@@ -400,6 +406,9 @@ func matchesGraphQuery(t *agentmeshv1.Task, q TaskQuery) bool {
 		return false
 	}
 	if q.ParentTaskID != "" && t.ParentTaskId != q.ParentTaskID {
+		return false
+	}
+	if q.RootTaskID != "" && t.RootTaskId != q.RootTaskID {
 		return false
 	}
 	if q.WaitingOn != "" && (t.Status != taskstate.Blocked || !slices.Contains(t.WaitingOn, q.WaitingOn)) {

@@ -109,3 +109,13 @@ func (i instrumented) ScanTasks(ctx context.Context, q TaskQuery, fn func(*agent
 }
 
 func (i instrumented) Close() error { return i.s.Close() }
+
+func (i instrumented) WaitSubtasks(ctx context.Context, id string, attempt int32, node string, w *agentmeshv1.SubtaskWait) (t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent, err error) {
+	defer func(start time.Time) { observe("wait_subtasks", start, err) }(time.Now())
+	return i.s.WaitSubtasks(ctx, id, attempt, node, w)
+}
+
+func (i instrumented) ReleaseSubtaskWait(ctx context.Context, id string) (t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent, err error) {
+	defer func(start time.Time) { observe("release_subtask_wait", start, err) }(time.Now())
+	return i.s.ReleaseSubtaskWait(ctx, id)
+}

@@ -73,6 +73,8 @@ type Store interface {
 
 	// Graph: dependencies, updates, deletes and scans (graph.go).
 	Graph
+	// Delegation: sub-task waits (delegation.go).
+	Delegation
 
 	Close() error
 }
@@ -96,6 +98,8 @@ type TaskQuery struct {
 	ParentTaskID string
 	WaitingOn    string
 	UpdatedAfter time.Time
+	// RootTaskID: only the tasks of this tree (the root included).
+	RootTaskID string
 	// LiveOrFinishedAfter: only unfinished tasks and those that finished
 	// after it (GetMetrics' scan).
 	LiveOrFinishedAfter time.Time

@@ -1131,8 +1131,11 @@ type Task struct {
 	ContinueFrom string `protobuf:"bytes,123,opt,name=continue_from,json=continueFrom,proto3" json:"continue_from,omitempty"`
 	// The agent proposal the task waits for (blocked, BLOCKED_ON_PROPOSAL).
 	PendingProposal *Proposal `protobuf:"bytes,124,opt,name=pending_proposal,json=pendingProposal,proto3" json:"pending_proposal,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The task's last wait_tasks call (blocked, BLOCKED_ON_SUBTASKS, while
+	// it waits; kept after for the replayed call).
+	SubtaskWait   *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -1511,6 +1514,13 @@ func (x *Task) GetContinueFrom() string {
 func (x *Task) GetPendingProposal() *Proposal {
 	if x != nil {
 		return x.PendingProposal
+	}
+	return nil
+}
+
+func (x *Task) GetSubtaskWait() *SubtaskWait {
+	if x != nil {
+		return x.SubtaskWait
 	}
 	return nil
 }
@@ -2056,7 +2066,9 @@ type TaskEvent struct {
 	Subtask *SubtaskEvent `protobuf:"bytes,120,opt,name=subtask,proto3" json:"subtask,omitempty"`
 	// EVENT_TYPE_PROPOSAL, and the status events into and out of blocked on
 	// a proposal.
-	Proposal      *Proposal `protobuf:"bytes,121,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	Proposal *Proposal `protobuf:"bytes,121,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// The move to blocked on sub-tasks: the wait_tasks call it waits for.
+	SubtaskWait   *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2269,6 +2281,13 @@ func (x *TaskEvent) GetSubtask() *SubtaskEvent {
 func (x *TaskEvent) GetProposal() *Proposal {
 	if x != nil {
 		return x.Proposal
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetSubtaskWait() *SubtaskWait {
+	if x != nil {
+		return x.SubtaskWait
 	}
 	return nil
 }
@@ -3846,7 +3865,7 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
@@ -3881,7 +3900,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xe4\x11\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xa3\x12\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3947,7 +3966,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x05depth\x18y \x01(\x05R\x05depth\x128\n" +
 	"\rsubtree_usage\x18z \x01(\v2\x13.agentmesh.v1.UsageR\fsubtreeUsage\x12#\n" +
 	"\rcontinue_from\x18{ \x01(\tR\fcontinueFrom\x12A\n" +
-	"\x10pending_proposal\x18| \x01(\v2\x16.agentmesh.v1.ProposalR\x0fpendingProposal\x1a;\n" +
+	"\x10pending_proposal\x18| \x01(\v2\x16.agentmesh.v1.ProposalR\x0fpendingProposal\x12=\n" +
+	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x02\n" +
@@ -4003,7 +4023,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\x9d\b\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xdc\b\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -4036,7 +4056,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"retryCount\x12\x1b\n" +
 	"\tagent_org\x182 \x01(\tR\bagentOrg\x124\n" +
 	"\asubtask\x18x \x01(\v2\x1a.agentmesh.v1.SubtaskEventR\asubtask\x122\n" +
-	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"\xa1\x01\n" +
+	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12=\n" +
+	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -4337,6 +4358,7 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 	(*Routing)(nil),                // 47: agentmesh.v1.Routing
+	(*SubtaskWait)(nil),            // 48: agentmesh.v1.SubtaskWait
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	45,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
@@ -4369,88 +4391,90 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	47,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
 	11,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
 	15,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
-	5,   // 30: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
-	38,  // 31: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
-	46,  // 32: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 33: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
-	0,   // 34: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	11,  // 35: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
-	6,   // 36: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	17,  // 37: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	11,  // 38: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	45,  // 39: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,   // 40: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	7,   // 41: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	46,  // 42: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,   // 43: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,   // 44: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	18,  // 45: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	13,  // 46: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,   // 47: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	20,  // 48: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	21,  // 49: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,   // 50: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	46,  // 51: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	45,  // 52: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	16,  // 53: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
-	15,  // 54: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	0,   // 55: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 56: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	41,  // 57: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	20,  // 58: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 59: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	42,  // 60: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	12,  // 61: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	8,   // 62: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	39,  // 63: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 64: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	14,  // 65: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	14,  // 66: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 67: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	46,  // 68: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 69: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 70: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	14,  // 71: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	14,  // 72: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	19,  // 73: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 74: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	19,  // 75: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	46,  // 76: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 77: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	11,  // 78: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	43,  // 79: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	36,  // 80: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	46,  // 81: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 82: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	12,  // 83: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	37,  // 84: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	44,  // 85: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	45,  // 86: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	39,  // 87: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 88: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	45,  // 89: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 90: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 91: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 92: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 93: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 94: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 95: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 96: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 97: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 98: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 99: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 100: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 101: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 102: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 103: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 104: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 105: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 106: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	100, // [100:107] is the sub-list for method output_type
-	93,  // [93:100] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	48,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	5,   // 31: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
+	38,  // 32: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
+	46,  // 33: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 34: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
+	0,   // 35: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	11,  // 36: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
+	6,   // 37: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	17,  // 38: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	11,  // 39: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	45,  // 40: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,   // 41: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	7,   // 42: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	46,  // 43: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,   // 44: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 45: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	18,  // 46: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	13,  // 47: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,   // 48: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	20,  // 49: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	21,  // 50: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,   // 51: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	46,  // 52: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	45,  // 53: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	16,  // 54: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
+	15,  // 55: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
+	48,  // 56: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	0,   // 57: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 58: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	41,  // 59: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	20,  // 60: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 61: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	42,  // 62: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	12,  // 63: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	8,   // 64: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	39,  // 65: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 66: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	14,  // 67: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	14,  // 68: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 69: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	46,  // 70: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 71: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 72: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	14,  // 73: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	14,  // 74: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	19,  // 75: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 76: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	19,  // 77: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	46,  // 78: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 79: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	11,  // 80: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	43,  // 81: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	36,  // 82: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	46,  // 83: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 84: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	12,  // 85: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	37,  // 86: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	44,  // 87: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	45,  // 88: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	39,  // 89: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 90: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	45,  // 91: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	45,  // 92: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 93: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 94: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	22,  // 95: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	24,  // 96: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	26,  // 97: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	28,  // 98: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	30,  // 99: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	32,  // 100: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	34,  // 101: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	23,  // 102: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	25,  // 103: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	27,  // 104: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	29,  // 105: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	31,  // 106: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	33,  // 107: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	35,  // 108: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	102, // [102:109] is the sub-list for method output_type
+	95,  // [95:102] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4458,6 +4482,7 @@ func file_agentmesh_v1_task_proto_init() {
 	if File_agentmesh_v1_task_proto != nil {
 		return
 	}
+	file_agentmesh_v1_delegation_proto_init()
 	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}

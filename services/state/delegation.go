@@ -1,0 +1,375 @@
+package state
+
+// Delegation: the executor spawns sub-tasks of the task it runs
+// (state.task.spawn) and blocks it on them (state.task.wait); the
+// scheduler releases waits whose deadline passed (state.task.wait_expired).
+// See docs/delegation.md.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/delegation"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// DelegationLimits bound trees of sub-tasks.
+type DelegationLimits struct {
+	// MaxDepth: a sub-task is at most this many levels below its root
+	// (default delegation.DefaultMaxDepth).
+	MaxDepth int
+	// MaxPerTask: sub-tasks one task may spawn (default
+	// delegation.DefaultMaxPerTask).
+	MaxPerTask int
+	// MaxPerTree: sub-tasks one tree may hold (default
+	// delegation.DefaultMaxPerTree).
+	MaxPerTree int
+}
+
+func (l DelegationLimits) withDefaults() DelegationLimits {
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = delegation.DefaultMaxDepth
+	}
+	if l.MaxPerTask <= 0 {
+		l.MaxPerTask = delegation.DefaultMaxPerTask
+	}
+	if l.MaxPerTree <= 0 {
+		l.MaxPerTree = delegation.DefaultMaxPerTree
+	}
+	return l
+}
+
+// spawnStripes: spawns of one tree are serialised (by a stripe of its root
+// id) so that the count checks and the create are not interleaved.
+const spawnStripes = 64
+
+func (s *Service) treeLock(root string) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(root))
+	mu := &s.spawnMu[h.Sum32()%spawnStripes]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// placeInTree sets where a new task sits: a task with no parent is the
+// root of its own tree (its id, set by the create) at depth 0; one with a
+// parent is in the parent's tree one level below it.
+func (s *Service) placeInTree(ctx context.Context, t *agentmeshv1.Task) {
+	t.RootTaskId, t.Depth = "", 0
+	if t.ParentTaskId == "" {
+		return
+	}
+	p, err := s.store.GetTask(ctx, t.ParentTaskId)
+	if err != nil || p.Org != t.Org {
+		t.RootTaskId = t.ParentTaskId // checked at the edge; keep a usable root
+		t.Depth = 1
+		return
+	}
+	t.RootTaskId, t.Depth = rootOf(p), p.Depth+1
+}
+
+func rootOf(t *agentmeshv1.Task) string {
+	if t.RootTaskId != "" {
+		return t.RootTaskId
+	}
+	return t.Id
+}
+
+// spawnKey is the idempotency key of the sub-task one call created.
+func spawnKey(parent, call string) string { return "subtask:" + parent + ":" + call }
+
+// runningAt reads a task that must be running at attempt (fencing).
+func (s *Service) runningAt(ctx context.Context, id string, attempt int32) (*agentmeshv1.Task, error) {
+	t, err := s.store.GetTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.Status != taskstate.Running || t.Attempt != attempt {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "task %s is %s at attempt %d, not running at attempt %d",
+			id, taskstate.Name(t.Status), t.Attempt, attempt)
+	}
+	return t, nil
+}
+
+func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*busv1.SpawnSubtaskResponse, error) {
+	spec := req.GetAgentSpec()
+	switch {
+	case req.ParentTaskId == "":
+		return nil, bus.FieldError("parent_task_id", "required")
+	case req.Attempt <= 0:
+		return nil, bus.FieldError("attempt", "the parent's attempt is required")
+	case req.ToolCallId == "":
+		return nil, bus.FieldError("tool_call_id", "required")
+	case spec.GetName() == "" || !subjects.ValidToken(spec.GetName()):
+		return nil, bus.FieldError("agent_spec.name", "a valid agent is required")
+	case req.Input == "":
+		return nil, bus.FieldError("input", "required")
+	}
+	parent, err := s.runningAt(ctx, req.ParentTaskId, req.Attempt)
+	if err != nil {
+		return nil, err
+	}
+	root := rootOf(parent)
+	defer s.treeLock(root)()
+
+	key := spawnKey(parent.Id, req.ToolCallId)
+	var existing *agentmeshv1.Task
+	siblings := 0
+	var used agentmeshv1.Usage
+	err = s.store.ScanTasks(ctx, store.TaskQuery{ParentTaskID: parent.Id}, func(t *agentmeshv1.Task) bool {
+		if t.IdempotencyKey == key {
+			existing = t
+			return false
+		}
+		siblings++
+		store.AddUsage(&used, t.GetUsage())
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		c := proto.Clone(existing).(*agentmeshv1.Task)
+		c.AgentSpec = nil
+		return &busv1.SpawnSubtaskResponse{Task: c}, nil
+	}
+	depth := parent.Depth + 1
+	if int(depth) > s.limits.MaxDepth {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition,
+			"delegation depth limit reached: this task is at depth %d and sub-tasks may be at most %d levels below the root task %s (max depth %d); do the work here instead of delegating",
+			parent.Depth, s.limits.MaxDepth, root, s.limits.MaxDepth)
+	}
+	if siblings >= s.limits.MaxPerTask {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: this task already has %d sub-tasks (max per task %d)", siblings, s.limits.MaxPerTask)
+	}
+	inTree := 0
+	err = s.store.ScanTasks(ctx, store.TaskQuery{RootTaskID: root}, func(t *agentmeshv1.Task) bool {
+		if t.Id != root {
+			inTree++
+		}
+		return inTree < s.limits.MaxPerTree
+	})
+	if err != nil {
+		return nil, err
+	}
+	if inTree >= s.limits.MaxPerTree {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: the tree of task %s already has %d sub-tasks (max per tree %d)", root, inTree, s.limits.MaxPerTree)
+	}
+	ceiling, why := siblingsLeft(req.Ceiling, &used)
+	if why != "" {
+		return nil, bus.Errorf(bus.CodeFailedPrecondition, "budget exhausted: %s (this task's remaining budget bounds its sub-tasks)", why)
+	}
+	budget := delegation.Bound(spec.GetBudget(), ceiling)
+	child := &agentmeshv1.Task{
+		Org: parent.Org, Title: req.Title, Input: req.Input, Agent: spec.GetName(),
+		AgentSpec: spec, Budget: budget, Priority: parent.Priority, Metadata: parent.Metadata,
+		ParentTaskId: parent.Id, IdempotencyKey: key,
+		RetryPolicy: spec.GetRetryPolicy(),
+	}
+	if req.Title == "" {
+		child.Title = fmt.Sprintf("sub-task of %s (%s)", parent.Id, spec.GetName())
+	}
+	task, events, created, err := s.store.CreateTask(ctx, placed(child, root, depth))
+	if err != nil {
+		return nil, fmt.Errorf("spawn sub-task of %s: %w", parent.Id, err)
+	}
+	if created {
+		for _, ev := range events {
+			observe(task, ev)
+		}
+		s.publishEvents(ctx, events...)
+	} else if task.ParentTaskId != parent.Id {
+		return nil, bus.Errorf(bus.CodeAlreadyExists, "idempotency key %q is used by task %s, which is not a sub-task of %s", key, task.Id, parent.Id)
+	}
+	c := proto.Clone(task).(*agentmeshv1.Task)
+	c.AgentSpec = nil
+	return &busv1.SpawnSubtaskResponse{Task: c, Created: created}, nil
+}
+
+func placed(t *agentmeshv1.Task, root string, depth int32) *agentmeshv1.Task {
+	t.RootTaskId, t.Depth = root, depth
+	return t
+}
+
+// siblingsLeft is the parent's remaining budget less what its other
+// sub-tasks used (tokens, cost): the ceiling of a new sub-task.
+func siblingsLeft(ceiling *agentmeshv1.Budget, used *agentmeshv1.Usage) (*agentmeshv1.Budget, string) {
+	if ceiling == nil {
+		return nil, ""
+	}
+	out := proto.Clone(ceiling).(*agentmeshv1.Budget)
+	tokens := used.GetTotalTokens()
+	if tokens == 0 {
+		tokens = used.GetPromptTokens() + used.GetCompletionTokens()
+	}
+	if out.MaxTokens > 0 {
+		if out.MaxTokens -= tokens; out.MaxTokens <= 0 {
+			return nil, fmt.Sprintf("max_tokens: %d tokens left and the sub-tasks already used %d", ceiling.MaxTokens, tokens)
+		}
+	}
+	if out.MaxCostUsd > 0 {
+		if out.MaxCostUsd -= used.GetCostUsd(); out.MaxCostUsd <= 0 {
+			return nil, fmt.Sprintf("max_cost_usd: %g left and the sub-tasks already used %g", ceiling.MaxCostUsd, used.GetCostUsd())
+		}
+	}
+	if out.MaxWallTime != nil && out.MaxWallTime.AsDuration() <= 0 {
+		out.MaxWallTime = nil
+	}
+	return out, ""
+}
+
+func (s *Service) waitSubtasks(ctx context.Context, req *busv1.WaitSubtasksRequest) (*busv1.WaitSubtasksResponse, error) {
+	switch {
+	case req.TaskId == "":
+		return nil, bus.FieldError("task_id", "required")
+	case req.Attempt <= 0:
+		return nil, bus.FieldError("attempt", "required")
+	case req.ToolCallId == "":
+		return nil, bus.FieldError("tool_call_id", "required")
+	case req.TimeoutSeconds < 0 || req.TimeoutSeconds > delegation.MaxWaitSeconds:
+		return nil, bus.FieldError("timeout_seconds", "must be within 0..%d", delegation.MaxWaitSeconds)
+	case len(req.Tasks) > delegation.MaxWaitTasks:
+		return nil, bus.FieldError("tasks", "at most %d", delegation.MaxWaitTasks)
+	}
+	cur, err := s.runningAt(ctx, req.TaskId, req.Attempt)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	// The same call replayed by a later attempt keeps its list and its
+	// first deadline.
+	same := cur.GetSubtaskWait().GetToolCallId() == req.ToolCallId
+	ids := req.Tasks
+	switch {
+	case same && len(req.Tasks) == 0:
+		ids = cur.SubtaskWait.Tasks
+	case len(req.Tasks) == 0:
+		err = s.store.ScanTasks(ctx, store.TaskQuery{ParentTaskID: cur.Id}, func(t *agentmeshv1.Task) bool {
+			ids = append(ids, t.Id)
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(ids) // creation order
+		ids = inCallOrder(ids, req.Order)
+	}
+	var deadline *timestamppb.Timestamp
+	switch {
+	case same:
+		deadline = cur.SubtaskWait.GetDeadline()
+	case req.TimeoutSeconds > 0:
+		deadline = timestamppb.New(now.Add(time.Duration(req.TimeoutSeconds) * time.Second))
+	}
+	var waiting []string
+	finished := 0
+	for i, id := range ids {
+		t, err := s.store.GetTask(ctx, id)
+		if errors.Is(err, bus.ErrNotFound) || (err == nil && (t.Org != cur.Org || t.ParentTaskId != cur.Id)) {
+			return nil, &bus.Error{Code: bus.CodeNotFound, Field: fmt.Sprintf("tasks[%d]", i), Message: fmt.Sprintf("task %q not found among this task's sub-tasks", id)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if taskstate.Terminal(t.Status) {
+			finished++
+		} else {
+			waiting = append(waiting, id)
+		}
+	}
+	resp := &busv1.WaitSubtasksResponse{Tasks: ids}
+	if len(waiting) == 0 || (req.Any && finished > 0) || (deadline != nil && !now.Before(deadline.AsTime())) {
+		return resp, nil
+	}
+	w := &agentmeshv1.SubtaskWait{ToolCallId: req.ToolCallId, Tasks: ids, Any: req.Any, Deadline: deadline, Waiting: waiting}
+	t, ev, err := s.store.WaitSubtasks(ctx, cur.Id, req.Attempt, req.Node, w)
+	if err != nil {
+		return nil, fmt.Errorf("block task %s on its sub-tasks: %w", cur.Id, err)
+	}
+	observe(t, ev)
+	s.publishEvents(ctx, ev)
+	t = proto.Clone(s.recheckSubtasks(ctx, t)).(*agentmeshv1.Task)
+	t.AgentSpec = nil
+	resp.Blocked, resp.Task = true, t
+	return resp, nil
+}
+
+// recheckSubtasks resolves, for a task just blocked on sub-tasks, those
+// that ended between the read above and the block's commit — as
+// recheckParents does for a dependent just created: either the resolver's
+// look-up after a sub-task's end finds the blocked parent, or that end came
+// before this re-read.
+func (s *Service) recheckSubtasks(ctx context.Context, t *agentmeshv1.Task) *agentmeshv1.Task {
+	for _, id := range slices.Clone(t.WaitingOn) {
+		c, err := s.store.GetTask(ctx, id)
+		if err != nil || !taskstate.Terminal(c.Status) {
+			continue
+		}
+		next, ev, err := s.store.ResolveDependency(ctx, t.Id, store.ResultOf(c))
+		if err != nil {
+			s.log.Warn("resolve a sub-task that finished during the block", "task", t.Id, "subtask", id, "err", err)
+			continue
+		}
+		if ev != nil {
+			observe(next, ev)
+			s.publishEvents(ctx, ev)
+		}
+		t = next
+		if taskstate.BlockedOn(t) != agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS {
+			break
+		}
+	}
+	return t
+}
+
+func (s *Service) releaseWait(ctx context.Context, req *busv1.ReleaseSubtaskWaitRequest) (*busv1.ReleaseSubtaskWaitResponse, error) {
+	if req.TaskId == "" {
+		return nil, bus.FieldError("task_id", "required")
+	}
+	t, ev, err := s.store.ReleaseSubtaskWait(ctx, req.TaskId)
+	if err != nil {
+		return nil, fmt.Errorf("release the wait of %s: %w", req.TaskId, err)
+	}
+	if ev != nil {
+		observe(t, ev)
+		s.publishEvents(ctx, ev)
+	}
+	return &busv1.ReleaseSubtaskWaitResponse{Task: t, Event: ev}, nil
+}
+
+// inCallOrder orders ids as order does (the calls that spawned them), the
+// others after, in their order.
+func inCallOrder(ids, order []string) []string {
+	pos := make(map[string]int, len(order))
+	for i, id := range order {
+		if _, ok := pos[id]; !ok {
+			pos[id] = i
+		}
+	}
+	out := slices.Clone(ids)
+	slices.SortStableFunc(out, func(a, b string) int {
+		pa, oka := pos[a]
+		pb, okb := pos[b]
+		switch {
+		case oka && okb:
+			return pa - pb
+		case oka:
+			return -1
+		case okb:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
