@@ -1649,8 +1649,14 @@ type SubtaskEvent struct {
 	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	Error  string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// The sub-task's own usage plus its subtree's (when it ended).
-	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
-	Depth         int32  `protobuf:"varint,8,opt,name=depth,proto3" json:"depth,omitempty"`
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Depth int32  `protobuf:"varint,8,opt,name=depth,proto3" json:"depth,omitempty"`
+	// The sub-task's own parent: every ancestor's history holds the events
+	// of its whole subtree, so a root's watch shows the tree (i9-trees).
+	ParentTaskId string `protobuf:"bytes,140,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// The sub-task's own usage (its model turns only): what an ended
+	// sub-task's event adds to the holder's subtree_usage, once.
+	OwnUsage      *Usage `protobuf:"bytes,141,opt,name=own_usage,json=ownUsage,proto3" json:"own_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1739,6 +1745,20 @@ func (x *SubtaskEvent) GetDepth() int32 {
 		return x.Depth
 	}
 	return 0
+}
+
+func (x *SubtaskEvent) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetOwnUsage() *Usage {
+	if x != nil {
+		return x.OwnUsage
+	}
+	return nil
 }
 
 // ToolCall is a model's request to run a tool.
@@ -3965,7 +3985,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\t \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\n" +
-	" \x01(\tR\acomment\"\xf4\x01\n" +
+	" \x01(\tR\acomment\"\xce\x02\n" +
 	"\fSubtaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x14\n" +
@@ -3974,7 +3994,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12)\n" +
 	"\x05usage\x18\a \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05depth\x18\b \x01(\x05R\x05depth\"L\n" +
+	"\x05depth\x18\b \x01(\x05R\x05depth\x12%\n" +
+	"\x0eparent_task_id\x18\x8c\x01 \x01(\tR\fparentTaskId\x121\n" +
+	"\town_usage\x18\x8d\x01 \x01(\v2\x13.agentmesh.v1.UsageR\bownUsage\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -4375,82 +4397,83 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	46,  // 33: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
 	0,   // 34: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	11,  // 35: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
-	6,   // 36: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	17,  // 37: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	11,  // 38: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	45,  // 39: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,   // 40: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	7,   // 41: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	46,  // 42: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,   // 43: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,   // 44: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	18,  // 45: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	13,  // 46: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,   // 47: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	20,  // 48: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	21,  // 49: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,   // 50: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	46,  // 51: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	45,  // 52: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	16,  // 53: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
-	15,  // 54: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	0,   // 55: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 56: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	41,  // 57: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	20,  // 58: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 59: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	42,  // 60: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	12,  // 61: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	8,   // 62: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	39,  // 63: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 64: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	14,  // 65: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	14,  // 66: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 67: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	46,  // 68: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 69: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 70: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	14,  // 71: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	14,  // 72: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	19,  // 73: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 74: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	19,  // 75: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	46,  // 76: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 77: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	11,  // 78: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	43,  // 79: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	36,  // 80: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	46,  // 81: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 82: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	12,  // 83: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	37,  // 84: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	44,  // 85: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	45,  // 86: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	39,  // 87: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 88: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	45,  // 89: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 90: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 91: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 92: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 93: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 94: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 95: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 96: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 97: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 98: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 99: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 100: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 101: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 102: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 103: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 104: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 105: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 106: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	100, // [100:107] is the sub-list for method output_type
-	93,  // [93:100] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	11,  // 36: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
+	6,   // 37: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	17,  // 38: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	11,  // 39: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	45,  // 40: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,   // 41: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	7,   // 42: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	46,  // 43: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,   // 44: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 45: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	18,  // 46: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	13,  // 47: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,   // 48: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	20,  // 49: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	21,  // 50: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,   // 51: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	46,  // 52: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	45,  // 53: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	16,  // 54: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
+	15,  // 55: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
+	0,   // 56: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 57: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	41,  // 58: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	20,  // 59: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 60: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	42,  // 61: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	12,  // 62: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	8,   // 63: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	39,  // 64: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 65: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	14,  // 66: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	14,  // 67: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 68: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	46,  // 69: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 70: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 71: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	14,  // 72: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	14,  // 73: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	19,  // 74: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 75: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	19,  // 76: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	46,  // 77: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 78: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	11,  // 79: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	43,  // 80: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	36,  // 81: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	46,  // 82: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 83: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	12,  // 84: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	37,  // 85: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	44,  // 86: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	45,  // 87: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	39,  // 88: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 89: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	45,  // 90: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	45,  // 91: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 92: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 93: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	22,  // 94: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	24,  // 95: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	26,  // 96: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	28,  // 97: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	30,  // 98: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	32,  // 99: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	34,  // 100: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	23,  // 101: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	25,  // 102: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	27,  // 103: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	29,  // 104: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	31,  // 105: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	33,  // 106: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	35,  // 107: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	101, // [101:108] is the sub-list for method output_type
+	94,  // [94:101] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
