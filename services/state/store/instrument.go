@@ -109,3 +109,8 @@ func (i instrumented) ScanTasks(ctx context.Context, q TaskQuery, fn func(*agent
 }
 
 func (i instrumented) Close() error { return i.s.Close() }
+
+func (i instrumented) RecordSubtask(ctx context.Context, id string, sub *agentmeshv1.SubtaskEvent) (t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent, err error) {
+	defer func(start time.Time) { observe("record_subtask", start, err) }(time.Now())
+	return i.s.RecordSubtask(ctx, id, sub)
+}

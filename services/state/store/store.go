@@ -73,6 +73,8 @@ type Store interface {
 
 	// Graph: dependencies, updates, deletes and scans (graph.go).
 	Graph
+	// Tree: sub-task events and subtree usage (tree.go).
+	Tree
 
 	Close() error
 }
