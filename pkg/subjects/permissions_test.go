@@ -35,7 +35,7 @@ func TestPermissionsIntentsHaveOneOwner(t *testing.T) {
 		StateBlock: ServiceExecutor, StateRequeue: ServiceExecutor,
 		StateCancel: ServiceRouter, StateDecide: ServiceRouter, StateCreateTap: ServiceRouter,
 		StateCreateTask: ServiceRouter, StatePutAgent: ServiceRegistry, StateDeleteAgent: ServiceRegistry,
-		StateAgentStats: ServiceRegistry,
+		StateAgentStats: ServiceRegistry, StateSettleTask: ServiceScheduler,
 	}
 	perms := map[string]Permission{}
 	for _, svc := range Services {

@@ -16,6 +16,7 @@
 //	task.create_graph task.update task.delete task.metrics
 //	                                               (router; graph.go, metrics.go)
 //	task.resolve                                   (scheduler's resolver)
+//	task.settle                                    (scheduler's tree keeper; tree.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
 //
 // There is no generic transition: each intent may make only the status
@@ -213,6 +214,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateUpdateTask, bus.Handler(s.log, func() *busv1.UpdateTaskRequest { return &busv1.UpdateTaskRequest{} }, s.updateTask)},
 		{subjects.StateDeleteTask, bus.Handler(s.log, func() *busv1.DeleteTaskRequest { return &busv1.DeleteTaskRequest{} }, s.deleteTask)},
 		{subjects.StateMetrics, bus.Handler(s.log, func() *busv1.MetricsRequest { return &busv1.MetricsRequest{} }, s.metrics)},
+		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
@@ -264,6 +266,8 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 		return subjects.EventDependency
 	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
 		return subjects.EventUpdated
+	case agentmeshv1.EventType_EVENT_TYPE_SUBTASK:
+		return subjects.EventSubtask
 	}
 	return subjects.StatusToken(ev.Status)
 }
@@ -376,6 +380,7 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		}
 		s.publishEvents(ctx, events...)
 		task = s.recheckParents(ctx, task)
+		task = s.spawned(ctx, task)
 	}
 	return &busv1.CreateTaskResponse{Task: task, Created: created}, nil
 }
