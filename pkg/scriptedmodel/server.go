@@ -31,6 +31,9 @@ type Server struct {
 	misbehaved map[[2]int]int // (scenario, turn) → error answers given
 	byTurn     map[int]int64  // conversation position (assistant messages so far) → requests
 
+	// rec remembers what the latest requests carried (record.go).
+	rec received
+
 	srvMu sync.Mutex
 	srv   *http.Server
 	url   string
@@ -234,6 +237,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
 		return
 	}
+	s.remember(req.Messages)
 	input, lastTool, assistants := "", "", 0
 	for _, m := range req.Messages {
 		switch m.Role {
