@@ -62,6 +62,8 @@ type opts struct {
 	log io.Writer
 	// state: the state service's settings (retention).
 	state state.Config
+	// script, when set, replaces testScript.
+	script string
 }
 
 func logger() *slog.Logger {
@@ -79,7 +81,11 @@ func start(t testing.TB, o opts) *env {
 		o.dataDir = t.TempDir()
 	}
 	scriptPath := filepath.Join(t.TempDir(), "script.json")
-	if err := os.WriteFile(scriptPath, []byte(testScript), 0o644); err != nil {
+	text := testScript
+	if o.script != "" {
+		text = o.script
+	}
+	if err := os.WriteFile(scriptPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script, err := scriptedmodel.LoadScript(scriptPath)
