@@ -32,6 +32,9 @@ type Server struct {
 	byTurn     map[int]int64    // conversation position (assistant messages so far) → requests
 	byScenario map[[2]int]int64 // (scenario, position) → requests
 
+	// rec remembers what the latest requests carried (record.go).
+	rec received
+
 	srvMu sync.Mutex
 	srv   *http.Server
 	url   string
@@ -244,6 +247,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
 		return
 	}
+	s.remember(req.Messages)
 	input, lastTool, assistants := "", "", 0
 	var turnTools []string // the tool results since the last assistant message
 	for _, m := range req.Messages {

@@ -92,7 +92,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		lease := "KV_" + n.SchedulerBucket()
 		p.Sub = []string{inbox, n.Heartbeats()}
 		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateTimeout, StateLost,
-			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired),
+			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired, StateSettleTask),
 			n.WorkAll(),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
@@ -102,6 +102,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, streamReader(lease)...)
 		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerResolver)...)
+		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerTrees)...)
 	case ServiceExecutor:
 		// Pulls work through the executors' durable consumer (which it
 		// creates), hears cancellations, publishes heartbeats and live

@@ -35,8 +35,8 @@ func TestPermissionsIntentsHaveOneOwner(t *testing.T) {
 		StateBlock: ServiceExecutor, StateRequeue: ServiceExecutor,
 		StateCancel: ServiceRouter, StateDecide: ServiceRouter, StateCreateTap: ServiceRouter,
 		StateCreateTask: ServiceRouter, StatePutAgent: ServiceRegistry, StateDeleteAgent: ServiceRegistry,
-		StateAgentStats: ServiceRegistry,
-		StateSpawn:      ServiceExecutor, StateWait: ServiceExecutor, StateWaitExpired: ServiceScheduler,
+		StateAgentStats: ServiceRegistry, StateSettleTask: ServiceScheduler,
+		StateSpawn: ServiceExecutor, StateWait: ServiceExecutor, StateWaitExpired: ServiceScheduler,
 	}
 	perms := map[string]Permission{}
 	for _, svc := range Services {

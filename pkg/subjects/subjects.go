@@ -151,11 +151,24 @@ func OrgToken(org string) string {
 const (
 	EventDependency = "dependency"
 	EventUpdated    = "updated"
+	// EventSubtask: a descendant of the task was created or ended
+	// (EVENT_TYPE_SUBTASK).
+	EventSubtask = "subtask"
 )
 
 // ConsumerResolver is the scheduler's durable consumer of terminal task
 // events that releases (or fails) the tasks depending on them.
 const ConsumerResolver = "resolver"
+
+// ConsumerTrees is the scheduler's durable consumer of terminal task events
+// that settles trees: records each end in the ancestors and cancels the
+// unfinished sub-tasks of a task that ended.
+const ConsumerTrees = "trees"
+
+// StateSettleTask settles a task that ended (bus.v1.SettleTaskRequest):
+// its end recorded in its ancestors, its unfinished sub-tasks cancelled.
+// The scheduler's tree keeper only.
+const StateSettleTask = "task.settle"
 
 // Registry request operations. The agent operations carry
 // agentmesh.bus.v1.AgentOp (the org acted for and the public API's request);

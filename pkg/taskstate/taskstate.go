@@ -167,6 +167,7 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 		}
 	}
 	applyGraph(t, ev)
+	applySubtask(t, ev)
 	return t
 }
 

@@ -66,4 +66,3 @@ func BenchmarkDelegationFanOut100(b *testing.B) {
 		}
 	}
 }
-

@@ -44,6 +44,8 @@ type modelRun struct {
 	pending string
 	// modelErr: the last model call failed for good.
 	modelErr string
+	// thread: the conversation the task continues (conversation.go).
+	thread []*childv1.Message
 }
 
 // newModelRun prepares the model use of one attempt of task, whose earlier
@@ -165,7 +167,7 @@ func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt
 	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
 	call := r.call
 	call.onToken = tp.write
-	resp := s.model.complete(ctx, call, req)
+	resp := s.model.complete(ctx, call, withConversation(req, r.thread))
 	tp.close()
 	if resp.Error != "" {
 		r.modelErr = resp.Error

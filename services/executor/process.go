@@ -71,6 +71,10 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 	if bad != nil {
 		return *bad
 	}
+	// A continued conversation: the earlier thread (conversation.go).
+	if mr.thread, bad = s.conversation(ctx, task); bad != nil {
+		return *bad
+	}
 	start.MaxSteps = mr.maxSteps(start.MaxSteps)
 
 	limit, wall := mr.attemptLimit(s.cfg.WallTime)

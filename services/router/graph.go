@@ -109,16 +109,22 @@ func addGraphFields(ctx context.Context, t *agentmeshv1.Task, req *agentmeshv1.S
 }
 
 // checkParentTask answers NotFound naming parent_task_id unless the task
-// exists in the caller's org.
+// exists in the caller's org, and FailedPrecondition when it has ended (a
+// task that ends leaves no sub-task running: docs/delegation.md).
 func (s *Service) checkParentTask(ctx context.Context, id string) error {
 	if id == "" {
 		return nil
 	}
-	if _, err := s.getTask(ctx, id); err != nil {
+	p, err := s.getTask(ctx, id)
+	if err != nil {
 		if errors.Is(err, bus.ErrNotFound) {
 			return &bus.Error{Code: bus.CodeNotFound, Field: "parent_task_id", Message: fmt.Sprintf("task %q not found", id)}
 		}
 		return err
+	}
+	if taskstate.Terminal(p.GetStatus()) {
+		return &bus.Error{Code: bus.CodeFailedPrecondition, Field: "parent_task_id",
+			Message: fmt.Sprintf("task %s has ended (%s): the sub-tasks of an ended task are cancelled", id, taskstate.Name(p.GetStatus()))}
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ func (t *taskServer) WatchTask(req *agentmeshv1.WatchTaskRequest, stream agentme
 }
 
 func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
+	if p := req.GetParentTaskId(); p != "" {
+		req.ParentTaskId = taskstate.NormalizeTaskID(p)
+	}
 	prio, err := validateSubmit(req, s.limits())
 	if err != nil {
 		return nil, err
@@ -59,6 +62,9 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		return nil, err
 	}
 	if err := s.checkParentTask(ctx, req.GetParentTaskId()); err != nil {
+		return nil, err
+	}
+	if err := s.continueFrom(ctx, req); err != nil {
 		return nil, err
 	}
 	var match busv1.MatchResponse
@@ -84,6 +90,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		RetryPolicy:    req.GetRetryPolicy(),
 		QueueTimeout:   req.GetQueueTimeout(),
 		Routing:        match.GetRouting(),
+		ContinueFrom:   req.GetContinueFrom(),
 	}
 	addGraphFields(ctx, task, req)
 	var created busv1.CreateTaskResponse

@@ -29,6 +29,9 @@
 //
 // Dependencies: a resolver (deps.go) releases or fails the tasks blocked
 // on a parent when the parent ends.
+//
+// Trees: a tree keeper (trees.go) records each task's end in its ancestors
+// and cancels the unfinished sub-tasks of a task that ended.
 package scheduler
 
 import (
@@ -110,6 +113,8 @@ type Service struct {
 	fetching map[string]bool
 	// deps releases dependents when their parents end (deps.go).
 	deps *resolver
+	// trees settles ended tasks: ancestors and orphans (trees.go).
+	trees *treeKeeper
 	// onPublish, when set (benchmarks), is called after each work publish.
 	onPublish func(taskID string)
 }
@@ -197,11 +202,15 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
+	trees, err := newTreeKeeper(ctx, js, names, deps.NC, deps.Log.With("service", "scheduler"), cfg.ReconcileInterval)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
 	s := &Service{
 		cfg: cfg, names: names, nc: deps.NC, js: js, kv: kv, id: nuid.Next(),
 		log:  deps.Log.With("service", "scheduler"),
 		kick: make(chan struct{}, 1), jobs: make(chan job, 4*cfg.Workers),
-		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res,
+		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res, trees: trees,
 	}
 	s.m = newModel(cfg.Aging, s.orgLimit, s.agentLimit)
 	return s, nil
@@ -228,6 +237,11 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Go(func() {
 		if err := s.deps.run(ctx); err != nil {
 			s.log.Error("dependency resolver stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.trees.run(ctx); err != nil {
+			s.log.Error("tree keeper stopped", "err", err)
 		}
 	})
 	s.lease(ctx, s.kv, s.lead)

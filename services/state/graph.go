@@ -61,7 +61,7 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 	}
 	s.publishEvents(ctx, all...)
 	for i, t := range tasks {
-		c := proto.Clone(s.recheckParents(ctx, t)).(*agentmeshv1.Task)
+		c := proto.Clone(s.spawned(ctx, s.recheckParents(ctx, t))).(*agentmeshv1.Task)
 		c.AgentSpec = nil
 		tasks[i] = c
 	}

@@ -114,8 +114,10 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 	}
 	now := time.Now()
 	c := newCalc(start, end, now)
+	dl := newDelegations(start, end)
 	err := s.store.ScanTasks(ctx, store.TaskQuery{Org: req.Org, Agent: q.GetAgent(), LiveOrFinishedAfter: start}, func(t *agentmeshv1.Task) bool {
 		c.add(t)
+		dl.add(t)
 		return ctx.Err() == nil
 	})
 	if err != nil {
@@ -139,6 +141,7 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 		}
 		resp.Agents = append(resp.Agents, &agentmeshv1.AgentMetrics{Agent: n, MaxConcurrency: limit, Metrics: c.agents[n].result(c.window, limit)})
 	}
+	resp.Delegations = dl.result(ctx, s.store.GetTask)
 	return &busv1.MetricsResponse{Metrics: resp}, nil
 }
 

@@ -16,6 +16,7 @@
 //	task.create_graph task.update task.delete task.metrics
 //	                                               (router; graph.go, metrics.go)
 //	task.resolve                                   (scheduler's resolver)
+//	task.settle                                    (scheduler's tree keeper; tree.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
 //
 // There is no generic transition: each intent may make only the status
@@ -222,6 +223,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateSpawn, bus.Handler(s.log, func() *busv1.SpawnSubtaskRequest { return &busv1.SpawnSubtaskRequest{} }, s.spawn)},
 		{subjects.StateWait, bus.Handler(s.log, func() *busv1.WaitSubtasksRequest { return &busv1.WaitSubtasksRequest{} }, s.waitSubtasks)},
 		{subjects.StateWaitExpired, bus.Handler(s.log, func() *busv1.ReleaseSubtaskWaitRequest { return &busv1.ReleaseSubtaskWaitRequest{} }, s.releaseWait)},
+		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
@@ -273,6 +275,8 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 		return subjects.EventDependency
 	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
 		return subjects.EventUpdated
+	case agentmeshv1.EventType_EVENT_TYPE_SUBTASK:
+		return subjects.EventSubtask
 	}
 	return subjects.StatusToken(ev.Status)
 }
@@ -386,6 +390,7 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		}
 		s.publishEvents(ctx, events...)
 		task = s.recheckParents(ctx, task)
+		task = s.spawned(ctx, task)
 	}
 	return &busv1.CreateTaskResponse{Task: task, Created: created}, nil
 }

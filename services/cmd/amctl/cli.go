@@ -107,6 +107,7 @@ func commands() []command {
 		{"metrics", "show your org's task metrics", (*cli).metricsCmd},
 		{"watch", "follow a task's events until it ends", (*cli).watch},
 		{"history", "show a task's recorded events", (*cli).history},
+		{"tree", "show a task's tree of sub-tasks with their costs (and with --watch, follow it)", (*cli).tree},
 		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
@@ -273,6 +274,9 @@ func (c *cli) parse(fs *cmdFlags, args []string) ([]string, error) {
 		args = rest[1:]
 	}
 	c.noteTimeout(fs.FlagSet)
+	if !strings.Contains(fs.Name(), "submit") {
+		pos = taskRefs(pos) // subtask://ID wherever an ID is (tree.go)
+	}
 	if c.output != "table" && c.output != "json" {
 		return nil, usagef("-o: unknown output format %q (want table or json)", c.output)
 	}

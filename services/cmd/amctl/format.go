@@ -138,6 +138,7 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	if u := t.GetUsage(); u.GetTotalTokens() > 0 {
 		row("tokens", fmt.Sprintf("%d (prompt %d, completion %d)", u.GetTotalTokens(), u.GetPromptTokens(), u.GetCompletionTokens()))
 	}
+	costRows(row, t)
 	for _, k := range sortedKeys(t.GetMetadata()) {
 		row("meta "+k, t.GetMetadata()[k])
 	}

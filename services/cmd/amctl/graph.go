@@ -91,7 +91,7 @@ func (g *graphFlags) apply(req *agentmeshv1.SubmitTaskRequest) error {
 	if err != nil {
 		return usagef("--dependency-policy: %v", err)
 	}
-	req.DependsOn, req.Tags, req.DependencyPolicy, req.ParentTaskId = g.dependsOn, g.tags, p, *g.parent
+	req.DependsOn, req.Tags, req.DependencyPolicy, req.ParentTaskId = taskRefs(g.dependsOn), g.tags, p, taskstate.NormalizeTaskID(*g.parent)
 	return nil
 }
 
@@ -110,7 +110,7 @@ func (c *cli) listFlags(fs *cmdFlags) *listFlags {
 }
 
 func (l *listFlags) apply(req *agentmeshv1.ListTasksRequest) error {
-	req.Tag, req.ParentTaskId = *l.tag, *l.parent
+	req.Tag, req.ParentTaskId = *l.tag, taskstate.NormalizeTaskID(*l.parent)
 	for _, p := range l.prios {
 		v, err := parsePriority(p)
 		if err != nil {
@@ -417,6 +417,7 @@ func graphRows(row func(k, v string), t *agentmeshv1.Task) {
 	}
 	row("tags", strings.Join(t.GetTags(), ", "))
 	row("parent task", t.GetParentTaskId())
+	row("continues", t.GetContinueFrom())
 	row("created by", t.GetCreatedBy())
 	if d := t.GetQueueWait(); d != nil {
 		row("queue wait", d.AsDuration().Round(time.Millisecond).String())

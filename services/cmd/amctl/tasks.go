@@ -33,6 +33,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	meta := metaFlag{}
 	fs.Var(meta, "meta", "metadata key=value (repeat)")
 	idem := fs.String("idempotency-key", "", "a retried submit with the same key returns the first task")
+	cont := fs.String("continue", "", "continue the conversation of this finished task (ID or subtask://ID): its agent, unless --agent or --skill")
 	wait := fs.Bool("wait", false, "follow the task until it ends and print its answer")
 	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
 	g := c.graphFlags(fs)
@@ -65,6 +66,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	req := &agentmeshv1.SubmitTaskRequest{
 		Title: *title, Input: text, Agent: *agent, RequiredSkills: skills,
 		Priority: p, Metadata: meta, IdempotencyKey: key,
+		ContinueFrom: taskstate.NormalizeTaskID(*cont),
 	}
 	if err := sched.apply(req); err != nil {
 		return err

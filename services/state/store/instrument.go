@@ -119,3 +119,8 @@ func (i instrumented) ReleaseSubtaskWait(ctx context.Context, id string) (t *age
 	defer func(start time.Time) { observe("release_subtask_wait", start, err) }(time.Now())
 	return i.s.ReleaseSubtaskWait(ctx, id)
 }
+
+func (i instrumented) RecordSubtask(ctx context.Context, id string, sub *agentmeshv1.SubtaskEvent) (t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent, err error) {
+	defer func(start time.Time) { observe("record_subtask", start, err) }(time.Now())
+	return i.s.RecordSubtask(ctx, id, sub)
+}

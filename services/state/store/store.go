@@ -75,6 +75,8 @@ type Store interface {
 	Graph
 	// Delegation: sub-task waits (delegation.go).
 	Delegation
+	// Tree: sub-task events and subtree usage (tree.go).
+	Tree
 
 	Close() error
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"GroupCommit", testGroupCommit},
 	}
 	tests = append(tests, graphTests...)
+	tests = append(tests, treeTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))

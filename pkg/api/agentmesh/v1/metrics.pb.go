@@ -460,7 +460,10 @@ type GetMetricsResponse struct {
 	// The whole org (or the one agent asked for).
 	Overall *TaskMetrics `protobuf:"bytes,4,opt,name=overall,proto3" json:"overall,omitempty"`
 	// Per agent, by name.
-	Agents        []*AgentMetrics `protobuf:"bytes,5,rep,name=agents,proto3" json:"agents,omitempty"`
+	Agents []*AgentMetrics `protobuf:"bytes,5,rep,name=agents,proto3" json:"agents,omitempty"`
+	// Delegations: sub-tasks (tasks with a parent) by (parent agent, child
+	// agent), ordered by parent then child agent.
+	Delegations   []*DelegationMetrics `protobuf:"bytes,140,rep,name=delegations,proto3" json:"delegations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +533,108 @@ func (x *GetMetricsResponse) GetAgents() []*AgentMetrics {
 	return nil
 }
 
+func (x *GetMetricsResponse) GetDelegations() []*DelegationMetrics {
+	if x != nil {
+		return x.Delegations
+	}
+	return nil
+}
+
+// DelegationMetrics count the sub-tasks one agent gave another: created in
+// the window, and finished in it by how.
+type DelegationMetrics struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ParentAgent string                 `protobuf:"bytes,1,opt,name=parent_agent,json=parentAgent,proto3" json:"parent_agent,omitempty"`
+	ChildAgent  string                 `protobuf:"bytes,2,opt,name=child_agent,json=childAgent,proto3" json:"child_agent,omitempty"`
+	Submitted   int64                  `protobuf:"varint,3,opt,name=submitted,proto3" json:"submitted,omitempty"`
+	Completed   int64                  `protobuf:"varint,4,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed      int64                  `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled   int64                  `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// completed / (completed + failed + cancelled); 0 when none finished.
+	SuccessRate   float64 `protobuf:"fixed64,7,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegationMetrics) Reset() {
+	*x = DelegationMetrics{}
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegationMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegationMetrics) ProtoMessage() {}
+
+func (x *DelegationMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegationMetrics.ProtoReflect.Descriptor instead.
+func (*DelegationMetrics) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DelegationMetrics) GetParentAgent() string {
+	if x != nil {
+		return x.ParentAgent
+	}
+	return ""
+}
+
+func (x *DelegationMetrics) GetChildAgent() string {
+	if x != nil {
+		return x.ChildAgent
+	}
+	return ""
+}
+
+func (x *DelegationMetrics) GetSubmitted() int64 {
+	if x != nil {
+		return x.Submitted
+	}
+	return 0
+}
+
+func (x *DelegationMetrics) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *DelegationMetrics) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *DelegationMetrics) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *DelegationMetrics) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
 var File_agentmesh_v1_metrics_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_metrics_proto_rawDesc = "" +
@@ -572,13 +677,23 @@ const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\fAgentMetrics\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x123\n" +
-	"\ametrics\x18\x03 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\ametrics\"\xef\x01\n" +
+	"\ametrics\x18\x03 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\ametrics\"\xb3\x02\n" +
 	"\x12GetMetricsResponse\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x120\n" +
 	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x123\n" +
 	"\aoverall\x18\x04 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\aoverall\x122\n" +
-	"\x06agents\x18\x05 \x03(\v2\x1a.agentmesh.v1.AgentMetricsR\x06agents2a\n" +
+	"\x06agents\x18\x05 \x03(\v2\x1a.agentmesh.v1.AgentMetricsR\x06agents\x12B\n" +
+	"\vdelegations\x18\x8c\x01 \x03(\v2\x1f.agentmesh.v1.DelegationMetricsR\vdelegations\"\xec\x01\n" +
+	"\x11DelegationMetrics\x12!\n" +
+	"\fparent_agent\x18\x01 \x01(\tR\vparentAgent\x12\x1f\n" +
+	"\vchild_agent\x18\x02 \x01(\tR\n" +
+	"childAgent\x12\x1c\n" +
+	"\tsubmitted\x18\x03 \x01(\x03R\tsubmitted\x12\x1c\n" +
+	"\tcompleted\x18\x04 \x01(\x03R\tcompleted\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\x03R\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\x06 \x01(\x03R\tcancelled\x12!\n" +
+	"\fsuccess_rate\x18\a \x01(\x01R\vsuccessRate2a\n" +
 	"\x0eMetricsService\x12O\n" +
 	"\n" +
 	"GetMetrics\x12\x1f.agentmesh.v1.GetMetricsRequest\x1a .agentmesh.v1.GetMetricsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
@@ -595,7 +710,7 @@ func file_agentmesh_v1_metrics_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_metrics_proto_rawDescData
 }
 
-var file_agentmesh_v1_metrics_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_agentmesh_v1_metrics_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_agentmesh_v1_metrics_proto_goTypes = []any{
 	(*GetMetricsRequest)(nil),     // 0: agentmesh.v1.GetMetricsRequest
 	(*DurationPercentiles)(nil),   // 1: agentmesh.v1.DurationPercentiles
@@ -603,33 +718,35 @@ var file_agentmesh_v1_metrics_proto_goTypes = []any{
 	(*TaskMetrics)(nil),           // 3: agentmesh.v1.TaskMetrics
 	(*AgentMetrics)(nil),          // 4: agentmesh.v1.AgentMetrics
 	(*GetMetricsResponse)(nil),    // 5: agentmesh.v1.GetMetricsResponse
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
-	(Priority)(0),                 // 8: agentmesh.v1.Priority
+	(*DelegationMetrics)(nil),     // 6: agentmesh.v1.DelegationMetrics
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(Priority)(0),                 // 9: agentmesh.v1.Priority
 }
 var file_agentmesh_v1_metrics_proto_depIdxs = []int32{
-	6,  // 0: agentmesh.v1.GetMetricsRequest.start:type_name -> google.protobuf.Timestamp
-	6,  // 1: agentmesh.v1.GetMetricsRequest.end:type_name -> google.protobuf.Timestamp
-	7,  // 2: agentmesh.v1.DurationPercentiles.p50:type_name -> google.protobuf.Duration
-	7,  // 3: agentmesh.v1.DurationPercentiles.p90:type_name -> google.protobuf.Duration
-	7,  // 4: agentmesh.v1.DurationPercentiles.p99:type_name -> google.protobuf.Duration
-	7,  // 5: agentmesh.v1.DurationPercentiles.max:type_name -> google.protobuf.Duration
-	8,  // 6: agentmesh.v1.QueueDepth.priority:type_name -> agentmesh.v1.Priority
+	7,  // 0: agentmesh.v1.GetMetricsRequest.start:type_name -> google.protobuf.Timestamp
+	7,  // 1: agentmesh.v1.GetMetricsRequest.end:type_name -> google.protobuf.Timestamp
+	8,  // 2: agentmesh.v1.DurationPercentiles.p50:type_name -> google.protobuf.Duration
+	8,  // 3: agentmesh.v1.DurationPercentiles.p90:type_name -> google.protobuf.Duration
+	8,  // 4: agentmesh.v1.DurationPercentiles.p99:type_name -> google.protobuf.Duration
+	8,  // 5: agentmesh.v1.DurationPercentiles.max:type_name -> google.protobuf.Duration
+	9,  // 6: agentmesh.v1.QueueDepth.priority:type_name -> agentmesh.v1.Priority
 	1,  // 7: agentmesh.v1.TaskMetrics.queue_wait:type_name -> agentmesh.v1.DurationPercentiles
 	1,  // 8: agentmesh.v1.TaskMetrics.run_time:type_name -> agentmesh.v1.DurationPercentiles
 	2,  // 9: agentmesh.v1.TaskMetrics.queue_depth:type_name -> agentmesh.v1.QueueDepth
 	3,  // 10: agentmesh.v1.AgentMetrics.metrics:type_name -> agentmesh.v1.TaskMetrics
-	6,  // 11: agentmesh.v1.GetMetricsResponse.start:type_name -> google.protobuf.Timestamp
-	6,  // 12: agentmesh.v1.GetMetricsResponse.end:type_name -> google.protobuf.Timestamp
+	7,  // 11: agentmesh.v1.GetMetricsResponse.start:type_name -> google.protobuf.Timestamp
+	7,  // 12: agentmesh.v1.GetMetricsResponse.end:type_name -> google.protobuf.Timestamp
 	3,  // 13: agentmesh.v1.GetMetricsResponse.overall:type_name -> agentmesh.v1.TaskMetrics
 	4,  // 14: agentmesh.v1.GetMetricsResponse.agents:type_name -> agentmesh.v1.AgentMetrics
-	0,  // 15: agentmesh.v1.MetricsService.GetMetrics:input_type -> agentmesh.v1.GetMetricsRequest
-	5,  // 16: agentmesh.v1.MetricsService.GetMetrics:output_type -> agentmesh.v1.GetMetricsResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 15: agentmesh.v1.GetMetricsResponse.delegations:type_name -> agentmesh.v1.DelegationMetrics
+	0,  // 16: agentmesh.v1.MetricsService.GetMetrics:input_type -> agentmesh.v1.GetMetricsRequest
+	5,  // 17: agentmesh.v1.MetricsService.GetMetrics:output_type -> agentmesh.v1.GetMetricsResponse
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_metrics_proto_init() }
@@ -644,7 +761,7 @@ func file_agentmesh_v1_metrics_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_metrics_proto_rawDesc), len(file_agentmesh_v1_metrics_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

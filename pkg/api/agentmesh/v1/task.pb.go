@@ -1659,8 +1659,14 @@ type SubtaskEvent struct {
 	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	Error  string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// The sub-task's own usage plus its subtree's (when it ended).
-	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
-	Depth         int32  `protobuf:"varint,8,opt,name=depth,proto3" json:"depth,omitempty"`
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Depth int32  `protobuf:"varint,8,opt,name=depth,proto3" json:"depth,omitempty"`
+	// The sub-task's own parent: every ancestor's history holds the events
+	// of its whole subtree, so a root's watch shows the tree (i9-trees).
+	ParentTaskId string `protobuf:"bytes,140,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	// The sub-task's own usage (its model turns only): what an ended
+	// sub-task's event adds to the holder's subtree_usage, once.
+	OwnUsage      *Usage `protobuf:"bytes,141,opt,name=own_usage,json=ownUsage,proto3" json:"own_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1749,6 +1755,20 @@ func (x *SubtaskEvent) GetDepth() int32 {
 		return x.Depth
 	}
 	return 0
+}
+
+func (x *SubtaskEvent) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *SubtaskEvent) GetOwnUsage() *Usage {
+	if x != nil {
+		return x.OwnUsage
+	}
+	return nil
 }
 
 // ToolCall is a model's request to run a tool.
@@ -3985,7 +4005,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\t \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\n" +
-	" \x01(\tR\acomment\"\xf4\x01\n" +
+	" \x01(\tR\acomment\"\xce\x02\n" +
 	"\fSubtaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x14\n" +
@@ -3994,7 +4014,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12)\n" +
 	"\x05usage\x18\a \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05depth\x18\b \x01(\x05R\x05depth\"L\n" +
+	"\x05depth\x18\b \x01(\x05R\x05depth\x12%\n" +
+	"\x0eparent_task_id\x18\x8c\x01 \x01(\tR\fparentTaskId\x121\n" +
+	"\town_usage\x18\x8d\x01 \x01(\v2\x13.agentmesh.v1.UsageR\bownUsage\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -4398,83 +4420,84 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	46,  // 34: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
 	0,   // 35: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	11,  // 36: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
-	6,   // 37: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	17,  // 38: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	11,  // 39: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	45,  // 40: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,   // 41: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	7,   // 42: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	46,  // 43: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,   // 44: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,   // 45: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	18,  // 46: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	13,  // 47: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,   // 48: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	20,  // 49: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	21,  // 50: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,   // 51: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	46,  // 52: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	45,  // 53: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	16,  // 54: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
-	15,  // 55: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	48,  // 56: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
-	0,   // 57: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 58: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	41,  // 59: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	20,  // 60: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 61: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	42,  // 62: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	12,  // 63: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	8,   // 64: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	39,  // 65: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 66: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	14,  // 67: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	14,  // 68: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 69: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	46,  // 70: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 71: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 72: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	14,  // 73: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	14,  // 74: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	19,  // 75: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 76: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	19,  // 77: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	46,  // 78: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 79: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	11,  // 80: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	43,  // 81: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	36,  // 82: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	46,  // 83: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 84: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	12,  // 85: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	37,  // 86: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	44,  // 87: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	45,  // 88: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	39,  // 89: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 90: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	45,  // 91: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 92: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 93: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 94: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 95: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 96: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 97: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 98: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 99: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 100: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 101: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 102: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 103: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 104: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 105: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 106: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 107: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 108: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	102, // [102:109] is the sub-list for method output_type
-	95,  // [95:102] is the sub-list for method input_type
-	95,  // [95:95] is the sub-list for extension type_name
-	95,  // [95:95] is the sub-list for extension extendee
-	0,   // [0:95] is the sub-list for field type_name
+	11,  // 37: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
+	6,   // 38: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	17,  // 39: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	11,  // 40: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	45,  // 41: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,   // 42: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	7,   // 43: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	46,  // 44: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,   // 45: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 46: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	18,  // 47: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	13,  // 48: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,   // 49: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	20,  // 50: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	21,  // 51: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,   // 52: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	46,  // 53: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	45,  // 54: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	16,  // 55: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
+	15,  // 56: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
+	48,  // 57: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	0,   // 58: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 59: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	41,  // 60: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	20,  // 61: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 62: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	42,  // 63: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	12,  // 64: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	8,   // 65: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	39,  // 66: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 67: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	14,  // 68: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	14,  // 69: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 70: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	46,  // 71: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 72: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 73: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	14,  // 74: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	14,  // 75: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	19,  // 76: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 77: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	19,  // 78: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	46,  // 79: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	46,  // 80: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	11,  // 81: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	43,  // 82: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	36,  // 83: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	46,  // 84: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 85: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	12,  // 86: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	37,  // 87: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	44,  // 88: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	45,  // 89: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	39,  // 90: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	45,  // 91: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	45,  // 92: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	45,  // 93: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 94: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 95: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	22,  // 96: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	24,  // 97: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	26,  // 98: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	28,  // 99: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	30,  // 100: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	32,  // 101: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	34,  // 102: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	23,  // 103: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	25,  // 104: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	27,  // 105: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	29,  // 106: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	31,  // 107: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	33,  // 108: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	35,  // 109: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	103, // [103:110] is the sub-list for method output_type
+	96,  // [96:103] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
