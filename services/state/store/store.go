@@ -74,6 +74,9 @@ type Store interface {
 	// Graph: dependencies, updates, deletes and scans (graph.go).
 	Graph
 
+	// Skills: the skill catalogue and agent versions (skills.go).
+	Skills
+
 	Close() error
 }
 
