@@ -24,7 +24,7 @@ var Services = []string{ServiceState, ServiceRegistry, ServiceScheduler, Service
 
 // StoreBuckets are the KV buckets of the embedded store (kvstore opens only
 // these; StoreBucket names them). Only the state identity may touch them.
-var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs"}
+var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs", "skills", "agent_versions"}
 
 // Permission is what one NATS identity may publish and subscribe to.
 type Permission struct {
@@ -82,7 +82,8 @@ func (n Names) Permissions(service string) (Permission, error) {
 	case ServiceRegistry:
 		p.Responses = true
 		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
-		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats), n.Audit(n.RegistryAll()))
+		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats,
+			StatePutSkill, StateGetSkill, StateListSkills, StateDeleteSkill, StateResolveSkills, StateAgentVersions), n.Audit(n.RegistryAll()))
 	case ServiceScheduler:
 		// The leader follows the task and agent events with an ordered
 		// (ephemeral) consumer and hears executor heartbeats; the replicas

@@ -141,6 +141,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		{subjects.RegistryUpdateAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.updateAgent)},
 		{subjects.RegistryDeleteAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.deleteAgent)},
 	}
+	endpoints = append(endpoints, s.skillEndpoints()...)
 	for _, e := range endpoints {
 		if err := add(e.op, e.h); err != nil {
 			_ = svc.Stop()
@@ -244,8 +245,11 @@ func (s *Service) getAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1
 	if err := agentspec.Name("name", req.GetName()); err != nil {
 		return nil, err
 	}
+	if req.GetVersion() < 0 {
+		return nil, bus.FieldError("version", "must not be negative")
+	}
 	var resp busv1.GetAgentResponse
-	if err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Name, Org: org}, &resp); err != nil {
+	if err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Name, Org: org, Version: req.Version}, &resp); err != nil {
 		return nil, err
 	}
 	return &agentmeshv1.GetAgentResponse{Agent: resp.Agent}, nil

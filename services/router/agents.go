@@ -60,8 +60,11 @@ func (a *agentServer) CreateAgent(ctx context.Context, req *agentmeshv1.CreateAg
 }
 
 func (a *agentServer) GetAgent(ctx context.Context, req *agentmeshv1.GetAgentRequest) (*agentmeshv1.GetAgentResponse, error) {
-	return registry(ctx, a.s, "GetAgent", subjects.RegistryGetAgent,
-		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Get{Get: req}), &agentmeshv1.GetAgentResponse{})
+	check := checkName("name", req.GetName())
+	if check == nil && req.GetVersion() < 0 {
+		check = bus.FieldError("version", "must not be negative")
+	}
+	return registry(ctx, a.s, "GetAgent", subjects.RegistryGetAgent, check, agentOp(ctx, &busv1.AgentOp_Get{Get: req}), &agentmeshv1.GetAgentResponse{})
 }
 
 func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgentsRequest) (*agentmeshv1.ListAgentsResponse, error) {

@@ -68,12 +68,19 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTaskHistory"): RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetUsage"):       RoleReader,
 
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"): RoleAdmin,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"): RoleAdmin,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"): RoleAdmin,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "GetAgent"):    RoleReader,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgents"):  RoleReader,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "MatchAgents"): RoleReader,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"):       RoleAdmin,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"):       RoleAdmin,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"):       RoleAdmin,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "GetAgent"):          RoleReader,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgents"):        RoleReader,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "MatchAgents"):       RoleReader,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgentVersions"): RoleReader,
+
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "CreateSkill"): RoleAdmin,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "UpdateSkill"): RoleAdmin,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "DeleteSkill"): RoleAdmin,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "GetSkill"):    RoleReader,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):  RoleReader,
 
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ListApprovals"):   RoleReader,
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ApproveToolCall"): RoleApprover,
@@ -82,15 +89,21 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"): RoleReader,
 }
 
-// platformMethods are the RPCs a platform key may call: the agent
-// catalogue (where it acts on the shared agents) and the tool list.
+// platformMethods are the RPCs a platform key may call: the agent and
+// skill catalogues (where it acts on the shared ones) and the tool list.
 var platformMethods = map[string]bool{
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"): true,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"): true,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"): true,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "GetAgent"):    true,
-	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgents"):  true,
-	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):    true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"):       true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"):       true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"):       true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "GetAgent"):          true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgents"):        true,
+	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "ListAgentVersions"): true,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "CreateSkill"):       true,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "UpdateSkill"):       true,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "DeleteSkill"):       true,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "GetSkill"):          true,
+	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):        true,
+	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):          true,
 }
 
 // neededRole is the role an RPC needs (MethodRoles, admin when absent).

@@ -307,6 +307,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	s.srv = grpc.NewServer(opts...)
 	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
+	agentmeshv1.RegisterSkillServiceServer(s.srv, &skillServer{s: s})
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
 	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
 	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})

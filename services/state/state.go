@@ -225,6 +225,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateWaitExpired, bus.Handler(s.log, func() *busv1.ReleaseSubtaskWaitRequest { return &busv1.ReleaseSubtaskWaitRequest{} }, s.releaseWait)},
 		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
+	eps = append(eps, s.skillEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
@@ -627,6 +628,10 @@ func (s *Service) getAgent(ctx context.Context, req *busv1.GetAgentRequest) (*bu
 	a, err := s.store.GetAgent(ctx, req.Org, req.Name)
 	if errors.Is(err, bus.ErrNotFound) && req.Org != "" {
 		a, err = s.store.GetAgent(ctx, "", req.Name)
+	}
+	if err == nil && req.Version > 0 && req.Version != a.Version {
+		// An earlier version of the agent found (skills.go).
+		a, err = s.store.GetAgentVersion(ctx, a.Org, req.Name, req.Version)
 	}
 	if err != nil {
 		return nil, err

@@ -106,6 +106,8 @@ type Store struct {
 	replicas int
 	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
 	waiting  waiters            // parent → waiting tasks (graph.go)
+
+	skillStore // skills and agent versions (skills.go)
 }
 
 // head locates a task's last recorded event.
@@ -197,6 +199,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		return nil, err
 	}
 	if err := s.recoverGraphs(ctx); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
+	if err := s.openSkills(ctx, wctx, bucket); err != nil {
 		cancel()
 		s.watchers.Wait()
 		return nil, err
@@ -870,6 +877,7 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 			return nil, kvError("put agent", err)
 		}
 		s.agentIndex.put(store.AgentPos(next.Org, next.Name), next, nrev)
+		s.recordVersion(ctx, next)
 		return next, nil
 	}
 	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
@@ -940,6 +948,7 @@ func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
 		// The delete marker's revision is not returned; rev+1 orders it
 		// after the put we read, and the watcher confirms it.
 		s.agentIndex.del(store.AgentPos(org, name), rev+1)
+		s.dropVersions(ctx, org, name)
 		return nil
 	}
 	return bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", name)

@@ -78,6 +78,9 @@ type Store interface {
 	// Tree: sub-task events and subtree usage (tree.go).
 	Tree
 
+	// Skills: the skill catalogue and agent versions (skills.go).
+	Skills
+
 	Close() error
 }
 

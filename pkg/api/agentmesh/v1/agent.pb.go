@@ -110,8 +110,10 @@ func (x *CreateAgentResponse) GetAgent() *Agent {
 }
 
 type GetAgentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// An earlier version of the agent (0 = the latest).
+	Version       int64 `protobuf:"varint,150,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -151,6 +153,13 @@ func (x *GetAgentRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GetAgentRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type GetAgentResponse struct {
@@ -487,6 +496,119 @@ func (*DeleteAgentResponse) Descriptor() ([]byte, []int) {
 	return file_agentmesh_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
+type ListAgentVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentVersionsRequest) Reset() {
+	*x = ListAgentVersionsRequest{}
+	mi := &file_agentmesh_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentVersionsRequest) ProtoMessage() {}
+
+func (x *ListAgentVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentVersionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListAgentVersionsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListAgentVersionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAgentVersionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAgentVersionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Versions      []*Agent `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	NextPageToken string   `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentVersionsResponse) Reset() {
+	*x = ListAgentVersionsResponse{}
+	mi := &file_agentmesh_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentVersionsResponse) ProtoMessage() {}
+
+func (x *ListAgentVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentVersionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListAgentVersionsResponse) GetVersions() []*Agent {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *ListAgentVersionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_agentmesh_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_agent_proto_rawDesc = "" +
@@ -495,9 +617,10 @@ const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"\x12CreateAgentRequest\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"@\n" +
 	"\x13CreateAgentResponse\x12)\n" +
-	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"%\n" +
+	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"@\n" +
 	"\x0fGetAgentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\aversion\x18\x96\x01 \x01(\x03R\aversion\"=\n" +
 	"\x10GetAgentResponse\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"e\n" +
 	"\x11ListAgentsRequest\x12\x14\n" +
@@ -515,7 +638,15 @@ const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"(\n" +
 	"\x12DeleteAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13DeleteAgentResponse2\xfa\x03\n" +
+	"\x13DeleteAgentResponse\"j\n" +
+	"\x18ListAgentVersionsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
+	"\x19ListAgentVersionsResponse\x12/\n" +
+	"\bversions\x18\x01 \x03(\v2\x13.agentmesh.v1.AgentR\bversions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe0\x04\n" +
 	"\fAgentService\x12R\n" +
 	"\vCreateAgent\x12 .agentmesh.v1.CreateAgentRequest\x1a!.agentmesh.v1.CreateAgentResponse\x12I\n" +
 	"\bGetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\x12O\n" +
@@ -523,7 +654,8 @@ const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"ListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\x12R\n" +
 	"\vUpdateAgent\x12 .agentmesh.v1.UpdateAgentRequest\x1a!.agentmesh.v1.UpdateAgentResponse\x12R\n" +
 	"\vDeleteAgent\x12 .agentmesh.v1.DeleteAgentRequest\x1a!.agentmesh.v1.DeleteAgentResponse\x12R\n" +
-	"\vMatchAgents\x12 .agentmesh.v1.MatchAgentsRequest\x1a!.agentmesh.v1.MatchAgentsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\vMatchAgents\x12 .agentmesh.v1.MatchAgentsRequest\x1a!.agentmesh.v1.MatchAgentsResponse\x12d\n" +
+	"\x11ListAgentVersions\x12&.agentmesh.v1.ListAgentVersionsRequest\x1a'.agentmesh.v1.ListAgentVersionsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_agent_proto_rawDescOnce sync.Once
@@ -537,46 +669,51 @@ func file_agentmesh_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_agent_proto_rawDescData
 }
 
-var file_agentmesh_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_agentmesh_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_agentmesh_v1_agent_proto_goTypes = []any{
-	(*CreateAgentRequest)(nil),  // 0: agentmesh.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil), // 1: agentmesh.v1.CreateAgentResponse
-	(*GetAgentRequest)(nil),     // 2: agentmesh.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),    // 3: agentmesh.v1.GetAgentResponse
-	(*ListAgentsRequest)(nil),   // 4: agentmesh.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),  // 5: agentmesh.v1.ListAgentsResponse
-	(*UpdateAgentRequest)(nil),  // 6: agentmesh.v1.UpdateAgentRequest
-	(*UpdateAgentResponse)(nil), // 7: agentmesh.v1.UpdateAgentResponse
-	(*DeleteAgentRequest)(nil),  // 8: agentmesh.v1.DeleteAgentRequest
-	(*DeleteAgentResponse)(nil), // 9: agentmesh.v1.DeleteAgentResponse
-	(*Agent)(nil),               // 10: agentmesh.v1.Agent
-	(*MatchAgentsRequest)(nil),  // 11: agentmesh.v1.MatchAgentsRequest
-	(*MatchAgentsResponse)(nil), // 12: agentmesh.v1.MatchAgentsResponse
+	(*CreateAgentRequest)(nil),        // 0: agentmesh.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),       // 1: agentmesh.v1.CreateAgentResponse
+	(*GetAgentRequest)(nil),           // 2: agentmesh.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),          // 3: agentmesh.v1.GetAgentResponse
+	(*ListAgentsRequest)(nil),         // 4: agentmesh.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 5: agentmesh.v1.ListAgentsResponse
+	(*UpdateAgentRequest)(nil),        // 6: agentmesh.v1.UpdateAgentRequest
+	(*UpdateAgentResponse)(nil),       // 7: agentmesh.v1.UpdateAgentResponse
+	(*DeleteAgentRequest)(nil),        // 8: agentmesh.v1.DeleteAgentRequest
+	(*DeleteAgentResponse)(nil),       // 9: agentmesh.v1.DeleteAgentResponse
+	(*ListAgentVersionsRequest)(nil),  // 10: agentmesh.v1.ListAgentVersionsRequest
+	(*ListAgentVersionsResponse)(nil), // 11: agentmesh.v1.ListAgentVersionsResponse
+	(*Agent)(nil),                     // 12: agentmesh.v1.Agent
+	(*MatchAgentsRequest)(nil),        // 13: agentmesh.v1.MatchAgentsRequest
+	(*MatchAgentsResponse)(nil),       // 14: agentmesh.v1.MatchAgentsResponse
 }
 var file_agentmesh_v1_agent_proto_depIdxs = []int32{
-	10, // 0: agentmesh.v1.CreateAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	10, // 1: agentmesh.v1.CreateAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	10, // 2: agentmesh.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	10, // 3: agentmesh.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	10, // 4: agentmesh.v1.UpdateAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	10, // 5: agentmesh.v1.UpdateAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	0,  // 6: agentmesh.v1.AgentService.CreateAgent:input_type -> agentmesh.v1.CreateAgentRequest
-	2,  // 7: agentmesh.v1.AgentService.GetAgent:input_type -> agentmesh.v1.GetAgentRequest
-	4,  // 8: agentmesh.v1.AgentService.ListAgents:input_type -> agentmesh.v1.ListAgentsRequest
-	6,  // 9: agentmesh.v1.AgentService.UpdateAgent:input_type -> agentmesh.v1.UpdateAgentRequest
-	8,  // 10: agentmesh.v1.AgentService.DeleteAgent:input_type -> agentmesh.v1.DeleteAgentRequest
-	11, // 11: agentmesh.v1.AgentService.MatchAgents:input_type -> agentmesh.v1.MatchAgentsRequest
-	1,  // 12: agentmesh.v1.AgentService.CreateAgent:output_type -> agentmesh.v1.CreateAgentResponse
-	3,  // 13: agentmesh.v1.AgentService.GetAgent:output_type -> agentmesh.v1.GetAgentResponse
-	5,  // 14: agentmesh.v1.AgentService.ListAgents:output_type -> agentmesh.v1.ListAgentsResponse
-	7,  // 15: agentmesh.v1.AgentService.UpdateAgent:output_type -> agentmesh.v1.UpdateAgentResponse
-	9,  // 16: agentmesh.v1.AgentService.DeleteAgent:output_type -> agentmesh.v1.DeleteAgentResponse
-	12, // 17: agentmesh.v1.AgentService.MatchAgents:output_type -> agentmesh.v1.MatchAgentsResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	12, // 0: agentmesh.v1.CreateAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	12, // 1: agentmesh.v1.CreateAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	12, // 2: agentmesh.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	12, // 3: agentmesh.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	12, // 4: agentmesh.v1.UpdateAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	12, // 5: agentmesh.v1.UpdateAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	12, // 6: agentmesh.v1.ListAgentVersionsResponse.versions:type_name -> agentmesh.v1.Agent
+	0,  // 7: agentmesh.v1.AgentService.CreateAgent:input_type -> agentmesh.v1.CreateAgentRequest
+	2,  // 8: agentmesh.v1.AgentService.GetAgent:input_type -> agentmesh.v1.GetAgentRequest
+	4,  // 9: agentmesh.v1.AgentService.ListAgents:input_type -> agentmesh.v1.ListAgentsRequest
+	6,  // 10: agentmesh.v1.AgentService.UpdateAgent:input_type -> agentmesh.v1.UpdateAgentRequest
+	8,  // 11: agentmesh.v1.AgentService.DeleteAgent:input_type -> agentmesh.v1.DeleteAgentRequest
+	13, // 12: agentmesh.v1.AgentService.MatchAgents:input_type -> agentmesh.v1.MatchAgentsRequest
+	10, // 13: agentmesh.v1.AgentService.ListAgentVersions:input_type -> agentmesh.v1.ListAgentVersionsRequest
+	1,  // 14: agentmesh.v1.AgentService.CreateAgent:output_type -> agentmesh.v1.CreateAgentResponse
+	3,  // 15: agentmesh.v1.AgentService.GetAgent:output_type -> agentmesh.v1.GetAgentResponse
+	5,  // 16: agentmesh.v1.AgentService.ListAgents:output_type -> agentmesh.v1.ListAgentsResponse
+	7,  // 17: agentmesh.v1.AgentService.UpdateAgent:output_type -> agentmesh.v1.UpdateAgentResponse
+	9,  // 18: agentmesh.v1.AgentService.DeleteAgent:output_type -> agentmesh.v1.DeleteAgentResponse
+	14, // 19: agentmesh.v1.AgentService.MatchAgents:output_type -> agentmesh.v1.MatchAgentsResponse
+	11, // 20: agentmesh.v1.AgentService.ListAgentVersions:output_type -> agentmesh.v1.ListAgentVersionsResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_agent_proto_init() }
@@ -592,7 +729,7 @@ func file_agentmesh_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_agent_proto_rawDesc), len(file_agentmesh_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

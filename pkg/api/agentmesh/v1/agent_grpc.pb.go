@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_CreateAgent_FullMethodName = "/agentmesh.v1.AgentService/CreateAgent"
-	AgentService_GetAgent_FullMethodName    = "/agentmesh.v1.AgentService/GetAgent"
-	AgentService_ListAgents_FullMethodName  = "/agentmesh.v1.AgentService/ListAgents"
-	AgentService_UpdateAgent_FullMethodName = "/agentmesh.v1.AgentService/UpdateAgent"
-	AgentService_DeleteAgent_FullMethodName = "/agentmesh.v1.AgentService/DeleteAgent"
-	AgentService_MatchAgents_FullMethodName = "/agentmesh.v1.AgentService/MatchAgents"
+	AgentService_CreateAgent_FullMethodName       = "/agentmesh.v1.AgentService/CreateAgent"
+	AgentService_GetAgent_FullMethodName          = "/agentmesh.v1.AgentService/GetAgent"
+	AgentService_ListAgents_FullMethodName        = "/agentmesh.v1.AgentService/ListAgents"
+	AgentService_UpdateAgent_FullMethodName       = "/agentmesh.v1.AgentService/UpdateAgent"
+	AgentService_DeleteAgent_FullMethodName       = "/agentmesh.v1.AgentService/DeleteAgent"
+	AgentService_MatchAgents_FullMethodName       = "/agentmesh.v1.AgentService/MatchAgents"
+	AgentService_ListAgentVersions_FullMethodName = "/agentmesh.v1.AgentService/ListAgentVersions"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -44,6 +45,9 @@ type AgentServiceClient interface {
 	// for the required skills, with each score's breakdown, as SubmitTask
 	// would choose.
 	MatchAgents(ctx context.Context, in *MatchAgentsRequest, opts ...grpc.CallOption) (*MatchAgentsResponse, error)
+	// ListAgentVersions lists the stored versions of an agent, newest first
+	// (every create and update makes one; deleting the agent drops them).
+	ListAgentVersions(ctx context.Context, in *ListAgentVersionsRequest, opts ...grpc.CallOption) (*ListAgentVersionsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -114,6 +118,16 @@ func (c *agentServiceClient) MatchAgents(ctx context.Context, in *MatchAgentsReq
 	return out, nil
 }
 
+func (c *agentServiceClient) ListAgentVersions(ctx context.Context, in *ListAgentVersionsRequest, opts ...grpc.CallOption) (*ListAgentVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAgentVersionsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListAgentVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -131,6 +145,9 @@ type AgentServiceServer interface {
 	// for the required skills, with each score's breakdown, as SubmitTask
 	// would choose.
 	MatchAgents(context.Context, *MatchAgentsRequest) (*MatchAgentsResponse, error)
+	// ListAgentVersions lists the stored versions of an agent, newest first
+	// (every create and update makes one; deleting the agent drops them).
+	ListAgentVersions(context.Context, *ListAgentVersionsRequest) (*ListAgentVersionsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -158,6 +175,9 @@ func (UnimplementedAgentServiceServer) DeleteAgent(context.Context, *DeleteAgent
 }
 func (UnimplementedAgentServiceServer) MatchAgents(context.Context, *MatchAgentsRequest) (*MatchAgentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MatchAgents not implemented")
+}
+func (UnimplementedAgentServiceServer) ListAgentVersions(context.Context, *ListAgentVersionsRequest) (*ListAgentVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAgentVersions not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -288,6 +308,24 @@ func _AgentService_MatchAgents_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ListAgentVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAgentVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListAgentVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListAgentVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListAgentVersions(ctx, req.(*ListAgentVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -318,6 +356,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MatchAgents",
 			Handler:    _AgentService_MatchAgents_Handler,
+		},
+		{
+			MethodName: "ListAgentVersions",
+			Handler:    _AgentService_ListAgentVersions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

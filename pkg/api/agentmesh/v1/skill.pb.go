@@ -140,6 +140,529 @@ func (x *Skill) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type CreateSkillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *Skill                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSkillRequest) Reset() {
+	*x = CreateSkillRequest{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSkillRequest) ProtoMessage() {}
+
+func (x *CreateSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSkillRequest.ProtoReflect.Descriptor instead.
+func (*CreateSkillRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateSkillRequest) GetSkill() *Skill {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type CreateSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *Skill                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSkillResponse) Reset() {
+	*x = CreateSkillResponse{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSkillResponse) ProtoMessage() {}
+
+func (x *CreateSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSkillResponse.ProtoReflect.Descriptor instead.
+func (*CreateSkillResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateSkillResponse) GetSkill() *Skill {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type GetSkillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillRequest) Reset() {
+	*x = GetSkillRequest{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillRequest) ProtoMessage() {}
+
+func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
+func (*GetSkillRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *Skill                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillResponse) Reset() {
+	*x = GetSkillResponse{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillResponse) ProtoMessage() {}
+
+func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
+func (*GetSkillResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetSkillResponse) GetSkill() *Skill {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type ListSkillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsRequest) Reset() {
+	*x = ListSkillsRequest{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsRequest) ProtoMessage() {}
+
+func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
+func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListSkillsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSkillsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListSkillsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skills        []*Skill               `protobuf:"bytes,1,rep,name=skills,proto3" json:"skills,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsResponse) Reset() {
+	*x = ListSkillsResponse{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsResponse) ProtoMessage() {}
+
+func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
+func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListSkillsResponse) GetSkills() []*Skill {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+func (x *ListSkillsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type UpdateSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Skill *Skill                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	// When set, the update applies only if the stored version equals it.
+	ExpectedVersion int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UpdateSkillRequest) Reset() {
+	*x = UpdateSkillRequest{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSkillRequest) ProtoMessage() {}
+
+func (x *UpdateSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSkillRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSkillRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UpdateSkillRequest) GetSkill() *Skill {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *UpdateSkillRequest) GetExpectedVersion() int64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+type UpdateSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         *Skill                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSkillResponse) Reset() {
+	*x = UpdateSkillResponse{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSkillResponse) ProtoMessage() {}
+
+func (x *UpdateSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSkillResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSkillResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UpdateSkillResponse) GetSkill() *Skill {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+type DeleteSkillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillRequest) Reset() {
+	*x = DeleteSkillRequest{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillRequest) ProtoMessage() {}
+
+func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSkillRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillResponse) Reset() {
+	*x = DeleteSkillResponse{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillResponse) ProtoMessage() {}
+
+func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSkillResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{10}
+}
+
+// AppliedSkill records one skill that went into an agent's effective
+// settings when a task was accepted (Agent.applied_skills of the task's
+// agent_spec).
+type AppliedSkill struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The org owning the skill ("" = shared).
+	Org string `protobuf:"bytes,2,opt,name=org,proto3" json:"org,omitempty"`
+	// The skill's version at acceptance; 0 = not in the catalogue (an
+	// agent stored before skills were entities), nothing applied.
+	Version       int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedSkill) Reset() {
+	*x = AppliedSkill{}
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedSkill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedSkill) ProtoMessage() {}
+
+func (x *AppliedSkill) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_skill_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedSkill.ProtoReflect.Descriptor instead.
+func (*AppliedSkill) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_skill_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AppliedSkill) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AppliedSkill) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *AppliedSkill) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_agentmesh_v1_skill_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_skill_proto_rawDesc = "" +
@@ -159,7 +682,41 @@ const file_agentmesh_v1_skill_proto_rawDesc = "" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01BAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x12CreateSkillRequest\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.agentmesh.v1.SkillR\x05skill\"@\n" +
+	"\x13CreateSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.agentmesh.v1.SkillR\x05skill\"%\n" +
+	"\x0fGetSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
+	"\x10GetSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.agentmesh.v1.SkillR\x05skill\"O\n" +
+	"\x11ListSkillsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"i\n" +
+	"\x12ListSkillsResponse\x12+\n" +
+	"\x06skills\x18\x01 \x03(\v2\x13.agentmesh.v1.SkillR\x06skills\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
+	"\x12UpdateSkillRequest\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.agentmesh.v1.SkillR\x05skill\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x03R\x0fexpectedVersion\"@\n" +
+	"\x13UpdateSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.agentmesh.v1.SkillR\x05skill\"(\n" +
+	"\x12DeleteSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteSkillResponse\"N\n" +
+	"\fAppliedSkill\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03org\x18\x02 \x01(\tR\x03org\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion2\xa6\x03\n" +
+	"\fSkillService\x12R\n" +
+	"\vCreateSkill\x12 .agentmesh.v1.CreateSkillRequest\x1a!.agentmesh.v1.CreateSkillResponse\x12I\n" +
+	"\bGetSkill\x12\x1d.agentmesh.v1.GetSkillRequest\x1a\x1e.agentmesh.v1.GetSkillResponse\x12O\n" +
+	"\n" +
+	"ListSkills\x12\x1f.agentmesh.v1.ListSkillsRequest\x1a .agentmesh.v1.ListSkillsResponse\x12R\n" +
+	"\vUpdateSkill\x12 .agentmesh.v1.UpdateSkillRequest\x1a!.agentmesh.v1.UpdateSkillResponse\x12R\n" +
+	"\vDeleteSkill\x12 .agentmesh.v1.DeleteSkillRequest\x1a!.agentmesh.v1.DeleteSkillResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_skill_proto_rawDescOnce sync.Once
@@ -173,21 +730,48 @@ func file_agentmesh_v1_skill_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_skill_proto_rawDescData
 }
 
-var file_agentmesh_v1_skill_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_agentmesh_v1_skill_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_agentmesh_v1_skill_proto_goTypes = []any{
 	(*Skill)(nil),                 // 0: agentmesh.v1.Skill
-	nil,                           // 1: agentmesh.v1.Skill.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*CreateSkillRequest)(nil),    // 1: agentmesh.v1.CreateSkillRequest
+	(*CreateSkillResponse)(nil),   // 2: agentmesh.v1.CreateSkillResponse
+	(*GetSkillRequest)(nil),       // 3: agentmesh.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),      // 4: agentmesh.v1.GetSkillResponse
+	(*ListSkillsRequest)(nil),     // 5: agentmesh.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),    // 6: agentmesh.v1.ListSkillsResponse
+	(*UpdateSkillRequest)(nil),    // 7: agentmesh.v1.UpdateSkillRequest
+	(*UpdateSkillResponse)(nil),   // 8: agentmesh.v1.UpdateSkillResponse
+	(*DeleteSkillRequest)(nil),    // 9: agentmesh.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),   // 10: agentmesh.v1.DeleteSkillResponse
+	(*AppliedSkill)(nil),          // 11: agentmesh.v1.AppliedSkill
+	nil,                           // 12: agentmesh.v1.Skill.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_skill_proto_depIdxs = []int32{
-	1, // 0: agentmesh.v1.Skill.config:type_name -> agentmesh.v1.Skill.ConfigEntry
-	2, // 1: agentmesh.v1.Skill.created_at:type_name -> google.protobuf.Timestamp
-	2, // 2: agentmesh.v1.Skill.updated_at:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	12, // 0: agentmesh.v1.Skill.config:type_name -> agentmesh.v1.Skill.ConfigEntry
+	13, // 1: agentmesh.v1.Skill.created_at:type_name -> google.protobuf.Timestamp
+	13, // 2: agentmesh.v1.Skill.updated_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: agentmesh.v1.CreateSkillRequest.skill:type_name -> agentmesh.v1.Skill
+	0,  // 4: agentmesh.v1.CreateSkillResponse.skill:type_name -> agentmesh.v1.Skill
+	0,  // 5: agentmesh.v1.GetSkillResponse.skill:type_name -> agentmesh.v1.Skill
+	0,  // 6: agentmesh.v1.ListSkillsResponse.skills:type_name -> agentmesh.v1.Skill
+	0,  // 7: agentmesh.v1.UpdateSkillRequest.skill:type_name -> agentmesh.v1.Skill
+	0,  // 8: agentmesh.v1.UpdateSkillResponse.skill:type_name -> agentmesh.v1.Skill
+	1,  // 9: agentmesh.v1.SkillService.CreateSkill:input_type -> agentmesh.v1.CreateSkillRequest
+	3,  // 10: agentmesh.v1.SkillService.GetSkill:input_type -> agentmesh.v1.GetSkillRequest
+	5,  // 11: agentmesh.v1.SkillService.ListSkills:input_type -> agentmesh.v1.ListSkillsRequest
+	7,  // 12: agentmesh.v1.SkillService.UpdateSkill:input_type -> agentmesh.v1.UpdateSkillRequest
+	9,  // 13: agentmesh.v1.SkillService.DeleteSkill:input_type -> agentmesh.v1.DeleteSkillRequest
+	2,  // 14: agentmesh.v1.SkillService.CreateSkill:output_type -> agentmesh.v1.CreateSkillResponse
+	4,  // 15: agentmesh.v1.SkillService.GetSkill:output_type -> agentmesh.v1.GetSkillResponse
+	6,  // 16: agentmesh.v1.SkillService.ListSkills:output_type -> agentmesh.v1.ListSkillsResponse
+	8,  // 17: agentmesh.v1.SkillService.UpdateSkill:output_type -> agentmesh.v1.UpdateSkillResponse
+	10, // 18: agentmesh.v1.SkillService.DeleteSkill:output_type -> agentmesh.v1.DeleteSkillResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_skill_proto_init() }
@@ -201,9 +785,9 @@ func file_agentmesh_v1_skill_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_skill_proto_rawDesc), len(file_agentmesh_v1_skill_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   13,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_agentmesh_v1_skill_proto_goTypes,
 		DependencyIndexes: file_agentmesh_v1_skill_proto_depIdxs,

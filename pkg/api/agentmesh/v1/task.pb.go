@@ -3611,8 +3611,12 @@ type Agent struct {
 	// Rank among agents of equal ability in matching, 0-100; 0 = unset
 	// (scored as 50).
 	RoutingPriority int32 `protobuf:"varint,90,opt,name=routing_priority,json=routingPriority,proto3" json:"routing_priority,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The skills whose prompt templates and required tools went into this
+	// agent's effective settings, each at its version then (set on a task's
+	// agent_spec when the task is accepted; never on the catalogue's agent).
+	AppliedSkills []*AppliedSkill `protobuf:"bytes,150,rep,name=applied_skills,json=appliedSkills,proto3" json:"applied_skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Agent) Reset() {
@@ -3778,6 +3782,13 @@ func (x *Agent) GetRoutingPriority() int32 {
 	return 0
 }
 
+func (x *Agent) GetAppliedSkills() []*AppliedSkill {
+	if x != nil {
+		return x.AppliedSkills
+	}
+	return nil
+}
+
 // RetryPolicy says how a task that failed for a transient reason runs
 // again. On an agent it is the default of the agent's tasks; on a task it
 // overrides the agent's field by field (zero fields inherit). A retried
@@ -3885,7 +3896,7 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
@@ -4187,7 +4198,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\a\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -4211,7 +4222,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x03org\x18# \x01(\tR\x03org\x12<\n" +
 	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
 	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12)\n" +
-	"\x10routing_priority\x18Z \x01(\x05R\x0froutingPriority\x1aY\n" +
+	"\x10routing_priority\x18Z \x01(\x05R\x0froutingPriority\x12B\n" +
+	"\x0eapplied_skills\x18\x96\x01 \x03(\v2\x1a.agentmesh.v1.AppliedSkillR\rappliedSkills\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +
@@ -4381,6 +4393,7 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 	(*Routing)(nil),                // 47: agentmesh.v1.Routing
 	(*SubtaskWait)(nil),            // 48: agentmesh.v1.SubtaskWait
+	(*AppliedSkill)(nil),           // 49: agentmesh.v1.AppliedSkill
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	45,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
@@ -4475,29 +4488,30 @@ var file_agentmesh_v1_task_proto_depIdxs = []int32{
 	45,  // 89: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
 	39,  // 90: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
 	45,  // 91: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	45,  // 92: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 93: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 94: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 95: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 96: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 97: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 98: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 99: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 100: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 101: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 102: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 103: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 104: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 105: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 106: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 107: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 108: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 109: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	103, // [103:110] is the sub-list for method output_type
-	96,  // [96:103] is the sub-list for method input_type
-	96,  // [96:96] is the sub-list for extension type_name
-	96,  // [96:96] is the sub-list for extension extendee
-	0,   // [0:96] is the sub-list for field type_name
+	49,  // 92: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
+	45,  // 93: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	45,  // 94: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 95: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 96: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	22,  // 97: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	24,  // 98: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	26,  // 99: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	28,  // 100: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	30,  // 101: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	32,  // 102: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	34,  // 103: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	23,  // 104: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	25,  // 105: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	27,  // 106: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	29,  // 107: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	31,  // 108: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	33,  // 109: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	35,  // 110: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	104, // [104:111] is the sub-list for method output_type
+	97,  // [97:104] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4507,6 +4521,7 @@ func file_agentmesh_v1_task_proto_init() {
 	}
 	file_agentmesh_v1_delegation_proto_init()
 	file_agentmesh_v1_routing_proto_init()
+	file_agentmesh_v1_skill_proto_init()
 	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

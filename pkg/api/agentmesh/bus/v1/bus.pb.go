@@ -1149,7 +1149,9 @@ type GetAgentRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The caller's org: its own agent of that name, else the shared one.
 	// Empty: the shared agents only.
-	Org           string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	Org string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
+	// An earlier version of the agent (0 = the latest).
+	Version       int64 `protobuf:"varint,150,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,6 +1198,13 @@ func (x *GetAgentRequest) GetOrg() string {
 		return x.Org
 	}
 	return ""
+}
+
+func (x *GetAgentRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type GetAgentResponse struct {
@@ -1951,10 +1960,11 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x06create\x18\x02 \x01(\bR\x06create\x12)\n" +
 	"\x10expected_version\x18\x03 \x01(\x03R\x0fexpectedVersion\"=\n" +
 	"\x10PutAgentResponse\x12)\n" +
-	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"7\n" +
+	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"R\n" +
 	"\x0fGetAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03org\x18# \x01(\tR\x03org\"=\n" +
+	"\x03org\x18# \x01(\tR\x03org\x12\x19\n" +
+	"\aversion\x18\x96\x01 \x01(\x03R\aversion\"=\n" +
 	"\x10GetAgentResponse\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"w\n" +
 	"\x11ListAgentsRequest\x12\x14\n" +

@@ -42,6 +42,7 @@ type AgentOp struct {
 	//	*AgentOp_List
 	//	*AgentOp_Update
 	//	*AgentOp_Delete
+	//	*AgentOp_Versions
 	Op            isAgentOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -143,6 +144,15 @@ func (x *AgentOp) GetDelete() *v1.DeleteAgentRequest {
 	return nil
 }
 
+func (x *AgentOp) GetVersions() *v1.ListAgentVersionsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*AgentOp_Versions); ok {
+			return x.Versions
+		}
+	}
+	return nil
+}
+
 type isAgentOp_Op interface {
 	isAgentOp_Op()
 }
@@ -167,6 +177,11 @@ type AgentOp_Delete struct {
 	Delete *v1.DeleteAgentRequest `protobuf:"bytes,7,opt,name=delete,proto3,oneof"`
 }
 
+type AgentOp_Versions struct {
+	// <p>.registry.agents.versions
+	Versions *v1.ListAgentVersionsRequest `protobuf:"bytes,150,opt,name=versions,proto3,oneof"`
+}
+
 func (*AgentOp_Create) isAgentOp_Op() {}
 
 func (*AgentOp_Get) isAgentOp_Op() {}
@@ -177,11 +192,13 @@ func (*AgentOp_Update) isAgentOp_Op() {}
 
 func (*AgentOp_Delete) isAgentOp_Op() {}
 
+func (*AgentOp_Versions) isAgentOp_Op() {}
+
 var File_agentmesh_bus_v1_tenancy_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_tenancy_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/bus/v1/tenancy.proto\x12\x10agentmesh.bus.v1\x1a\x18agentmesh/v1/agent.proto\"\xd7\x02\n" +
+	"\x1eagentmesh/bus/v1/tenancy.proto\x12\x10agentmesh.bus.v1\x1a\x18agentmesh/v1/agent.proto\"\x9e\x03\n" +
 	"\aAgentOp\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x12\x16\n" +
 	"\x06shared\x18\x02 \x01(\bR\x06shared\x12:\n" +
@@ -189,7 +206,8 @@ const file_agentmesh_bus_v1_tenancy_proto_rawDesc = "" +
 	"\x03get\x18\x04 \x01(\v2\x1d.agentmesh.v1.GetAgentRequestH\x00R\x03get\x125\n" +
 	"\x04list\x18\x05 \x01(\v2\x1f.agentmesh.v1.ListAgentsRequestH\x00R\x04list\x12:\n" +
 	"\x06update\x18\x06 \x01(\v2 .agentmesh.v1.UpdateAgentRequestH\x00R\x06update\x12:\n" +
-	"\x06delete\x18\a \x01(\v2 .agentmesh.v1.DeleteAgentRequestH\x00R\x06deleteB\x04\n" +
+	"\x06delete\x18\a \x01(\v2 .agentmesh.v1.DeleteAgentRequestH\x00R\x06delete\x12E\n" +
+	"\bversions\x18\x96\x01 \x01(\v2&.agentmesh.v1.ListAgentVersionsRequestH\x00R\bversionsB\x04\n" +
 	"\x02opB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
@@ -206,12 +224,13 @@ func file_agentmesh_bus_v1_tenancy_proto_rawDescGZIP() []byte {
 
 var file_agentmesh_bus_v1_tenancy_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_agentmesh_bus_v1_tenancy_proto_goTypes = []any{
-	(*AgentOp)(nil),               // 0: agentmesh.bus.v1.AgentOp
-	(*v1.CreateAgentRequest)(nil), // 1: agentmesh.v1.CreateAgentRequest
-	(*v1.GetAgentRequest)(nil),    // 2: agentmesh.v1.GetAgentRequest
-	(*v1.ListAgentsRequest)(nil),  // 3: agentmesh.v1.ListAgentsRequest
-	(*v1.UpdateAgentRequest)(nil), // 4: agentmesh.v1.UpdateAgentRequest
-	(*v1.DeleteAgentRequest)(nil), // 5: agentmesh.v1.DeleteAgentRequest
+	(*AgentOp)(nil),                     // 0: agentmesh.bus.v1.AgentOp
+	(*v1.CreateAgentRequest)(nil),       // 1: agentmesh.v1.CreateAgentRequest
+	(*v1.GetAgentRequest)(nil),          // 2: agentmesh.v1.GetAgentRequest
+	(*v1.ListAgentsRequest)(nil),        // 3: agentmesh.v1.ListAgentsRequest
+	(*v1.UpdateAgentRequest)(nil),       // 4: agentmesh.v1.UpdateAgentRequest
+	(*v1.DeleteAgentRequest)(nil),       // 5: agentmesh.v1.DeleteAgentRequest
+	(*v1.ListAgentVersionsRequest)(nil), // 6: agentmesh.v1.ListAgentVersionsRequest
 }
 var file_agentmesh_bus_v1_tenancy_proto_depIdxs = []int32{
 	1, // 0: agentmesh.bus.v1.AgentOp.create:type_name -> agentmesh.v1.CreateAgentRequest
@@ -219,11 +238,12 @@ var file_agentmesh_bus_v1_tenancy_proto_depIdxs = []int32{
 	3, // 2: agentmesh.bus.v1.AgentOp.list:type_name -> agentmesh.v1.ListAgentsRequest
 	4, // 3: agentmesh.bus.v1.AgentOp.update:type_name -> agentmesh.v1.UpdateAgentRequest
 	5, // 4: agentmesh.bus.v1.AgentOp.delete:type_name -> agentmesh.v1.DeleteAgentRequest
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 5: agentmesh.bus.v1.AgentOp.versions:type_name -> agentmesh.v1.ListAgentVersionsRequest
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_tenancy_proto_init() }
@@ -237,6 +257,7 @@ func file_agentmesh_bus_v1_tenancy_proto_init() {
 		(*AgentOp_List)(nil),
 		(*AgentOp_Update)(nil),
 		(*AgentOp_Delete)(nil),
+		(*AgentOp_Versions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
