@@ -81,6 +81,9 @@ type Service struct {
 	nc             *nats.Conn
 	log            *slog.Logger
 	svc            micro.Service
+	work           *workload
+	stopFollow     context.CancelFunc
+	followed       chan struct{}
 }
 
 // New validates cfg, ensures the bus streams and starts serving requests.
@@ -125,6 +128,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("registry: add micro service: %w", err)
 	}
 	s.svc = svc
+	s.work = newWorkload(cfg.AffinityWindow)
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
 		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
@@ -152,12 +156,20 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
+	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopFollow, s.followed = stop, make(chan struct{})
+	go func() {
+		defer close(s.followed)
+		s.follow(followCtx)
+	}()
 	return s, nil
 }
 
 // Run serves until ctx ends, then stops serving and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
+	s.stopFollow()
+	<-s.followed
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("registry: stop: %w", err)
 	}
