@@ -30,6 +30,12 @@
 //	  ]
 //	}
 //
+// A scenario may also name a "format": it then answers only structured-
+// output requests (response_format {"type": "json_schema"}) whose schema
+// has that name, e.g. {"format": "task_analysis", "match": "(?i)french",
+// "turns": [{"content": "{\"skills\": [\"translation\"]}"}]}; a scenario
+// without format answers requests with or without one.
+//
 // A bare list of scenarios is accepted too. The first scenario whose match
 // finds the first user message answers (a scenario without match answers
 // anything); when none matches the server answers 404. Turn k answers a
@@ -87,7 +93,11 @@ type Script struct {
 // Scenario answers the conversations whose first user message Match finds.
 type Scenario struct {
 	Match string `json:"match,omitempty"`
-	Turns []Turn `json:"turns"`
+	// Format, when set, limits the scenario to structured-output requests
+	// whose response_format is {"type": "json_schema"} with this schema
+	// name (e.g. the registry's "task_analysis").
+	Format string `json:"format,omitempty"`
+	Turns  []Turn `json:"turns"`
 
 	re *regexp.Regexp
 }

@@ -64,12 +64,18 @@ type Config struct {
 	// AffinityWindow: how far back an org's finished tasks count for
 	// affinity (default 1h, at most 7 days).
 	AffinityWindow time.Duration
+	// Analysis is the model of the task analysis (analysis.go); an empty
+	// BaseURL leaves the deterministic fallback alone.
+	Analysis AnalysisConfig
 }
 
 // Deps are the registry's required dependencies.
 type Deps struct {
 	NC  *nats.Conn
 	Log *slog.Logger
+	// Skills is the skill catalogue task analysis reads (nil: tasks
+	// naming neither agent nor skills go to the default agent).
+	Skills SkillCatalog
 }
 
 // Service is a running registry.
@@ -82,6 +88,8 @@ type Service struct {
 	log            *slog.Logger
 	svc            micro.Service
 	work           *workload
+	analyzer       *analyzer
+	skills         SkillCatalog
 	stopFollow     context.CancelFunc
 	followed       chan struct{}
 }
@@ -129,6 +137,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
+	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
 		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
@@ -309,9 +318,26 @@ const DefaultAgent = "assistant"
 
 func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.MatchResponse, error) {
 	if req.Agent == "" && len(req.RequiredSkills) == 0 {
+		analysis, err := s.analyze(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if len(analysis.GetSkills()) > 0 {
+			resp, err := s.scoredMatch(ctx, req.Org, analysis.Skills, req.Limit)
+			if err == nil {
+				resp.Routing.Analysis = analysis
+				return resp, nil
+			}
+			if !errors.Is(err, bus.ErrFailedPrecondition) {
+				return nil, err
+			}
+			// No agent offers the skills found: the default agent runs
+			// it, as for a task the catalogue says nothing about.
+		}
 		resp, err := s.match(ctx, &busv1.MatchRequest{Agent: s.defaultAgent, Org: req.Org})
 		if err == nil {
 			resp.Routing.Method = MethodDefault
+			resp.Routing.Analysis = analysis
 		}
 		if errors.Is(err, bus.ErrFailedPrecondition) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent",
@@ -339,4 +365,22 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 		return nil, err
 	}
 	return s.scoredMatch(ctx, req.Org, required, req.Limit)
+}
+
+// analyze runs the task analysis of a task naming neither agent nor
+// skills: nil without a catalogue or an input.
+func (s *Service) analyze(ctx context.Context, req *busv1.MatchRequest) (*agentmeshv1.TaskAnalysis, error) {
+	if s.skills == nil || strings.TrimSpace(req.Input) == "" {
+		return nil, nil
+	}
+	catalogue, err := s.skills.List(ctx, req.Org)
+	if err != nil {
+		return nil, fmt.Errorf("task analysis: skill catalogue: %w", err)
+	}
+	if len(catalogue) == 0 {
+		return nil, nil
+	}
+	a := s.analyzer.Analyze(ctx, req.Input, catalogue)
+	s.log.Debug("task analysed", "org", req.Org, "method", a.Method, "skills", a.Skills, "model_error", a.ModelError)
+	return a, nil
 }
