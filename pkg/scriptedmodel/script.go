@@ -31,6 +31,12 @@
 //	  ]
 //	}
 //
+// A scenario may also name a "format": it then answers only structured-
+// output requests (response_format {"type": "json_schema"}) whose schema
+// has that name, e.g. {"format": "task_analysis", "match": "(?i)french",
+// "turns": [{"content": "{\"skills\": [\"translation\"]}"}]}; a scenario
+// without format answers requests with or without one.
+//
 // A bare list of scenarios is accepted too. The first scenario whose match
 // finds the first user message, and whose model (if any) is the request's
 // model, answers (a scenario without match answers anything); when none matches the server answers 404. Turn k answers a
@@ -94,7 +100,11 @@ type Scenario struct {
 	// (so one server can script a planner, its workers and a second,
 	// cheaper model).
 	Model string `json:"model,omitempty"`
-	Turns []Turn `json:"turns"`
+	// Format, when set, limits the scenario to structured-output requests
+	// whose response_format is {"type": "json_schema"} with this schema
+	// name (e.g. the registry's "task_analysis").
+	Format string `json:"format,omitempty"`
+	Turns  []Turn `json:"turns"`
 
 	re *regexp.Regexp
 }

@@ -149,6 +149,21 @@ type chatRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	ResponseFormat *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name string `json:"name"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
+}
+
+// format is the name of the JSON schema the request asks the answer to
+// follow ("" when it asks for none).
+func (r *chatRequest) format() string {
+	if r.ResponseFormat == nil || r.ResponseFormat.Type != "json_schema" || r.ResponseFormat.JSONSchema == nil {
+		return ""
+	}
+	return r.ResponseFormat.JSONSchema.Name
 }
 
 type chatMessage struct {
@@ -266,6 +281,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	si := -1
 	for i, sc := range s.script.Scenarios {
+		if sc.Format != "" && sc.Format != req.format() {
+			continue
+		}
 		if (sc.re == nil || sc.re.MatchString(input)) && (sc.Model == "" || sc.Model == req.Model) {
 			si = i
 			break

@@ -82,8 +82,13 @@ func (n Names) Permissions(service string) (Permission, error) {
 	case ServiceRegistry:
 		p.Responses = true
 		p.Sub = []string{n.RegistryAll(), "$SRV.>", inbox}
-		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats,
-			StatePutSkill, StateGetSkill, StateListSkills, StateDeleteSkill, StateResolveSkills, StateAgentVersions), n.Audit(n.RegistryAll()))
+		// It follows the task status events with an ordered consumer
+		// (the workload figure of matching) after reading the live and
+		// recently finished tasks.
+		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats, StateListTasks,
+			StatePutSkill, StateGetSkill, StateListSkills, StateDeleteSkill, StateResolveSkills, StateAgentVersions),
+			n.Audit(n.RegistryAll()), jsAPI+"INFO", jsAPI+"STREAM.INFO."+n.EventsStream())
+		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 	case ServiceScheduler:
 		// The leader follows the task and agent events with an ordered
 		// (ephemeral) consumer and hears executor heartbeats; the replicas

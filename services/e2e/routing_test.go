@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,11 +51,20 @@ func TestMatchAgentsAndRouting(t *testing.T) {
 		}
 		e.waitStatus(t, slow.Id, taskstate.Running, 60*time.Second)
 
-		resp, err := e.agents.MatchAgents(ctxT(t), &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{" SQL "}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := resp.Routing
+		// The registry's workload model follows the events: it sees the
+		// slow task running shortly after the record does.
+		var r *agentmeshv1.Routing
+		poll.Until(t, 30*time.Second, func() error {
+			resp, err := e.agents.MatchAgents(ctxT(t), &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{" SQL "}})
+			if err != nil {
+				return err
+			}
+			r = resp.Routing
+			if got := candNames(r); got != "sql-idle,sql-expert,generalist,sql-busy" {
+				return fmt.Errorf("candidates = %s", got)
+			}
+			return nil
+		})
 		if got := candNames(r); got != "sql-idle,sql-expert,generalist,sql-busy" {
 			t.Fatalf("candidates = %s, want sql-idle,sql-expert,generalist,sql-busy", got)
 		}
@@ -169,10 +180,12 @@ func TestMatchAgentsAcrossOrgs(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitAs(t, e, "a-reader", sub.Task.Id, taskstate.Completed)
-		r := match("a-reader")
-		if c := r.Candidates[0]; c.Agent != "a-sql" || c.RecentCompleted != 1 || c.Affinity <= 0.5 || c.AgentOrg != "org-a" {
-			t.Errorf("after a completed task: %v", c)
-		}
+		poll.Until(t, 30*time.Second, func() error {
+			if c := match("a-reader").Candidates[0]; c.Agent != "a-sql" || c.RecentCompleted != 1 || c.Affinity <= 0.5 || c.AgentOrg != "org-a" {
+				return fmt.Errorf("after a completed task: %v", c)
+			}
+			return nil
+		})
 		for _, c := range match("b-admin").Candidates {
 			if c.RecentCompleted != 0 || c.Affinity != 0.5 {
 				t.Errorf("org B sees A's history: %v", c)

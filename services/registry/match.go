@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -255,17 +254,8 @@ func (s *Service) scoredMatch(ctx context.Context, org string, required []string
 	}
 	var stats []*busv1.AgentStats
 	if org != "" {
-		// In batches of what state answers at once.
-		for start := 0; start < len(agents); start += statsBatch {
-			req := &busv1.AgentStatsRequest{Org: org, WindowSeconds: int64(s.affinityWindow / time.Second)}
-			for _, a := range agents[start:min(start+statsBatch, len(agents))] {
-				req.Agents = append(req.Agents, &busv1.AgentRef{Org: a.Org, Name: a.Name})
-			}
-			var resp busv1.AgentStatsResponse
-			if err := s.stateReq(ctx, subjects.StateAgentStats, req, &resp); err != nil {
-				return nil, fmt.Errorf("agent stats: %w", err)
-			}
-			stats = append(stats, resp.Stats...)
+		if stats, err = s.statsOf(ctx, org, agents); err != nil {
+			return nil, err
 		}
 	}
 	cands, ranked := Score(agents, stats, required, s.weights)

@@ -64,12 +64,18 @@ type Config struct {
 	// AffinityWindow: how far back an org's finished tasks count for
 	// affinity (default 1h, at most 7 days).
 	AffinityWindow time.Duration
+	// Analysis is the model of the task analysis (analysis.go); an empty
+	// BaseURL leaves the deterministic fallback alone.
+	Analysis AnalysisConfig
 }
 
 // Deps are the registry's required dependencies.
 type Deps struct {
 	NC  *nats.Conn
 	Log *slog.Logger
+	// Skills is the skill catalogue task analysis reads (nil: tasks
+	// naming neither agent nor skills go to the default agent).
+	Skills SkillCatalog
 }
 
 // Service is a running registry.
@@ -81,6 +87,11 @@ type Service struct {
 	nc             *nats.Conn
 	log            *slog.Logger
 	svc            micro.Service
+	work           *workload
+	analyzer       *analyzer
+	skills         SkillCatalog
+	stopFollow     context.CancelFunc
+	followed       chan struct{}
 }
 
 // New validates cfg, ensures the bus streams and starts serving requests.
@@ -125,6 +136,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("registry: add micro service: %w", err)
 	}
 	s.svc = svc
+	s.work = newWorkload(cfg.AffinityWindow)
+	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
 		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
@@ -153,12 +166,20 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
+	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopFollow, s.followed = stop, make(chan struct{})
+	go func() {
+		defer close(s.followed)
+		s.follow(followCtx)
+	}()
 	return s, nil
 }
 
 // Run serves until ctx ends, then stops serving and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
+	s.stopFollow()
+	<-s.followed
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("registry: stop: %w", err)
 	}
@@ -301,9 +322,26 @@ const DefaultAgent = "assistant"
 
 func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.MatchResponse, error) {
 	if req.Agent == "" && len(req.RequiredSkills) == 0 {
+		analysis, err := s.analyze(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if len(analysis.GetSkills()) > 0 {
+			resp, err := s.scoredMatch(ctx, req.Org, analysis.Skills, req.Limit)
+			if err == nil {
+				resp.Routing.Analysis = analysis
+				return resp, nil
+			}
+			if !errors.Is(err, bus.ErrFailedPrecondition) {
+				return nil, err
+			}
+			// No agent offers the skills found: the default agent runs
+			// it, as for a task the catalogue says nothing about.
+		}
 		resp, err := s.match(ctx, &busv1.MatchRequest{Agent: s.defaultAgent, Org: req.Org})
 		if err == nil {
 			resp.Routing.Method = MethodDefault
+			resp.Routing.Analysis = analysis
 		}
 		if errors.Is(err, bus.ErrFailedPrecondition) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent",
@@ -331,4 +369,22 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 		return nil, err
 	}
 	return s.scoredMatch(ctx, req.Org, required, req.Limit)
+}
+
+// analyze runs the task analysis of a task naming neither agent nor
+// skills: nil without a catalogue or an input.
+func (s *Service) analyze(ctx context.Context, req *busv1.MatchRequest) (*agentmeshv1.TaskAnalysis, error) {
+	if s.skills == nil || strings.TrimSpace(req.Input) == "" {
+		return nil, nil
+	}
+	catalogue, err := s.skills.List(ctx, req.Org)
+	if err != nil {
+		return nil, fmt.Errorf("task analysis: skill catalogue: %w", err)
+	}
+	if len(catalogue) == 0 {
+		return nil, nil
+	}
+	a := s.analyzer.Analyze(ctx, req.Input, catalogue)
+	s.log.Debug("task analysed", "org", req.Org, "method", a.Method, "skills", a.Skills, "model_error", a.ModelError)
+	return a, nil
 }

@@ -211,7 +211,7 @@ func (s *Service) submitTasks(ctx context.Context, req *agentmeshv1.SubmitTasksR
 		if !ok {
 			var match busv1.MatchResponse
 			err := bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
-				&busv1.MatchRequest{Agent: sub.GetAgent(), RequiredSkills: sub.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates}, &match)
+				&busv1.MatchRequest{Agent: sub.GetAgent(), RequiredSkills: sub.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates, Input: analysisInput(sub)}, &match)
 			if err == nil && match.GetAgent().GetName() == "" {
 				err = bus.ErrNotFound
 			}

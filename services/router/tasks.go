@@ -69,7 +69,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	}
 	var match busv1.MatchResponse
 	err = bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
-		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates}, &match)
+		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates, Input: analysisInput(req)}, &match)
 	if err != nil {
 		return nil, matchError(req, err)
 	}

@@ -257,8 +257,11 @@ type Routing struct {
 	// broken by name (then shared after the org's own).
 	Candidates []*RoutingCandidate `protobuf:"bytes,4,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The chosen agent.
-	Chosen        string                 `protobuf:"bytes,5,opt,name=chosen,proto3" json:"chosen,omitempty"`
-	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Chosen    string                 `protobuf:"bytes,5,opt,name=chosen,proto3" json:"chosen,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// How the required skills of a task naming neither agent nor skills
+	// were found (method "scored" after an analysis; absent otherwise).
+	Analysis      *TaskAnalysis `protobuf:"bytes,160,opt,name=analysis,proto3" json:"analysis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +338,161 @@ func (x *Routing) GetDecidedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Routing) GetAnalysis() *TaskAnalysis {
+	if x != nil {
+		return x.Analysis
+	}
+	return nil
+}
+
+// SkillScore is one skill's similarity to a task's input in the
+// fallback analysis (TF-IDF cosine, in [0, 1]).
+type SkillScore struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Skill         string                 `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	Score         float64                `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillScore) Reset() {
+	*x = SkillScore{}
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillScore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillScore) ProtoMessage() {}
+
+func (x *SkillScore) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillScore.ProtoReflect.Descriptor instead.
+func (*SkillScore) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SkillScore) GetSkill() string {
+	if x != nil {
+		return x.Skill
+	}
+	return ""
+}
+
+func (x *SkillScore) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+// TaskAnalysis is the registry's analysis of what a task needs, over the
+// org's skill catalogue.
+type TaskAnalysis struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "model" (a structured-output call to the configured model) or
+	// "fallback" (similarity of the input to the skills' descriptions).
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// The skills chosen (normalised names from the catalogue).
+	Skills []string `protobuf:"bytes,2,rep,name=skills,proto3" json:"skills,omitempty"`
+	// The fallback's best scores, best first (ties by name).
+	Scores []*SkillScore `protobuf:"bytes,3,rep,name=scores,proto3" json:"scores,omitempty"`
+	// The model asked ("" when none is configured).
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// Why the model's answer was not used (it failed, timed out, or named
+	// skills not in the catalogue); the fallback then chose.
+	ModelError string `protobuf:"bytes,5,opt,name=model_error,json=modelError,proto3" json:"model_error,omitempty"`
+	// The catalogue's size when analysed.
+	CatalogueSkills int32 `protobuf:"varint,6,opt,name=catalogue_skills,json=catalogueSkills,proto3" json:"catalogue_skills,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TaskAnalysis) Reset() {
+	*x = TaskAnalysis{}
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAnalysis) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAnalysis) ProtoMessage() {}
+
+func (x *TaskAnalysis) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAnalysis.ProtoReflect.Descriptor instead.
+func (*TaskAnalysis) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TaskAnalysis) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *TaskAnalysis) GetSkills() []string {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+func (x *TaskAnalysis) GetScores() []*SkillScore {
+	if x != nil {
+		return x.Scores
+	}
+	return nil
+}
+
+func (x *TaskAnalysis) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TaskAnalysis) GetModelError() string {
+	if x != nil {
+		return x.ModelError
+	}
+	return ""
+}
+
+func (x *TaskAnalysis) GetCatalogueSkills() int32 {
+	if x != nil {
+		return x.CatalogueSkills
+	}
+	return 0
+}
+
 // MatchAgentsRequest asks which agents would run a task needing these
 // skills, without submitting it.
 type MatchAgentsRequest struct {
@@ -348,7 +506,7 @@ type MatchAgentsRequest struct {
 
 func (x *MatchAgentsRequest) Reset() {
 	*x = MatchAgentsRequest{}
-	mi := &file_agentmesh_v1_routing_proto_msgTypes[3]
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +518,7 @@ func (x *MatchAgentsRequest) String() string {
 func (*MatchAgentsRequest) ProtoMessage() {}
 
 func (x *MatchAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_routing_proto_msgTypes[3]
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +531,7 @@ func (x *MatchAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchAgentsRequest.ProtoReflect.Descriptor instead.
 func (*MatchAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MatchAgentsRequest) GetRequiredSkills() []string {
@@ -399,7 +557,7 @@ type MatchAgentsResponse struct {
 
 func (x *MatchAgentsResponse) Reset() {
 	*x = MatchAgentsResponse{}
-	mi := &file_agentmesh_v1_routing_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +569,7 @@ func (x *MatchAgentsResponse) String() string {
 func (*MatchAgentsResponse) ProtoMessage() {}
 
 func (x *MatchAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_routing_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_routing_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +582,7 @@ func (x *MatchAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchAgentsResponse.ProtoReflect.Descriptor instead.
 func (*MatchAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_v1_routing_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MatchAgentsResponse) GetRouting() *Routing {
@@ -462,7 +620,7 @@ const file_agentmesh_v1_routing_proto_rawDesc = "" +
 	" \x01(\x05R\arunning\x12'\n" +
 	"\x0fmax_concurrency\x18\v \x01(\x05R\x0emaxConcurrency\x12)\n" +
 	"\x10recent_completed\x18\f \x01(\x05R\x0frecentCompleted\x12#\n" +
-	"\rrecent_failed\x18\r \x01(\x05R\frecentFailed\"\x93\x02\n" +
+	"\rrecent_failed\x18\r \x01(\x05R\frecentFailed\"\xcc\x02\n" +
 	"\aRouting\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12'\n" +
 	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x124\n" +
@@ -472,7 +630,20 @@ const file_agentmesh_v1_routing_proto_rawDesc = "" +
 	"candidates\x12\x16\n" +
 	"\x06chosen\x18\x05 \x01(\tR\x06chosen\x129\n" +
 	"\n" +
-	"decided_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"S\n" +
+	"decided_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x127\n" +
+	"\banalysis\x18\xa0\x01 \x01(\v2\x1a.agentmesh.v1.TaskAnalysisR\banalysis\"8\n" +
+	"\n" +
+	"SkillScore\x12\x14\n" +
+	"\x05skill\x18\x01 \x01(\tR\x05skill\x12\x14\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\"\xd2\x01\n" +
+	"\fTaskAnalysis\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x16\n" +
+	"\x06skills\x18\x02 \x03(\tR\x06skills\x120\n" +
+	"\x06scores\x18\x03 \x03(\v2\x18.agentmesh.v1.SkillScoreR\x06scores\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
+	"\vmodel_error\x18\x05 \x01(\tR\n" +
+	"modelError\x12)\n" +
+	"\x10catalogue_skills\x18\x06 \x01(\x05R\x0fcatalogueSkills\"S\n" +
 	"\x12MatchAgentsRequest\x12'\n" +
 	"\x0frequired_skills\x18\x01 \x03(\tR\x0erequiredSkills\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"F\n" +
@@ -491,25 +662,29 @@ func file_agentmesh_v1_routing_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_routing_proto_rawDescData
 }
 
-var file_agentmesh_v1_routing_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_agentmesh_v1_routing_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_agentmesh_v1_routing_proto_goTypes = []any{
 	(*MatchWeights)(nil),          // 0: agentmesh.v1.MatchWeights
 	(*RoutingCandidate)(nil),      // 1: agentmesh.v1.RoutingCandidate
 	(*Routing)(nil),               // 2: agentmesh.v1.Routing
-	(*MatchAgentsRequest)(nil),    // 3: agentmesh.v1.MatchAgentsRequest
-	(*MatchAgentsResponse)(nil),   // 4: agentmesh.v1.MatchAgentsResponse
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*SkillScore)(nil),            // 3: agentmesh.v1.SkillScore
+	(*TaskAnalysis)(nil),          // 4: agentmesh.v1.TaskAnalysis
+	(*MatchAgentsRequest)(nil),    // 5: agentmesh.v1.MatchAgentsRequest
+	(*MatchAgentsResponse)(nil),   // 6: agentmesh.v1.MatchAgentsResponse
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_agentmesh_v1_routing_proto_depIdxs = []int32{
 	0, // 0: agentmesh.v1.Routing.weights:type_name -> agentmesh.v1.MatchWeights
 	1, // 1: agentmesh.v1.Routing.candidates:type_name -> agentmesh.v1.RoutingCandidate
-	5, // 2: agentmesh.v1.Routing.decided_at:type_name -> google.protobuf.Timestamp
-	2, // 3: agentmesh.v1.MatchAgentsResponse.routing:type_name -> agentmesh.v1.Routing
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 2: agentmesh.v1.Routing.decided_at:type_name -> google.protobuf.Timestamp
+	4, // 3: agentmesh.v1.Routing.analysis:type_name -> agentmesh.v1.TaskAnalysis
+	3, // 4: agentmesh.v1.TaskAnalysis.scores:type_name -> agentmesh.v1.SkillScore
+	2, // 5: agentmesh.v1.MatchAgentsResponse.routing:type_name -> agentmesh.v1.Routing
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_routing_proto_init() }
@@ -523,7 +698,7 @@ func file_agentmesh_v1_routing_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_routing_proto_rawDesc), len(file_agentmesh_v1_routing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1526,7 +1526,10 @@ type MatchRequest struct {
 	// The submitting org: only its own agents and the shared ones match.
 	Org string `protobuf:"bytes,35,opt,name=org,proto3" json:"org,omitempty"`
 	// At most this many candidates in the routing (0 = all).
-	Limit         int32 `protobuf:"varint,90,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,90,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The task's input: a task naming neither agent nor skills is analysed
+	// for the skills it needs (the registry's task analysis).
+	Input         string `protobuf:"bytes,160,opt,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1587,6 +1590,13 @@ func (x *MatchRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *MatchRequest) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
 }
 
 type MatchCandidate struct {
@@ -1983,12 +1993,13 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"AgentEvent\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"u\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\x8c\x01\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x12\x10\n" +
 	"\x03org\x18# \x01(\tR\x03org\x12\x14\n" +
-	"\x05limit\x18Z \x01(\x05R\x05limit\"c\n" +
+	"\x05limit\x18Z \x01(\x05R\x05limit\x12\x15\n" +
+	"\x05input\x18\xa0\x01 \x01(\tR\x05input\"c\n" +
 	"\x0eMatchCandidate\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12%\n" +
