@@ -118,12 +118,18 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 	}
 	streams := []string{names.EventsStream(), names.WorkStream(), names.StoreHistoryStream(), "KV_" + names.StoreBucket("tasks")}
 
+	var (
+		last busCounts
+		id   string
+	)
 	runOne := func(input string) busCounts {
 		before := snapshotBus(t, js, names, streams)
-		if _, err := e.tasks.SubmitTask(ctxT(t), &agentmeshv1.SubmitTaskRequest{Agent: "rt", Input: input}); err != nil {
+		resp, err := e.tasks.SubmitTask(ctxT(t), &agentmeshv1.SubmitTaskRequest{Agent: "rt", Input: input})
+		if err != nil {
 			t.Fatalf("submit: %v", err)
 		}
-		var last busCounts
+		id = resp.Task.Id
+		last = busCounts{}
 		poll.Until(t, time.Minute, func() error {
 			now := snapshotBus(t, js, names, streams)
 			d := now.minus(before)
@@ -142,6 +148,7 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 	runOne("warm up") // the first task of a fresh stack reads caches in
 	d := runOne("count me")
 	t.Logf("bus round trips of one task at concurrency 1:\n%s", d)
+	t.Logf("where its time went (from its events' times):\n%s", phases(t, e, id))
 
 	want := map[string]int{ // the state requests the invariants need
 		"state." + subjects.StateCreateTask: 1,
@@ -161,4 +168,32 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 	if n := d.requests["state."+subjects.StateHistory]; n > 0 {
 		t.Errorf("the history of a first attempt was read %d times; want 0 (there is nothing before it)", n)
 	}
+}
+
+// phases lists the time between a task's consecutive events.
+func phases(t *testing.T, e *env, id string) string {
+	t.Helper()
+	h, err := e.tasks.GetTaskHistory(ctxT(t), &agentmeshv1.GetTaskHistoryRequest{Id: id})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	var b strings.Builder
+	evs := h.GetEvents()
+	for i, ev := range evs {
+		what := ev.Type.String()
+		if ev.Step != nil {
+			what += " " + ev.Step.Kind.String()
+		} else if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS {
+			what += " " + ev.Status.String()
+		}
+		gap := time.Duration(0)
+		if i > 0 {
+			gap = ev.Time.AsTime().Sub(evs[i-1].Time.AsTime())
+		}
+		fmt.Fprintf(&b, "  +%-10v %s\n", gap.Round(10*time.Microsecond), what)
+	}
+	if n := len(evs); n > 1 {
+		fmt.Fprintf(&b, "  total %v from created to the last event", evs[n-1].Time.AsTime().Sub(evs[0].Time.AsTime()).Round(10*time.Microsecond))
+	}
+	return b.String()
 }
