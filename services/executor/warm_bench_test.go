@@ -104,4 +104,3 @@ func BenchmarkWarmChildMemory(b *testing.B) {
 		}
 	}
 }
-
