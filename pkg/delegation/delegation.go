@@ -9,11 +9,13 @@ package delegation
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 )
 
-// URIScheme prefixes a sub-task's id in what the delegation tools return.
-const URIScheme = "subtask://"
+// URIScheme prefixes a sub-task's id in what the delegation tools return
+// (one definition, in taskstate: the router and amctl read it too).
+const URIScheme = taskstate.SubtaskScheme
 
 // Tool names.
 const (
@@ -46,15 +48,12 @@ var ErrBadTaskRef = errors.New("not a task id or subtask:// URI")
 const maxIDLen = 128
 
 // URI returns the subtask URI of a task id.
-func URI(id string) string { return URIScheme + id }
+func URI(id string) string { return taskstate.SubtaskURI(id) }
 
 // TaskID returns the task id a reference names: "subtask://ID" or a bare
 // ID. An id is 1-128 characters of letters, digits, '-' and '_'.
 func TaskID(ref string) (string, error) {
-	id := ref
-	if len(ref) >= len(URIScheme) && strings.EqualFold(ref[:len(URIScheme)], URIScheme) {
-		id = ref[len(URIScheme):]
-	}
+	id := taskstate.NormalizeTaskID(ref)
 	if id == "" || len(id) > maxIDLen {
 		return "", fmt.Errorf("%w: %q", ErrBadTaskRef, clip(ref))
 	}
@@ -65,16 +64,6 @@ func TaskID(ref string) (string, error) {
 		}
 	}
 	return id, nil
-}
-
-// NormalizeID returns the id of a subtask URI and anything else unchanged
-// (the caller's own validation then judges it): the router's edge, where
-// every task id field also accepts subtask://ID.
-func NormalizeID(ref string) string {
-	if len(ref) >= len(URIScheme) && strings.EqualFold(ref[:len(URIScheme)], URIScheme) {
-		return ref[len(URIScheme):]
-	}
-	return ref
 }
 
 func clip(s string) string {

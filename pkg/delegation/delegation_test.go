@@ -36,12 +36,6 @@ func TestTaskID(t *testing.T) {
 			}
 		})
 	}
-	if got := NormalizeID("subtask://X1"); got != "X1" {
-		t.Errorf("NormalizeID = %q, want X1", got)
-	}
-	if got := NormalizeID("plain"); got != "plain" {
-		t.Errorf("NormalizeID(plain) = %q", got)
-	}
 }
 
 func TestParseArguments(t *testing.T) {

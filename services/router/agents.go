@@ -42,8 +42,9 @@ func agentOp(ctx context.Context, op any) *busv1.AgentOp {
 	return out
 }
 
-// registry sends op to a registry operation after check passes.
-func registry[Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req *busv1.AgentOp, resp Resp) (Resp, error) {
+// registry sends req (an AgentOp or a SkillOp) to a registry operation
+// after check passes.
+func registry[Req, Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req Req, resp Resp) (Resp, error) {
 	var zero Resp
 	if check != nil {
 		return zero, toStatus(s.log, method, check)

@@ -8,7 +8,6 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
-	"google.golang.org/protobuf/proto"
 )
 
 // skillServer implements agentmeshv1.SkillService by forwarding the API's
@@ -42,18 +41,6 @@ func skillOp(ctx context.Context, op any) *busv1.SkillOp {
 	return out
 }
 
-// skillRegistry sends a SkillOp to a registry operation after check passes.
-func skillRegistry[Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req *busv1.SkillOp, resp Resp) (Resp, error) {
-	var zero Resp
-	if check != nil {
-		return zero, toStatus(s.log, method, check)
-	}
-	if err := bus.Request(ctx, s.nc, s.names.Registry(op), req, resp); err != nil {
-		return zero, toStatus(s.log, method, err)
-	}
-	return resp, nil
-}
-
 // ValidateSkillRequest checks a skill write (create or update) as the
 // router does before anything goes on the bus.
 func ValidateSkillRequest(sk *agentmeshv1.Skill, expectedVersion int64) error {
@@ -64,12 +51,12 @@ func ValidateSkillRequest(sk *agentmeshv1.Skill, expectedVersion int64) error {
 }
 
 func (k *skillServer) CreateSkill(ctx context.Context, req *agentmeshv1.CreateSkillRequest) (*agentmeshv1.CreateSkillResponse, error) {
-	return skillRegistry(ctx, k.s, "CreateSkill", subjects.RegistryCreateSkill,
+	return registry(ctx, k.s, "CreateSkill", subjects.RegistryCreateSkill,
 		ValidateSkillRequest(req.GetSkill(), 0), skillOp(ctx, &busv1.SkillOp_Create{Create: req}), &agentmeshv1.CreateSkillResponse{})
 }
 
 func (k *skillServer) GetSkill(ctx context.Context, req *agentmeshv1.GetSkillRequest) (*agentmeshv1.GetSkillResponse, error) {
-	return skillRegistry(ctx, k.s, "GetSkill", subjects.RegistryGetSkill,
+	return registry(ctx, k.s, "GetSkill", subjects.RegistryGetSkill,
 		agentspec.SkillName("name", req.GetName()), skillOp(ctx, &busv1.SkillOp_Get{Get: req}), &agentmeshv1.GetSkillResponse{})
 }
 
@@ -78,16 +65,16 @@ func (k *skillServer) ListSkills(ctx context.Context, req *agentmeshv1.ListSkill
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	return skillRegistry(ctx, k.s, "ListSkills", subjects.RegistryListSkills, check, skillOp(ctx, &busv1.SkillOp_List{List: req}), &agentmeshv1.ListSkillsResponse{})
+	return registry(ctx, k.s, "ListSkills", subjects.RegistryListSkills, check, skillOp(ctx, &busv1.SkillOp_List{List: req}), &agentmeshv1.ListSkillsResponse{})
 }
 
 func (k *skillServer) UpdateSkill(ctx context.Context, req *agentmeshv1.UpdateSkillRequest) (*agentmeshv1.UpdateSkillResponse, error) {
-	return skillRegistry(ctx, k.s, "UpdateSkill", subjects.RegistryUpdateSkill,
+	return registry(ctx, k.s, "UpdateSkill", subjects.RegistryUpdateSkill,
 		ValidateSkillRequest(req.GetSkill(), req.GetExpectedVersion()), skillOp(ctx, &busv1.SkillOp_Update{Update: req}), &agentmeshv1.UpdateSkillResponse{})
 }
 
 func (k *skillServer) DeleteSkill(ctx context.Context, req *agentmeshv1.DeleteSkillRequest) (*agentmeshv1.DeleteSkillResponse, error) {
-	return skillRegistry(ctx, k.s, "DeleteSkill", subjects.RegistryDeleteSkill,
+	return registry(ctx, k.s, "DeleteSkill", subjects.RegistryDeleteSkill,
 		agentspec.SkillName("name", req.GetName()), skillOp(ctx, &busv1.SkillOp_Delete{Delete: req}), &agentmeshv1.DeleteSkillResponse{})
 }
 

@@ -3,7 +3,7 @@ package router
 import (
 	"context"
 
-	"github.com/agentmesh/agentmesh/pkg/delegation"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -32,11 +32,11 @@ func normalizeTaskIDs(m protoreflect.Message, depth int) {
 		case fd.Kind() == protoreflect.StringKind && taskIDFields[fd.Name()] && fd.IsList():
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				l.Set(i, protoreflect.ValueOfString(delegation.NormalizeID(l.Get(i).String())))
+				l.Set(i, protoreflect.ValueOfString(taskstate.NormalizeTaskID(l.Get(i).String())))
 			}
 		case fd.Kind() == protoreflect.StringKind && taskIDFields[fd.Name()] && !fd.IsMap():
-			if s := v.String(); s != delegation.NormalizeID(s) {
-				m.Set(fd, protoreflect.ValueOfString(delegation.NormalizeID(s)))
+			if s := v.String(); s != taskstate.NormalizeTaskID(s) {
+				m.Set(fd, protoreflect.ValueOfString(taskstate.NormalizeTaskID(s)))
 			}
 		case fd.Kind() == protoreflect.MessageKind && fd.IsList():
 			l := v.List()

@@ -34,74 +34,22 @@ import (
 )
 
 type resolver struct {
-	names    subjects.Names
-	nc       *nats.Conn
-	cons     jetstream.Consumer
-	log      *slog.Logger
-	interval time.Duration
+	endings
+	names subjects.Names
+	nc    *nats.Conn
 }
 
 func newResolver(ctx context.Context, js jetstream.JetStream, names subjects.Names, nc *nats.Conn, log *slog.Logger, interval time.Duration) (*resolver, error) {
-	var filters []string
-	for _, st := range []agentmeshv1.TaskStatus{taskstate.Completed, taskstate.Failed, taskstate.Cancelled} {
-		filters = append(filters, names.TaskEventsOfType(subjects.StatusToken(st)))
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{
-		Durable:        subjects.ConsumerResolver,
-		Description:    "scheduler: releases or fails the tasks that depend on a task that ended",
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  10000,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	cons, err := consumeEndings(ctx, js, names, subjects.ConsumerResolver,
+		"scheduler: releases or fails the tasks that depend on a task that ended")
 	if err != nil {
-		return nil, fmt.Errorf("resolver consumer: %w", err)
+		return nil, err
 	}
-	return &resolver{names: names, nc: nc, cons: cons, log: log.With("component", "resolver"), interval: interval}, nil
-}
-
-// run consumes terminal events and sweeps until ctx ends.
-func (r *resolver) run(ctx context.Context) error {
-	cc, err := r.cons.Consume(func(m jetstream.Msg) { r.handle(ctx, m) }, jetstream.PullMaxMessages(64))
-	if err != nil {
-		return fmt.Errorf("resolver: consume: %w", err)
-	}
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		if n, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("dependency sweep", "err", err)
-		} else if n > 0 {
-			r.log.Info("dependency sweep resolved what the events had not", "tasks", n)
-		}
-		select {
-		case <-ctx.Done():
-			cc.Drain()
-			<-cc.Closed()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (r *resolver) handle(ctx context.Context, m jetstream.Msg) {
-	var ev agentmeshv1.TaskEvent
-	if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.TaskId == "" || !taskstate.Terminal(ev.Status) {
-		_ = m.Term()
-		return
-	}
-	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
-	if _, err := r.release(ctx, &ev); err != nil {
-		if ctx.Err() != nil {
-			_ = m.Nak()
-			return
-		}
-		r.log.Warn("release dependents failed; will retry", "parent", ev.TaskId, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	_ = m.Ack()
+	r := &resolver{names: names, nc: nc}
+	r.endings = endings{cons: cons, log: log.With("component", "resolver"), interval: interval, what: "release dependents",
+		handle: func(ctx context.Context, ev *agentmeshv1.TaskEvent) error { _, err := r.release(ctx, ev); return err },
+		sweep:  r.Sweep}
+	return r, nil
 }
 
 // outcome is the parent's result as its dependents get it: from the record

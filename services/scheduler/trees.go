@@ -36,74 +36,22 @@ import (
 )
 
 type treeKeeper struct {
-	names    subjects.Names
-	nc       *nats.Conn
-	cons     jetstream.Consumer
-	log      *slog.Logger
-	interval time.Duration
+	endings
+	names subjects.Names
+	nc    *nats.Conn
 }
 
 func newTreeKeeper(ctx context.Context, js jetstream.JetStream, names subjects.Names, nc *nats.Conn, log *slog.Logger, interval time.Duration) (*treeKeeper, error) {
-	var filters []string
-	for _, st := range []agentmeshv1.TaskStatus{taskstate.Completed, taskstate.Failed, taskstate.Cancelled} {
-		filters = append(filters, names.TaskEventsOfType(subjects.StatusToken(st)))
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{
-		Durable:        subjects.ConsumerTrees,
-		Description:    "scheduler: records a task's end in its ancestors and cancels its unfinished sub-tasks",
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  10000,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	cons, err := consumeEndings(ctx, js, names, subjects.ConsumerTrees,
+		"scheduler: records a task's end in its ancestors and cancels its unfinished sub-tasks")
 	if err != nil {
-		return nil, fmt.Errorf("trees consumer: %w", err)
+		return nil, err
 	}
-	return &treeKeeper{names: names, nc: nc, cons: cons, log: log.With("component", "trees"), interval: interval}, nil
-}
-
-// run consumes terminal events and sweeps until ctx ends.
-func (k *treeKeeper) run(ctx context.Context) error {
-	cc, err := k.cons.Consume(func(m jetstream.Msg) { k.handle(ctx, m) }, jetstream.PullMaxMessages(64))
-	if err != nil {
-		return fmt.Errorf("trees: consume: %w", err)
-	}
-	t := time.NewTicker(k.interval)
-	defer t.Stop()
-	for {
-		if n, err := k.Sweep(ctx); err != nil && ctx.Err() == nil {
-			k.log.Warn("tree sweep", "err", err)
-		} else if n > 0 {
-			k.log.Info("tree sweep settled what the events had not", "tasks", n)
-		}
-		select {
-		case <-ctx.Done():
-			cc.Drain()
-			<-cc.Closed()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (k *treeKeeper) handle(ctx context.Context, m jetstream.Msg) {
-	var ev agentmeshv1.TaskEvent
-	if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.TaskId == "" || !taskstate.Terminal(ev.Status) {
-		_ = m.Term()
-		return
-	}
-	ctx = bus.Extract(ctx, nats.Header(m.Headers()))
-	if err := k.settle(ctx, ev.TaskId); err != nil {
-		if ctx.Err() != nil {
-			_ = m.Nak()
-			return
-		}
-		k.log.Warn("settle an ended task failed; will retry", "task", ev.TaskId, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	_ = m.Ack()
+	k := &treeKeeper{names: names, nc: nc}
+	k.endings = endings{cons: cons, log: log.With("component", "trees"), interval: interval, what: "settle an ended task",
+		handle: func(ctx context.Context, ev *agentmeshv1.TaskEvent) error { return k.settle(ctx, ev.TaskId) },
+		sweep:  k.Sweep}
+	return k, nil
 }
 
 // settle asks state to settle an ended task.

@@ -395,6 +395,16 @@ func (c *cli) metricsCmd(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(c.stdout, "\nqueued by priority: %s; backlog %d\n", strings.Join(parts, ", "), resp.GetOverall().GetBacklog())
 	}
+	if d := resp.GetDelegations(); len(d) > 0 {
+		fmt.Fprintln(c.stdout, "\ndelegations (sub-tasks by parent agent → child agent):")
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARENT\tCHILD\tSUBMITTED\tDONE\tFAILED\tCANCELLED\tOK%")
+		for _, m := range d {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.0f\n", m.GetParentAgent(), m.GetChildAgent(),
+				m.GetSubmitted(), m.GetCompleted(), m.GetFailed(), m.GetCancelled(), 100*m.GetSuccessRate())
+		}
+		return tw.Flush()
+	}
 	return nil
 }
 

@@ -139,7 +139,13 @@ func TestGraphCommandsOnARealStack(t *testing.T) {
 		t.Errorf("submit-graph of a missing file: exit %d %q", code, errOut)
 	}
 
-	mustRun(t, addr, []string{"AGENT", "(all)", "helper", "DONE", "WAIT p50/p90/p99"}, "metrics", "--since", "1h")
+	// A sub-task (submitted with --parent) counts in the delegations table.
+	boss := submitID(t, addr, "slow boss")
+	submitID(t, addr, "--parent", boss, "part of it")
+	out = mustRun(t, addr, []string{"AGENT", "(all)", "helper", "DONE", "WAIT p50/p90/p99", "delegations (sub-tasks", "PARENT"}, "metrics", "--since", "1h")
+	if !regexp.MustCompile(`(?m)^helper\s+helper\s+1\s`).MatchString(out) {
+		t.Errorf("metrics: no delegation row helper → helper with 1 submitted:\n%s", out)
+	}
 	mustRun(t, addr, []string{`"overall"`}, "metrics", "-o", "json")
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -26,10 +25,7 @@ func taskRefs(ids []string) []string {
 	}
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		if strings.HasPrefix(strings.ToLower(strings.TrimSpace(id)), taskstate.SubtaskScheme) {
-			id = taskstate.NormalizeTaskID(id)
-		}
-		out[i] = id
+		out[i] = taskstate.NormalizeTaskID(id)
 	}
 	return out
 }

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/agentmesh/agentmesh/services/state/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // index is an in-memory copy of one bucket, kept in key order. Each value
@@ -119,4 +122,48 @@ func (ix *index[T]) ascend(after string, fn func(string, T) bool) {
 			return
 		}
 	}
+}
+
+// orgScoped is what listOrgPage reads of an entry: the agents and skills
+// of one org, or shared ("" org).
+type orgScoped interface {
+	proto.Message
+	GetOrg() string
+	GetName() string
+}
+
+// listOrgPage is one page, from the index, of the entries that org sees
+// (its own and the shared ones) and keep accepts (nil: all), cloned, and
+// the token of the next page ("" at the end).
+func listOrgPage[T orgScoped](ix *index[T], org, pageToken string, pageSize int, keep func(T) bool) ([]T, string, error) {
+	after, err := store.DecodeToken(pageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	if after != "" {
+		after = store.AgentPos(store.SplitAgentPos(after)) // a bare name is a shared entry's
+	}
+	n := store.PageSize(pageSize)
+	var out []T
+	more := false
+	ix.ascend(after, func(_ string, v T) bool {
+		if v.GetOrg() != "" && v.GetOrg() != org {
+			return true
+		}
+		if keep != nil && !keep(v) {
+			return true
+		}
+		if len(out) == n {
+			more = true
+			return false
+		}
+		out = append(out, proto.Clone(v).(T))
+		return true
+	})
+	next := ""
+	if more {
+		last := out[len(out)-1]
+		next = store.EncodeToken(store.AgentPos(last.GetOrg(), last.GetName()))
+	}
+	return out, next, nil
 }

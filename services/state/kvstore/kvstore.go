@@ -897,35 +897,11 @@ func (s *Store) GetAgent(ctx context.Context, org, name string) (*agentmeshv1.Ag
 
 // ListAgents returns agents by name, one page, from the index.
 func (s *Store) ListAgents(_ context.Context, q store.AgentQuery) ([]*agentmeshv1.Agent, string, error) {
-	after, err := store.DecodeToken(q.PageToken)
-	if err != nil {
-		return nil, "", err
+	var keep func(*agentmeshv1.Agent) bool
+	if q.Skill != "" {
+		keep = func(a *agentmeshv1.Agent) bool { return store.HasSkill(a, q.Skill) }
 	}
-	if after != "" {
-		after = store.AgentPos(store.SplitAgentPos(after)) // a bare name is a shared agent's
-	}
-	n := store.PageSize(q.PageSize)
-	var out []*agentmeshv1.Agent
-	more := false
-	s.agentIndex.ascend(after, func(_ string, a *agentmeshv1.Agent) bool {
-		if a.Org != "" && a.Org != q.Org {
-			return true
-		}
-		if q.Skill != "" && !store.HasSkill(a, q.Skill) {
-			return true
-		}
-		if len(out) == n {
-			more = true
-			return false
-		}
-		out = append(out, proto.Clone(a).(*agentmeshv1.Agent))
-		return true
-	})
-	next := ""
-	if more {
-		next = store.EncodeToken(store.AgentPos(out[len(out)-1].Org, out[len(out)-1].Name))
-	}
-	return out, next, nil
+	return listOrgPage(s.agentIndex, q.Org, q.PageToken, q.PageSize, keep)
 }
 
 // DeleteAgent removes org's agent or answers not_found.

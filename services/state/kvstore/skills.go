@@ -168,32 +168,7 @@ func (s *Store) GetSkill(ctx context.Context, org, name string) (*agentmeshv1.Sk
 
 // ListSkills returns skills by name, one page, from the index.
 func (s *Store) ListSkills(_ context.Context, q store.SkillQuery) ([]*agentmeshv1.Skill, string, error) {
-	after, err := store.DecodeToken(q.PageToken)
-	if err != nil {
-		return nil, "", err
-	}
-	if after != "" {
-		after = store.AgentPos(store.SplitAgentPos(after))
-	}
-	n := store.PageSize(q.PageSize)
-	var out []*agentmeshv1.Skill
-	more := false
-	s.skillIndex.ascend(after, func(_ string, sk *agentmeshv1.Skill) bool {
-		if sk.Org != "" && sk.Org != q.Org {
-			return true
-		}
-		if len(out) == n {
-			more = true
-			return false
-		}
-		out = append(out, proto.Clone(sk).(*agentmeshv1.Skill))
-		return true
-	})
-	next := ""
-	if more {
-		next = store.EncodeToken(store.AgentPos(out[len(out)-1].Org, out[len(out)-1].Name))
-	}
-	return out, next, nil
+	return listOrgPage(s.skillIndex, q.Org, q.PageToken, q.PageSize, nil)
 }
 
 // DeleteSkill removes org's skill or answers not_found.
