@@ -36,8 +36,11 @@ const delegationScript = `{
       {"content": "got: {{last_tool_result}}"}
     ]},
     {"match": "^loop", "turns": [
-      {"tool_calls": [{"name": "call_agent", "arguments": {"agent": "looper", "input": "loop again"}}]},
-      {"content": "spawned: {{last_tool_result}}"}
+      {"tool_calls": [
+        {"name": "call_agent", "arguments": {"agent": "looper", "input": "loop again"}},
+        {"name": "wait_tasks", "arguments": {}}
+      ]},
+      {"content": "spawned and waited: {{tool_results}}"}
     ]},
     {"match": "^escalate", "turns": [
       {"tool_calls": [
@@ -200,7 +203,8 @@ func TestDelegationCallModel(t *testing.T) {
 }
 
 // TestDelegationDepthLimit: an agent that delegates to itself ends at the
-// depth limit with an error the model reads.
+// depth limit with an error the model reads. Each level waits for the one
+// below (a task that ends cancels its unfinished sub-tasks).
 func TestDelegationDepthLimit(t *testing.T) {
 	stores(t, func(t *testing.T, o opts) { testDepthLimit(t, o) })
 }

@@ -36,6 +36,26 @@ const treeScript = `{
 
 // agentProcesses lists the agent child processes of this test binary
 // (children marked by child.EnvChild), wherever below it they run.
+// busyAgentProcesses counts the agent processes serving tasks: all of
+// them less the executor's idle warm children (a refill in progress shows
+// as busy for a moment; callers poll).
+func (e *env) busyAgentProcesses() int {
+	return len(agentProcesses()) - e.stack.Executor().WarmStats().Idle
+}
+
+// noBusyAgents waits until no agent process serves a task or is being
+// started (the warm pool has filled) and returns that baseline, 0.
+func (e *env) noBusyAgents(t *testing.T) int {
+	t.Helper()
+	poll.Until(t, 60*time.Second, func() error {
+		if n := e.busyAgentProcesses(); n != 0 {
+			return fmt.Errorf("%d agent processes busy or starting", n)
+		}
+		return nil
+	})
+	return 0
+}
+
 func agentProcesses() []int {
 	var out []int
 	for _, pid := range descendants(os.Getpid()) {
@@ -117,7 +137,7 @@ func TestTreeWatchUsageAndCancel(t *testing.T) {
 		e := start(t, o)
 		e.createAgent(t, "planner")
 		e.createAgent(t, "worker")
-		before := len(agentProcesses())
+		before := e.noBusyAgents(t)
 		root := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "slow root", Agent: "planner"})
 		w := e.watchSubtasks(t, root.Id)
 		mid := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "slow middle", Agent: "worker", ParentTaskId: "subtask://" + root.Id})
@@ -158,7 +178,7 @@ func TestTreeWatchUsageAndCancel(t *testing.T) {
 			}
 			return nil
 		})
-		if n := len(agentProcesses()) - before; n < 3 {
+		if n := e.busyAgentProcesses() - before; n < 3 {
 			t.Fatalf("%d agent processes run for the three running tasks, want at least 3", n)
 		}
 
@@ -179,7 +199,7 @@ func TestTreeWatchUsageAndCancel(t *testing.T) {
 			return nil
 		})
 		poll.Until(t, 60*time.Second, func() error {
-			if n := len(agentProcesses()); n > before {
+			if n := e.busyAgentProcesses(); n > before {
 				return fmt.Errorf("%d agent processes still run", n-before)
 			}
 			return nil
@@ -223,7 +243,7 @@ func TestParentCompletionCancelsChildren(t *testing.T) {
 	e := start(t, opts{script: treeScript})
 	e.createAgent(t, "planner")
 	e.createAgent(t, "worker")
-	before := len(agentProcesses())
+	before := e.noBusyAgents(t)
 	parent := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "steady parent", Agent: "planner"})
 	kid := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "slow child", Agent: "worker", ParentTaskId: parent.Id})
 	e.waitStatus(t, parent.Id, taskstate.Completed, 60*time.Second)
@@ -238,7 +258,7 @@ func TestParentCompletionCancelsChildren(t *testing.T) {
 		return nil
 	})
 	poll.Until(t, 60*time.Second, func() error {
-		if n := len(agentProcesses()); n > before {
+		if n := e.busyAgentProcesses(); n > before {
 			return fmt.Errorf("%d agent processes still run", n-before)
 		}
 		return nil

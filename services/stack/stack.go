@@ -85,6 +85,7 @@ type Stack struct {
 	modelURL string
 	runners  []runner // in start order
 	router   *router.Service
+	executor *executor.Service
 }
 
 type runner struct {
@@ -235,6 +236,7 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.executor = ex
 	s.runners = append(s.runners, runner{"executor", ex.Run})
 
 	// router
@@ -287,6 +289,9 @@ func (s *Stack) NATSURL() string {
 
 // Auth returns the bus identities the stack runs with.
 func (s *Stack) Auth() *busauth.Bundle { return s.cfg.Auth }
+
+// Executor is the stack's executor (tests read its warm pool's figures).
+func (s *Stack) Executor() *executor.Service { return s.executor }
 
 // ModelURL is the base URL the executor uses for models.
 func (s *Stack) ModelURL() string { return s.modelURL }

@@ -80,12 +80,9 @@ func (c *Client) supervise(first chan<- error) {
 	backoff := restartMin
 	for {
 		cmd, cn, err := c.startOne()
-		if first != nil {
+		if first != nil && err != nil {
 			first <- err
-			first = nil
-			if err != nil {
-				return
-			}
+			return
 		}
 		if err != nil {
 			c.log.Error("spawner: restart failed", "err", err, "retry_in", backoff)
@@ -97,6 +94,10 @@ func (c *Client) supervise(first chan<- error) {
 			c.mu.Unlock()
 			if closed {
 				_ = cn.uc.Close()
+			}
+			if first != nil { // Start returns once Pid and Start see this spawner
+				first <- nil
+				first = nil
 			}
 			began := time.Now()
 			werr := cmd.Wait()
