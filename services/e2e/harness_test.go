@@ -68,6 +68,9 @@ type opts struct {
 	capacity int
 	// scheduler: the scheduler's settings (ReconcileInterval).
 	scheduler scheduler.Config
+	// noWarmPool turns the executor's warm pool off, so that every agent
+	// process runs a task (tests that count processes).
+	noWarmPool bool
 }
 
 func logger() *slog.Logger {
@@ -116,6 +119,9 @@ func start(t testing.TB, o opts) *env {
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
 	cfg.Executor.Capacity = o.capacity
+	if o.noWarmPool {
+		cfg.Executor.WarmPool = -1
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {

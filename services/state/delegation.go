@@ -121,7 +121,13 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 		return nil, err
 	}
 	root := rootOf(parent)
-	defer s.treeLock(root)()
+	unlock := s.treeLock(root)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 
 	key := spawnKey(parent.Id, req.ToolCallId)
 	var existing *agentmeshv1.Task
@@ -189,6 +195,12 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 			observe(task, ev)
 		}
 		s.publishEvents(ctx, events...)
+		// The tree's limits are kept; the rest needs no tree lock.
+		locked = false
+		unlock()
+		// Every ancestor's history shows the spawn (WatchTask), and a
+		// parent that ended meanwhile gets no orphan.
+		task = s.spawned(ctx, task)
 	} else if task.ParentTaskId != parent.Id {
 		return nil, bus.Errorf(bus.CodeAlreadyExists, "idempotency key %q is used by task %s, which is not a sub-task of %s", key, task.Id, parent.Id)
 	}
