@@ -36,8 +36,10 @@ const delegationScript = `{
       {"content": "got: {{last_tool_result}}"}
     ]},
     {"match": "^loop", "turns": [
-      {"tool_calls": [{"name": "call_agent", "arguments": {"agent": "looper", "input": "loop again"}}]},
-      {"content": "spawned: {{last_tool_result}}"}
+      {"tool_calls": [
+        {"name": "call_agent", "arguments": {"agent": "looper", "input": "loop again"}},
+        {"name": "wait_tasks", "arguments": {}}]},
+      {"content": "spawned: {{tool_results}}"}
     ]},
     {"match": "^escalate", "turns": [
       {"tool_calls": [
@@ -200,7 +202,9 @@ func TestDelegationCallModel(t *testing.T) {
 }
 
 // TestDelegationDepthLimit: an agent that delegates to itself ends at the
-// depth limit with an error the model reads.
+// depth limit with an error the model reads. Each level waits for the one
+// below it (a task that ends cancels its unfinished sub-tasks, so a level
+// that did not wait would race its child).
 func TestDelegationDepthLimit(t *testing.T) {
 	stores(t, func(t *testing.T, o opts) { testDepthLimit(t, o) })
 }
