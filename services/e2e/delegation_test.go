@@ -38,9 +38,8 @@ const delegationScript = `{
     {"match": "^loop", "turns": [
       {"tool_calls": [
         {"name": "call_agent", "arguments": {"agent": "looper", "input": "loop again"}},
-        {"name": "wait_tasks", "arguments": {}}
-      ]},
-      {"content": "spawned and waited: {{tool_results}}"}
+        {"name": "wait_tasks", "arguments": {}}]},
+      {"content": "spawned: {{tool_results}}"}
     ]},
     {"match": "^escalate", "turns": [
       {"tool_calls": [
@@ -204,7 +203,8 @@ func TestDelegationCallModel(t *testing.T) {
 
 // TestDelegationDepthLimit: an agent that delegates to itself ends at the
 // depth limit with an error the model reads. Each level waits for the one
-// below (a task that ends cancels its unfinished sub-tasks).
+// below it (a task that ends cancels its unfinished sub-tasks, so a level
+// that did not wait would race its child).
 func TestDelegationDepthLimit(t *testing.T) {
 	stores(t, func(t *testing.T, o opts) { testDepthLimit(t, o) })
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
 	"google.golang.org/grpc"
@@ -65,6 +66,11 @@ type opts struct {
 	// script replaces testScript; capacity, when > 0, the executor's.
 	script   string
 	capacity int
+	// scheduler: the scheduler's settings (ReconcileInterval).
+	scheduler scheduler.Config
+	// noWarmPool turns the executor's warm pool off, so that every agent
+	// process runs a task (tests that count processes).
+	noWarmPool bool
 }
 
 func logger() *slog.Logger {
@@ -108,10 +114,14 @@ func start(t testing.TB, o opts) *env {
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Router.KeysFile = o.keysFile
 	cfg.State = o.state
+	cfg.Scheduler = o.scheduler
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
 	cfg.Executor.Capacity = o.capacity
+	if o.noWarmPool {
+		cfg.Executor.WarmPool = -1
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {

@@ -134,6 +134,7 @@ func (e *env) get(t *testing.T, id string) *agentmeshv1.Task {
 // delegations show in GetMetrics per agent pair.
 func TestTreeWatchUsageAndCancel(t *testing.T) {
 	stores(t, func(t *testing.T, o opts) {
+		o.noWarmPool = true // every agent process runs a task
 		e := start(t, o)
 		e.createAgent(t, "planner")
 		e.createAgent(t, "worker")
@@ -240,7 +241,7 @@ func TestTreeWatchUsageAndCancel(t *testing.T) {
 // sub-task is cancelled with the reason naming it, and its process ends; a
 // sub-task of an ended task is refused.
 func TestParentCompletionCancelsChildren(t *testing.T) {
-	e := start(t, opts{script: treeScript})
+	e := start(t, opts{script: treeScript, noWarmPool: true}) // every agent process runs a task
 	e.createAgent(t, "planner")
 	e.createAgent(t, "worker")
 	before := e.noBusyAgents(t)

@@ -33,6 +33,7 @@ const (
 	jobExpire           // fail a task queued past its queue timeout
 	jobFence            // fail the attempt of a task whose node was lost
 	jobAgent            // read an agent's max_concurrency
+	jobWait             // release a wait on sub-tasks whose deadline passed
 )
 
 // lead runs this replica's term as leader: rebuild the model from the
@@ -54,6 +55,7 @@ func (s *Service) lead(term context.Context) {
 	}
 	s.mu.Lock()
 	s.m.reset()
+	s.waits.reset()
 	s.mu.Unlock()
 }
 
@@ -107,9 +109,17 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 			break
 		}
 	}
+	waits, err := s.blockedWaits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list blocked tasks: %w", err)
+	}
 	now := time.Now()
 	s.mu.Lock()
 	s.m.reset()
+	s.waits.reset()
+	for id, at := range waits {
+		s.waits.set(id, at)
+	}
 	for name, l := range limits {
 		s.m.agent(name).limit = l
 	}
@@ -185,6 +195,9 @@ func (s *Service) applyEvent(ev *agentmeshv1.TaskEvent) {
 	changed := s.m.apply(updateFromEvent(ev), time.Now())
 	if taskstate.Terminal(ev.Status) || ev.Status == taskstate.Queued {
 		delete(s.fencing, ev.TaskId)
+	}
+	if s.waits.noteWait(ev) {
+		changed = true // the timer may have to wake sooner
 	}
 	s.mu.Unlock()
 	if changed {
@@ -269,6 +282,9 @@ func (s *Service) serve(term context.Context) {
 			}
 			out = append(out, job{kind: jobDispatch, task: e.id})
 		}
+		for _, id := range s.waits.due(now) {
+			out = append(out, job{kind: jobWait, task: id})
+		}
 		for name, a := range s.m.agents {
 			if a.limit < 0 && !s.fetching[name] {
 				s.fetching[name] = true
@@ -276,6 +292,9 @@ func (s *Service) serve(term context.Context) {
 			}
 		}
 		next := s.m.nextTimer()
+		if w := s.waits.next(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
+			next = w
+		}
 		s.mu.Unlock()
 		for _, j := range out {
 			select {
@@ -339,6 +358,8 @@ func (s *Service) do(ctx context.Context, j job) {
 			TaskId: j.task, From: taskstate.Running, To: taskstate.Failed, Attempt: j.attempt, Reason: j.reason,
 			FailureKind: agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST,
 		})
+	case jobWait:
+		s.releaseWait(ctx, j.task)
 	case jobAgent:
 		var resp busv1.GetAgentResponse
 		org, name := taskstate.SplitAgentKey(j.task)

@@ -115,6 +115,9 @@ type Service struct {
 	deps *resolver
 	// trees settles ended tasks: ancestors and orphans (trees.go).
 	trees *treeKeeper
+	// waits holds the deadlines of the waits on sub-tasks (waits.go),
+	// guarded by mu.
+	waits *waitDeadlines
 	// onPublish, when set (benchmarks), is called after each work publish.
 	onPublish func(taskID string)
 }
@@ -211,6 +214,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:  deps.Log.With("service", "scheduler"),
 		kick: make(chan struct{}, 1), jobs: make(chan job, 4*cfg.Workers),
 		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res, trees: trees,
+		waits: newWaitDeadlines(),
 	}
 	s.m = newModel(cfg.Aging, s.orgLimit, s.agentLimit)
 	return s, nil

@@ -121,19 +121,29 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 		return nil, err
 	}
 	root := rootOf(parent)
-	defer s.treeLock(root)()
+	unlock := s.treeLock(root)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 
 	key := spawnKey(parent.Id, req.ToolCallId)
 	var existing *agentmeshv1.Task
 	siblings := 0
 	var used agentmeshv1.Usage
+	// Each sibling's subtree as its record knows it (the ended part,
+	// rolled up by task.settle); the tree scan below adds what runs.
+	settledBelow := map[string]*agentmeshv1.Usage{}
 	err = s.store.ScanTasks(ctx, store.TaskQuery{ParentTaskID: parent.Id}, func(t *agentmeshv1.Task) bool {
 		if t.IdempotencyKey == key {
 			existing = t
 			return false
 		}
 		siblings++
-		store.AddUsage(&used, t.GetUsage())
+		store.AddUsage(&used, spent(t.GetUsage()))
+		settledBelow[t.Id] = t.GetSubtreeUsage()
 		return true
 	})
 	if err != nil {
@@ -154,9 +164,13 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: this task already has %d sub-tasks (max per task %d)", siblings, s.limits.MaxPerTask)
 	}
 	inTree := 0
+	below := treeBelow{parentOf: map[string]string{}, own: map[string]*agentmeshv1.Usage{}}
 	err = s.store.ScanTasks(ctx, store.TaskQuery{RootTaskID: root}, func(t *agentmeshv1.Task) bool {
 		if t.Id != root {
 			inTree++
+		}
+		if t.Depth > parent.Depth+1 { // a grandchild of the parent or below, maybe
+			below.parentOf[t.Id], below.own[t.Id] = t.ParentTaskId, t.GetUsage()
 		}
 		return inTree < s.limits.MaxPerTree
 	})
@@ -165,6 +179,10 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 	}
 	if inTree >= s.limits.MaxPerTree {
 		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: the tree of task %s already has %d sub-tasks (max per tree %d)", root, inTree, s.limits.MaxPerTree)
+	}
+	scanned := below.bySibling(settledBelow)
+	for id, settled := range settledBelow {
+		store.AddUsage(&used, larger(settled, scanned[id]))
 	}
 	ceiling, why := siblingsLeft(req.Ceiling, &used)
 	if why != "" {
@@ -189,6 +207,12 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 			observe(task, ev)
 		}
 		s.publishEvents(ctx, events...)
+		// The tree's limits are kept; the rest needs no tree lock.
+		locked = false
+		unlock()
+		// Every ancestor's history shows the spawn (WatchTask), and a
+		// parent that ended meanwhile gets no orphan.
+		task = s.spawned(ctx, task)
 	} else if task.ParentTaskId != parent.Id {
 		return nil, bus.Errorf(bus.CodeAlreadyExists, "idempotency key %q is used by task %s, which is not a sub-task of %s", key, task.Id, parent.Id)
 	}
@@ -200,6 +224,61 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 func placed(t *agentmeshv1.Task, root string, depth int32) *agentmeshv1.Task {
 	t.RootTaskId, t.Depth = root, depth
 	return t
+}
+
+// treeBelow is what a spawn's tree scan saw below the parent's children:
+// each task's parent and own usage.
+type treeBelow struct {
+	parentOf map[string]string
+	own      map[string]*agentmeshv1.Usage
+}
+
+// bySibling sums, for each of the parent's children (siblings, the keys of
+// the map given), the own usage of every task of the scan below it — ended
+// or still running.
+func (b treeBelow) bySibling(siblings map[string]*agentmeshv1.Usage) map[string]*agentmeshv1.Usage {
+	out := map[string]*agentmeshv1.Usage{}
+	for id, u := range b.own {
+		if u == nil {
+			continue
+		}
+		p := b.parentOf[id]
+		for range maxTreeDepth {
+			if _, ok := siblings[p]; ok {
+				sum := out[p]
+				if sum == nil {
+					sum = &agentmeshv1.Usage{}
+					out[p] = sum
+				}
+				store.AddUsage(sum, u)
+				break
+			}
+			next, ok := b.parentOf[p]
+			if !ok {
+				break // not below one of the parent's children
+			}
+			p = next
+		}
+	}
+	return out
+}
+
+// larger is, field by field (tokens, cost), the larger of two measures of
+// one subtree's usage: what task.settle rolled up (ended tasks, even those
+// since deleted) and what a scan of the tree finds (running ones too).
+func larger(a, b *agentmeshv1.Usage) *agentmeshv1.Usage {
+	a, b = spent(a), spent(b)
+	return &agentmeshv1.Usage{TotalTokens: max(a.TotalTokens, b.TotalTokens), CostUsd: max(a.CostUsd, b.CostUsd)}
+}
+
+// spent is what a budget counts of a usage: its tokens (total, else prompt
+// + completion) and its cost.
+func spent(u *agentmeshv1.Usage) *agentmeshv1.Usage {
+	tokens := u.GetTotalTokens()
+	if tokens == 0 {
+		tokens = u.GetPromptTokens() + u.GetCompletionTokens()
+	}
+	return &agentmeshv1.Usage{TotalTokens: tokens, CostUsd: u.GetCostUsd()}
 }
 
 // siblingsLeft is the parent's remaining budget less what its other

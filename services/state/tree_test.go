@@ -172,3 +172,36 @@ func TestSettleIsTheSchedulers(t *testing.T) {
 		}
 	}
 }
+
+// The ceiling of a new sub-task subtracts what its siblings' subtrees
+// used, not only the siblings' own turns: a grandchild still running
+// counts (the tree scan), and once it ended and was settled into its
+// parent's subtree_usage it counts once, not twice.
+func TestSpawnCeilingCountsSiblingsSubtrees(t *testing.T) {
+	r := startKV(t)
+	root := startTree(t, r, "planner", "", 1, 0.001)
+	child := startTree(t, r, "worker", root.Id, 10, 0.01)
+	grand := startTree(t, r, "worker", child.Id, 100, 0.1)
+	spawn := func(call string) *agentmeshv1.Budget {
+		t.Helper()
+		resp := mustCall(t, r.nc, subjects.StateSpawn, &busv1.SpawnSubtaskRequest{
+			ParentTaskId: root.Id, Attempt: 1, ToolCallId: call, AgentSpec: &agentmeshv1.Agent{Name: "worker"}, Input: "more",
+			Ceiling: &agentmeshv1.Budget{MaxTokens: 1000, MaxCostUsd: 1},
+		}, &busv1.SpawnSubtaskResponse{})
+		return getTask(t, r, resp.Task.Id).Budget
+	}
+	check := func(what string, b *agentmeshv1.Budget) {
+		t.Helper()
+		// 1000 less the sibling (10) and its running or settled child (100).
+		if b.GetMaxTokens() != 890 || b.GetMaxCostUsd() < 0.889 || b.GetMaxCostUsd() > 0.891 {
+			t.Errorf("%s: budget %v, want max_tokens 890 and max_cost_usd 0.89", what, b)
+		}
+	}
+	check("grandchild running", spawn("c1"))
+	complete(t, r, grand.Id)
+	settle(t, r, grand.Id)
+	if got := getTask(t, r, child.Id).SubtreeUsage.GetTotalTokens(); got != 100 {
+		t.Fatalf("the sibling's subtree usage is %d tokens after the settle, want 100", got)
+	}
+	check("grandchild settled", spawn("c2"))
+}
