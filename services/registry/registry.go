@@ -73,8 +73,8 @@ type Config struct {
 type Deps struct {
 	NC  *nats.Conn
 	Log *slog.Logger
-	// Skills is the skill catalogue task analysis reads (nil: tasks
-	// naming neither agent nor skills go to the default agent).
+	// Skills is the skill catalogue task analysis reads (nil: the state
+	// service's, over NC, cached per org: NewBusCatalog).
 	Skills SkillCatalog
 }
 
@@ -138,6 +138,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
 	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
+	if s.skills == nil {
+		s.skills = NewBusCatalog(deps.NC, names, 0)
+	}
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
 		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
@@ -374,7 +377,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 // analyze runs the task analysis of a task naming neither agent nor
 // skills: nil without a catalogue or an input.
 func (s *Service) analyze(ctx context.Context, req *busv1.MatchRequest) (*agentmeshv1.TaskAnalysis, error) {
-	if s.skills == nil || strings.TrimSpace(req.Input) == "" {
+	if s.analyzer.cfg.Off || strings.TrimSpace(req.Input) == "" {
 		return nil, nil
 	}
 	catalogue, err := s.skills.List(ctx, req.Org)

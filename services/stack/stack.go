@@ -178,30 +178,6 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.runners = append(s.runners, runner{"state", st.Run})
 
-	// registry
-	if nc, err = connect("registry"); err != nil {
-		return nil, err
-	}
-	regCfg := cfg.Registry
-	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
-	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"registry", reg.Run})
-
-	// scheduler
-	if nc, err = connect("scheduler"); err != nil {
-		return nil, err
-	}
-	schedCfg := cfg.Scheduler
-	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
-	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"scheduler", sch.Run})
-
 	// the model: a real one by configuration, else the scripted one
 	execCfg := cfg.Executor
 	execCfg.Prefix, execCfg.Streams = cfg.Prefix, cfg.Streams
@@ -226,6 +202,35 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.Log.Warn("no model configured: using the SCRIPTED model server (a testing and demo aid, not a language model)", "url", url)
 	}
 	s.modelURL = execCfg.Model.BaseURL
+
+	// registry
+	if nc, err = connect("registry"); err != nil {
+		return nil, err
+	}
+	regCfg := cfg.Registry
+	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
+	if regCfg.Analysis.BaseURL == "" && !regCfg.Analysis.Off && !regCfg.Analysis.FallbackOnly && s.model != nil && scriptAnalyses(cfg.Script) {
+		// The scripted model answers task analysis only when its script
+		// says how (a "task_analysis" scenario); else the fallback.
+		regCfg.Analysis.BaseURL, regCfg.Analysis.Model = s.modelURL, "scripted"
+	}
+	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"registry", reg.Run})
+
+	// scheduler
+	if nc, err = connect("scheduler"); err != nil {
+		return nil, err
+	}
+	schedCfg := cfg.Scheduler
+	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
+	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"scheduler", sch.Run})
 
 	// executor
 	if nc, err = connect("executor"); err != nil {
@@ -260,6 +265,19 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// scriptAnalyses says whether script answers the registry's task analysis.
+func scriptAnalyses(script *scriptedmodel.Script) bool {
+	if script == nil {
+		return false
+	}
+	for _, sc := range script.Scenarios {
+		if sc.Format == "task_analysis" {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultAgent is the agent `agentmesh dev` seeds: the built-in tools and
