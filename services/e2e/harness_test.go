@@ -167,8 +167,15 @@ func ctxT(t *testing.T) context.Context {
 // not exist yet (an agent may offer only skills of the catalogue).
 func (e *env) ensureSkills(t *testing.T, names ...string) {
 	t.Helper()
+	mkSkills(t, ctxT(t), e.skills, names...)
+}
+
+// mkSkills creates the skills of these names that do not exist yet, as the
+// caller of ctx (a platform key: shared ones).
+func mkSkills(t testing.TB, ctx context.Context, c agentmeshv1.SkillServiceClient, names ...string) {
+	t.Helper()
 	for _, n := range names {
-		_, err := e.skills.CreateSkill(ctxT(t), &agentmeshv1.CreateSkillRequest{Skill: &agentmeshv1.Skill{Name: strings.ToLower(strings.TrimSpace(n)), Description: "The skill " + n + " (a test's)."}})
+		_, err := c.CreateSkill(ctx, &agentmeshv1.CreateSkillRequest{Skill: &agentmeshv1.Skill{Name: strings.ToLower(strings.TrimSpace(n)), Description: "The skill " + n + " (a test's)."}})
 		if err != nil && status.Code(err) != codes.AlreadyExists {
 			t.Fatalf("create skill %s: %v", n, err)
 		}

@@ -25,6 +25,10 @@ func benchMatch(b *testing.B, o opts) {
 	e := start(b, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	for i := range 100 {
+		mkSkills(b, ctx, e.skills, fmt.Sprintf("skill-%02d", i))
+	}
+	mkSkills(b, ctx, e.skills, "common")
 	for i := range 1000 {
 		skills := []string{"common"}
 		for _, k := range []int{i % 100, (i*7 + 3) % 100, (i*13 + 5) % 100} {

@@ -71,6 +71,8 @@ type Config struct {
 	// SeedAgents are created through the registry at start when absent
 	// (dev seeds the default "assistant").
 	SeedAgents []*agentmeshv1.Agent
+	// SeedSkills are created (shared) before SeedAgents, when absent.
+	SeedSkills []*agentmeshv1.Skill
 }
 
 // Stack is a built stack, ready to Run.
@@ -255,8 +257,16 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.router = rt
 	s.runners = append(s.runners, runner{"router", rt.Run})
 
-	// Seed agents through the registry, over the bus like any client, as
-	// shared agents (every org may use them, none may change them).
+	// Seed skills and agents through the registry, over the bus like any
+	// client, as shared ones (every org may use them, none may change
+	// them); the skills first, as the agents offer them.
+	for _, sk := range cfg.SeedSkills {
+		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateSkill),
+			&busv1.SkillOp{Shared: true, Op: &busv1.SkillOp_Create{Create: &agentmeshv1.CreateSkillRequest{Skill: sk}}}, &agentmeshv1.CreateSkillResponse{})
+		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
+			return nil, fmt.Errorf("stack: seed skill %s: %w", sk.Name, err)
+		}
+	}
 	for _, a := range cfg.SeedAgents {
 		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateAgent),
 			&busv1.AgentOp{Shared: true, Op: &busv1.AgentOp_Create{Create: &agentmeshv1.CreateAgentRequest{Agent: a}}}, &agentmeshv1.CreateAgentResponse{})
@@ -278,6 +288,15 @@ func scriptAnalyses(script *scriptedmodel.Script) bool {
 		}
 	}
 	return false
+}
+
+// DefaultSkills are the shared skills `agentmesh dev` seeds: "general",
+// which the default agent offers.
+func DefaultSkills() []*agentmeshv1.Skill {
+	return []*agentmeshv1.Skill{{
+		Name:        "general",
+		Description: "General help: answer questions, explain, summarise and tell the time (seeded by agentmesh dev).",
+	}}
 }
 
 // DefaultAgent is the agent `agentmesh dev` seeds: the built-in tools and
