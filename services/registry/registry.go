@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		op string
 		h  micro.Handler
 	}{
-		{subjects.RegistryMatch, bus.Handler(s.log, func() *busv1.MatchRequest { return &busv1.MatchRequest{} }, s.match)},
+		{subjects.RegistryMatch, bus.Handler(s.log, func() *busv1.MatchRequest { return &busv1.MatchRequest{} }, s.matchEffective)},
 		{subjects.RegistryCreateAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.createAgent)},
 		{subjects.RegistryGetAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.getAgent)},
 		{subjects.RegistryListAgents, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.listAgents)},
