@@ -72,6 +72,12 @@ func benchMatch(b *testing.B, o opts) {
 		_, err := e.tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "slow bench", Agent: fmt.Sprintf("agent-%04d", i%1000)})
 		return err
 	})
+	measure("submit-analysed-fallback", func(i int) error {
+		// Neither agent nor skills: the task analysis over the org's 101
+		// skills (the fallback: no model), then scored matching.
+		_, err := e.tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("slow bench: the skill %02d (a test's) please", i%100)})
+		return err
+	})
 	measure("submit-by-two-skills", func(i int) error {
 		_, err := e.tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "slow bench", RequiredSkills: []string{fmt.Sprintf("skill-%02d", i%100), fmt.Sprintf("skill-%02d", (i+50)%100)}})
 		return err

@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -110,5 +115,41 @@ func TestSkillsEffectiveSettingsAndVersions(t *testing.T) {
 		if _, err := e.skills.DeleteSkill(ctxT(t), &agentmeshv1.DeleteSkillRequest{Name: "timekeeping"}); status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("delete an offered skill: %v, want FailedPrecondition", err)
 		}
+	})
+}
+
+// The registry caches the candidates of a skill set; a change made through
+// it shows at once, and one made past it (straight to state, as another
+// registry replica would) shows once its agent event arrives, long before
+// the cache's TTL.
+func TestMatchCandidateCacheFollowsAgentChanges(t *testing.T) {
+	e := start(t, opts{})
+	e.createAgent(t, "first", "sql")
+	match := func() string {
+		resp, err := e.agents.MatchAgents(ctxT(t), &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{"sql"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return candNames(resp.Routing)
+	}
+	if got := match(); got != "first" {
+		t.Fatalf("candidates = %s", got)
+	}
+	e.createAgent(t, "second", "sql")
+	if got := match(); got != "first,second" {
+		t.Fatalf("after a create through the registry: %s, want first,second", got)
+	}
+	// Past the registry: state's own agent.put, as the registry identity.
+	c := dialAs(t, e, subjects.ServiceRegistry)
+	names := subjects.Must("")
+	if err := bus.Request(ctxT(t), c.nc, names.State(subjects.StatePutAgent), &busv1.PutAgentRequest{
+		Agent: &agentmeshv1.Agent{Name: "third", Org: "default", Skills: []string{"sql"}}, Create: true}, &busv1.PutAgentResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, func() error {
+		if got := match(); got != "first,second,third" {
+			return fmt.Errorf("candidates = %s", got)
+		}
+		return nil
 	})
 }

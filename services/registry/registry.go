@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
@@ -90,6 +91,7 @@ type Service struct {
 	work           *workload
 	analyzer       *analyzer
 	skills         SkillCatalog
+	cands          *candidateCache
 	stopFollow     context.CancelFunc
 	followed       chan struct{}
 }
@@ -137,6 +139,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
+	s.cands = newCandidateCache()
 	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
 	if s.skills == nil {
 		s.skills = NewBusCatalog(deps.NC, names, 0)
@@ -171,9 +174,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopFollow, s.followed = stop, make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(s.followed)
+		defer wg.Done()
 		s.follow(followCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.followAgents(followCtx)
+	}()
+	go func() {
+		wg.Wait()
+		close(s.followed)
 	}()
 	return s, nil
 }
@@ -231,6 +244,7 @@ func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: true}, &resp); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
 	return &agentmeshv1.CreateAgentResponse{Agent: resp.Agent}, nil
 }
@@ -253,6 +267,7 @@ func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
 	return &agentmeshv1.UpdateAgentResponse{Agent: resp.Agent}, nil
 }
@@ -313,6 +328,7 @@ func (s *Service) deleteAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: req.Name, Org: org}, &busv1.DeleteAgentResponse{}); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent deleted", "org", org, "agent", req.Name)
 	return &agentmeshv1.DeleteAgentResponse{}, nil
 }
