@@ -9,6 +9,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
+	"github.com/agentmesh/agentmesh/services/registry"
 )
 
 // BenchmarkMatchAgents: one org with 1,000 agents over 100 skills (each
@@ -17,7 +18,13 @@ import (
 // p50/p99 per call; and SubmitTask by skills against SubmitTask naming
 // the agent (the cost matching adds to a submit).
 func BenchmarkMatchAgents(b *testing.B) {
+	// "no-cache": the registry lists the candidates from state on every
+	// match (as before the candidate cache), for before/after in one run.
+	b.Run("embedded/no-cache", func(b *testing.B) { benchMatch(b, opts{registry: registry.Config{CandidateTTL: -1}}) })
 	b.Run("embedded", func(b *testing.B) { benchMatch(b, opts{}) })
+	b.Run("postgres/no-cache", func(b *testing.B) {
+		benchMatch(b, opts{postgres: pgtest.NewDatabase(b), registry: registry.Config{CandidateTTL: -1}})
+	})
 	b.Run("postgres", func(b *testing.B) { benchMatch(b, opts{postgres: pgtest.NewDatabase(b)}) })
 }
 

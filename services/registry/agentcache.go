@@ -39,14 +39,18 @@ type candidateEntry struct {
 }
 
 type candidateCache struct {
+	ttl     time.Duration // < 0: no cache
 	mu      sync.Mutex
 	gen     uint64 // grows on every invalidation
 	ready   bool   // the agent events are followed
 	entries map[candidateKey]candidateEntry
 }
 
-func newCandidateCache() *candidateCache {
-	return &candidateCache{entries: map[candidateKey]candidateEntry{}}
+func newCandidateCache(ttl time.Duration) *candidateCache {
+	if ttl == 0 {
+		ttl = CandidateTTL
+	}
+	return &candidateCache{ttl: ttl, entries: map[candidateKey]candidateEntry{}}
 }
 
 func keyOf(org string, required []string) candidateKey {
@@ -58,7 +62,7 @@ func (c *candidateCache) get(k candidateKey, now time.Time) ([]*agentmeshv1.Agen
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[k]
-	if !c.ready || !ok || now.Sub(e.at) >= CandidateTTL {
+	if !c.ready || !ok || now.Sub(e.at) >= c.ttl {
 		return nil, c.gen, false
 	}
 	return e.agents, c.gen, true
@@ -68,7 +72,7 @@ func (c *candidateCache) get(k candidateKey, now time.Time) ([]*agentmeshv1.Agen
 func (c *candidateCache) put(k candidateKey, agents []*agentmeshv1.Agent, gen uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ready || c.gen != gen {
+	if !c.ready || c.gen != gen || c.ttl < 0 {
 		return
 	}
 	if len(c.entries) >= maxCandidateEntries {

@@ -65,6 +65,9 @@ type Config struct {
 	// AffinityWindow: how far back an org's finished tasks count for
 	// affinity (default 1h, at most 7 days).
 	AffinityWindow time.Duration
+	// CandidateTTL bounds how long matching uses cached candidates
+	// (agentcache.go; 0 = the default CandidateTTL, < 0 = no cache).
+	CandidateTTL time.Duration
 	// Analysis is the model of the task analysis (analysis.go); an empty
 	// BaseURL leaves the deterministic fallback alone.
 	Analysis AnalysisConfig
@@ -139,7 +142,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
-	s.cands = newCandidateCache()
+	s.cands = newCandidateCache(cfg.CandidateTTL)
 	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
 	if s.skills == nil {
 		s.skills = NewBusCatalog(deps.NC, names, 0)
