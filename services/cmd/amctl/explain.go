@@ -117,7 +117,7 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%d/%d\n", i+1, name, c.GetScore(),
 			c.GetCapability(), c.GetWorkload(), c.GetPriority(), c.GetAffinity(),
-			orNone(strings.Join(c.GetMatchedSkills(), ",")), orNone(strings.Join(c.GetMissingSkills(), ",")),
+			dash(strings.Join(c.GetMatchedSkills(), ",")), dash(strings.Join(c.GetMissingSkills(), ",")),
 			running, c.GetRecentCompleted(), c.GetRecentFailed())
 	}
 	_ = tw.Flush()
@@ -133,7 +133,7 @@ func printAnalysis(w io.Writer, a *agentmeshv1.TaskAnalysis) {
 	if a.GetMethod() == "model" {
 		how = "model " + a.GetModel()
 	}
-	fmt.Fprintf(w, "analysis: %s over %d skill(s) chose %s\n", how, a.GetCatalogueSkills(), orNone(strings.Join(a.GetSkills(), ", ")))
+	fmt.Fprintf(w, "analysis: %s over %d skill(s) chose %s\n", how, a.GetCatalogueSkills(), noneIfEmpty(strings.Join(a.GetSkills(), ", ")))
 	if e := a.GetModelError(); e != "" {
 		fmt.Fprintf(w, "analysis: the model %s was not used: %s\n", a.GetModel(), e)
 	}
@@ -144,4 +144,11 @@ func printAnalysis(w io.Writer, a *agentmeshv1.TaskAnalysis) {
 		}
 		fmt.Fprintf(w, "analysis scores: %s\n", strings.Join(parts, ", "))
 	}
+}
+
+func noneIfEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -66,7 +66,10 @@ func TestSkillsCommandsOnARealStack(t *testing.T) {
 	if id == nil {
 		t.Fatalf("no task id in %q", out)
 	}
-	mustRun(t, addr, []string{"how: scored for skills translation", "analysis: fallback", "chose translation", "analysis scores: translation"}, "explain", id[1])
+	out = mustRun(t, addr, []string{"how: scored for skills translation", "analysis: fallback", "chose translation", "analysis scores: translation"}, "explain", id[1])
+	if strings.Contains(out, "no reason given") {
+		t.Errorf("explain prints an empty skill list as a missing reason:\n%s", out)
+	}
 	out = mustRun(t, addr, nil, "get", id[1], "-o", "json")
 	for _, w := range []string{"You help a lot.\\n\\nTranslate into German.", `"current_time"`, `"appliedSkills"`} {
 		if !strings.Contains(out, w) {
