@@ -21,10 +21,13 @@
 // (<p>.state.agent.*), which owns the record. Matching by skills scores each
 // agent by capability, workload, priority and affinity (match.go) with
 // configurable weights; ties go by name. Candidates come from the store's
-// skill filter (one listing per required skill), not the whole catalogue;
-// their live load and recent record from <p>.state.agent.stats. Every
-// answer carries the decision as an agentmeshv1.Routing, which the router
-// records on the task.
+// skill filter (one listing per required skill), not the whole catalogue,
+// cached per org and skill set (agentcache.go); their live load and recent
+// record from the workload figure kept from the task events (workload.go).
+// A task naming neither agent nor skills is analysed for its skills first
+// (analysis.go, over the catalogue of catalogue.go). Every answer carries
+// the decision as an agentmeshv1.Routing, which the router records on the
+// task, and the chosen agent with its skills applied (effective.go).
 package registry
 
 import (
