@@ -461,6 +461,7 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		Scheduler:  schedCfg,
 		Registry:   regCfg,
 		NATSPort:   -1,
+		SeedSkills: stack.DefaultSkills(),
 		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
 		State:      state.Config{Retention: retention},
 	}

@@ -37,3 +37,40 @@ func TestRegistryConfigWeights(t *testing.T) {
 		t.Fatalf("got %+v %v", cfg, err)
 	}
 }
+
+// The task analysis settings: auto uses the operator's model, fallback
+// none, off none at all; anything else or a bad timeout refuses to start.
+func TestRegistryConfigAnalysis(t *testing.T) {
+	t.Setenv("AGENTMESH_MODEL_BASE_URL", "http://model.example/v1")
+	t.Setenv("AGENTMESH_MODEL", "small")
+	for _, tt := range []struct {
+		mode, timeout string
+		base          string
+		off           bool
+		bad           string
+	}{
+		{mode: "auto", base: "http://model.example/v1"},
+		{mode: "fallback"},
+		{mode: "off", off: true},
+		{mode: "sometimes", bad: "AGENTMESH_ANALYSIS"},
+		{mode: "auto", timeout: "2h", bad: "AGENTMESH_ANALYSIS_TIMEOUT"},
+	} {
+		t.Setenv("AGENTMESH_ANALYSIS", tt.mode)
+		t.Setenv("AGENTMESH_ANALYSIS_TIMEOUT", tt.timeout)
+		s := newSettings("registry")
+		if err := s.parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := s.registryConfig()
+		if tt.bad != "" {
+			var ue usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.bad) {
+				t.Errorf("%+v: got %v, want a usage error naming %s", tt, err, tt.bad)
+			}
+			continue
+		}
+		if err != nil || cfg.Analysis.BaseURL != tt.base || cfg.Analysis.Off != tt.off || (tt.base != "" && cfg.Analysis.Model != "small") {
+			t.Errorf("%+v: got %+v %v", tt, cfg.Analysis, err)
+		}
+	}
+}

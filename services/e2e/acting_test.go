@@ -79,7 +79,7 @@ func TestAgentThatActs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	e := &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	e := &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
 
 	_, err = e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name:  "worker",

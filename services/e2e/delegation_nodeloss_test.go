@@ -69,7 +69,7 @@ func TestDelegationNodeLossMidTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
 	for _, a := range []*agentmeshv1.Agent{
 		{Name: "planner", Tools: []string{"call_agent", "wait_tasks", "get_task_status"}},
 		{Name: "worker", Tools: []string{"echo"}},

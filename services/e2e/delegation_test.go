@@ -64,6 +64,7 @@ var delegationTools = []string{"call_agent", "call_model", "get_task_status", "w
 
 func (e *env) createAgentWith(t *testing.T, a *agentmeshv1.Agent) {
 	t.Helper()
+	e.ensureSkills(t, a.Skills...)
 	if _, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: a}); err != nil {
 		t.Fatalf("create agent %s: %v", a.Name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,10 +17,13 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/scheduler"
+	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +53,7 @@ type env struct {
 	stack  *stack.Stack
 	tasks  agentmeshv1.TaskServiceClient
 	agents agentmeshv1.AgentServiceClient
+	skills agentmeshv1.SkillServiceClient
 	stop   func()
 }
 
@@ -71,6 +76,8 @@ type opts struct {
 	// noWarmPool turns the executor's warm pool off, so that every agent
 	// process runs a task (tests that count processes).
 	noWarmPool bool
+	// registry: the registry's settings.
+	registry registry.Config
 }
 
 func logger() *slog.Logger {
@@ -115,6 +122,7 @@ func start(t testing.TB, o opts) *env {
 	cfg.Router.KeysFile = o.keysFile
 	cfg.State = o.state
 	cfg.Scheduler = o.scheduler
+	cfg.Registry = o.registry
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
@@ -152,7 +160,7 @@ func start(t testing.TB, o opts) *env {
 		}
 	}
 	t.Cleanup(stop)
-	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), stop: stop}
+	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn), stop: stop}
 }
 
 // ctxShort bounds one call made inside a poll loop, so a call lost during a
@@ -169,8 +177,28 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// ensureSkills creates the caller's org's skills of these names that do
+// not exist yet (an agent may offer only skills of the catalogue).
+func (e *env) ensureSkills(t *testing.T, names ...string) {
+	t.Helper()
+	mkSkills(t, ctxT(t), e.skills, names...)
+}
+
+// mkSkills creates the skills of these names that do not exist yet, as the
+// caller of ctx (a platform key: shared ones).
+func mkSkills(t testing.TB, ctx context.Context, c agentmeshv1.SkillServiceClient, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		_, err := c.CreateSkill(ctx, &agentmeshv1.CreateSkillRequest{Skill: &agentmeshv1.Skill{Name: strings.ToLower(strings.TrimSpace(n)), Description: "The skill " + n + " (a test's)."}})
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("create skill %s: %v", n, err)
+		}
+	}
+}
+
 func (e *env) createAgent(t *testing.T, name string, skills ...string) *agentmeshv1.Agent {
 	t.Helper()
+	e.ensureSkills(t, skills...)
 	resp, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name: name, SystemPrompt: "You are a test agent.", Tools: []string{"echo", "current_time"}, Skills: skills,
 	}})

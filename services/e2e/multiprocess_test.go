@@ -177,8 +177,15 @@ func TestMultiProcess(t *testing.T) {
 		}
 		return nil
 	})
-	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
-	// The state service may still be starting: retry the first call.
+	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
+	// The state service may still be starting: retry the first calls.
+	poll.Until(t, 60*time.Second, func() error {
+		_, err := e.skills.CreateSkill(ctxShort(t), &agentmeshv1.CreateSkillRequest{Skill: &agentmeshv1.Skill{Name: "general"}})
+		if status.Code(err) == codes.AlreadyExists { // an earlier try got through
+			return nil
+		}
+		return err
+	})
 	poll.Until(t, 60*time.Second, func() error {
 		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 			Name: "assistant", Tools: []string{"echo", "current_time"}, Skills: []string{"general"},

@@ -63,7 +63,7 @@ func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
 	poll.Until(t, 60*time.Second, func() error {
 		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "assistant", Tools: []string{"echo"}}})
 		if status.Code(err) == codes.AlreadyExists {

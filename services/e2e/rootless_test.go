@@ -306,7 +306,7 @@ func startRootlessDev(t *testing.T, uid, gid uint32, built string) *rootlessDev 
 		}
 		return nil
 	})
-	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)}
+	e := &env{tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
 	if _, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name: "coder", Tools: []string{"code_run"},
 	}}); err != nil {

@@ -30,6 +30,7 @@ func TestMatchAgentsAndRouting(t *testing.T) {
 		e := start(t, o)
 		mk := func(name string, maxConc int32, skills ...string) {
 			t.Helper()
+			e.ensureSkills(t, skills...)
 			_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 				Name: name, SystemPrompt: "You are a test agent.", Tools: []string{"echo"}, Skills: skills, MaxConcurrency: maxConc,
 			}})
@@ -149,6 +150,7 @@ func TestMatchAgentsAcrossOrgs(t *testing.T) {
 		e := start(t, o)
 		mk := func(who, name string, skills ...string) {
 			t.Helper()
+			mkSkills(t, as(t, who), e.skills, skills...)
 			if _, err := e.agents.CreateAgent(as(t, who), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 				Name: name, Tools: []string{"echo"}, Skills: skills,
 			}}); err != nil {

@@ -75,7 +75,7 @@ func TestSchedulerFailoverAndExecutorDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		orgs = append(orgs, &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn)})
+		orgs = append(orgs, &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)})
 	}
 	platform := orgs[3]
 	orgs = orgs[:3]

@@ -69,6 +69,8 @@ func setupOrgA(t *testing.T, e *env) orgA {
 	t.Helper()
 	var a orgA
 	// A shared agent, from the platform key.
+	mkSkills(t, as(t, "ops"), e.skills, "shared")
+	mkSkills(t, as(t, "a-admin"), e.skills, "plainskill")
 	if _, err := e.agents.CreateAgent(as(t, "ops"), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name: "shared-echo", Tools: []string{"echo"}, Skills: []string{"shared"},
 	}}); err != nil {

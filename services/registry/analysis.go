@@ -61,6 +61,11 @@ type AnalysisConfig struct {
 	Model string
 	// Timeout of the call (0 = DefaultAnalysisTimeout).
 	Timeout time.Duration
+	// FallbackOnly: never call a model, even one a dev stack offers.
+	FallbackOnly bool
+	// Off: no analysis; a task naming neither agent nor skills goes to
+	// the default agent.
+	Off bool
 }
 
 // SkillCatalog lists an org's skills (its own and the shared ones).
@@ -85,7 +90,7 @@ func newAnalyzer(cfg AnalysisConfig) *analyzer {
 		cfg.Model = "gpt-4o-mini"
 	}
 	a := &analyzer{cfg: cfg}
-	if cfg.BaseURL != "" {
+	if cfg.BaseURL != "" && !cfg.FallbackOnly {
 		oc := openai.DefaultConfig(cfg.APIKey)
 		oc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 		// No redirects: the API key goes to BaseURL only.

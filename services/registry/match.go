@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -199,6 +200,22 @@ func Score(agents []*agentmeshv1.Agent, stats []*busv1.AgentStats, required []st
 // and the shared ones offering any of the required skills; an org's own
 // agent hides a shared one of the same name.
 func (s *Service) candidates(ctx context.Context, org string, required []string) ([]*agentmeshv1.Agent, error) {
+	ck := keyOf(org, required)
+	cached, gen, ok := s.cands.get(ck, time.Now())
+	if ok {
+		return cached, nil
+	}
+	out, err := s.listCandidates(ctx, org, required)
+	if err != nil {
+		return nil, err
+	}
+	s.cands.put(ck, out, gen, time.Now())
+	return out, nil
+}
+
+// listCandidates lists the agents org sees offering any of required: one
+// listing per skill (the store's skill filter).
+func (s *Service) listCandidates(ctx context.Context, org string, required []string) ([]*agentmeshv1.Agent, error) {
 	type key struct{ org, name string }
 	found := map[key]*agentmeshv1.Agent{}
 	for _, sk := range required {

@@ -21,10 +21,13 @@
 // (<p>.state.agent.*), which owns the record. Matching by skills scores each
 // agent by capability, workload, priority and affinity (match.go) with
 // configurable weights; ties go by name. Candidates come from the store's
-// skill filter (one listing per required skill), not the whole catalogue;
-// their live load and recent record from <p>.state.agent.stats. Every
-// answer carries the decision as an agentmeshv1.Routing, which the router
-// records on the task.
+// skill filter (one listing per required skill), not the whole catalogue,
+// cached per org and skill set (agentcache.go); their live load and recent
+// record from the workload figure kept from the task events (workload.go).
+// A task naming neither agent nor skills is analysed for its skills first
+// (analysis.go, over the catalogue of catalogue.go). Every answer carries
+// the decision as an agentmeshv1.Routing, which the router records on the
+// task, and the chosen agent with its skills applied (effective.go).
 package registry
 
 import (
@@ -33,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
@@ -64,6 +68,9 @@ type Config struct {
 	// AffinityWindow: how far back an org's finished tasks count for
 	// affinity (default 1h, at most 7 days).
 	AffinityWindow time.Duration
+	// CandidateTTL bounds how long matching uses cached candidates
+	// (agentcache.go; 0 = the default CandidateTTL, < 0 = no cache).
+	CandidateTTL time.Duration
 	// Analysis is the model of the task analysis (analysis.go); an empty
 	// BaseURL leaves the deterministic fallback alone.
 	Analysis AnalysisConfig
@@ -73,8 +80,8 @@ type Config struct {
 type Deps struct {
 	NC  *nats.Conn
 	Log *slog.Logger
-	// Skills is the skill catalogue task analysis reads (nil: tasks
-	// naming neither agent nor skills go to the default agent).
+	// Skills is the skill catalogue task analysis reads (nil: the state
+	// service's, over NC, cached per org: NewBusCatalog).
 	Skills SkillCatalog
 }
 
@@ -90,6 +97,7 @@ type Service struct {
 	work           *workload
 	analyzer       *analyzer
 	skills         SkillCatalog
+	cands          *candidateCache
 	stopFollow     context.CancelFunc
 	followed       chan struct{}
 }
@@ -137,7 +145,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
+	s.cands = newCandidateCache(cfg.CandidateTTL)
 	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
+	if s.skills == nil {
+		s.skills = NewBusCatalog(deps.NC, names, 0)
+	}
 	sem := make(chan struct{}, cfg.Concurrency)
 	add := func(op string, h micro.Handler) error {
 		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
@@ -147,7 +159,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		op string
 		h  micro.Handler
 	}{
-		{subjects.RegistryMatch, bus.Handler(s.log, func() *busv1.MatchRequest { return &busv1.MatchRequest{} }, s.match)},
+		{subjects.RegistryMatch, bus.Handler(s.log, func() *busv1.MatchRequest { return &busv1.MatchRequest{} }, s.matchEffective)},
 		{subjects.RegistryCreateAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.createAgent)},
 		{subjects.RegistryGetAgent, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.getAgent)},
 		{subjects.RegistryListAgents, bus.Handler(s.log, func() *busv1.AgentOp { return &busv1.AgentOp{} }, s.listAgents)},
@@ -168,9 +180,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopFollow, s.followed = stop, make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(s.followed)
+		defer wg.Done()
 		s.follow(followCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.followAgents(followCtx)
+	}()
+	go func() {
+		wg.Wait()
+		close(s.followed)
 	}()
 	return s, nil
 }
@@ -228,6 +250,7 @@ func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: true}, &resp); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
 	return &agentmeshv1.CreateAgentResponse{Agent: resp.Agent}, nil
 }
@@ -250,6 +273,7 @@ func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
 	return &agentmeshv1.UpdateAgentResponse{Agent: resp.Agent}, nil
 }
@@ -310,6 +334,7 @@ func (s *Service) deleteAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StateDeleteAgent, &busv1.DeleteAgentRequest{Name: req.Name, Org: org}, &busv1.DeleteAgentResponse{}); err != nil {
 		return nil, err
 	}
+	s.cands.invalidate(org)
 	s.log.Info("agent deleted", "org", org, "agent", req.Name)
 	return &agentmeshv1.DeleteAgentResponse{}, nil
 }
@@ -374,7 +399,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 // analyze runs the task analysis of a task naming neither agent nor
 // skills: nil without a catalogue or an input.
 func (s *Service) analyze(ctx context.Context, req *busv1.MatchRequest) (*agentmeshv1.TaskAnalysis, error) {
-	if s.skills == nil || strings.TrimSpace(req.Input) == "" {
+	if s.analyzer.cfg.Off || strings.TrimSpace(req.Input) == "" {
 		return nil, nil
 	}
 	catalogue, err := s.skills.List(ctx, req.Org)

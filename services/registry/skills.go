@@ -65,6 +65,7 @@ func (s *Service) putSkill(ctx context.Context, org string, sk *agentmeshv1.Skil
 	if err := s.stateReq(ctx, subjects.StatePutSkill, &busv1.PutSkillRequest{Skill: sk, Create: create, ExpectedVersion: expected}, &resp); err != nil {
 		return nil, err
 	}
+	s.skillsChanged(org)
 	s.log.Info("skill stored", "org", org, "skill", resp.Skill.GetName(), "version", resp.Skill.GetVersion())
 	return resp.Skill, nil
 }
@@ -153,6 +154,7 @@ func (s *Service) deleteSkill(ctx context.Context, op *busv1.SkillOp) (*agentmes
 	if err := s.stateReq(ctx, subjects.StateDeleteSkill, &busv1.DeleteSkillRequest{Org: org, Name: req.Name}, &busv1.DeleteSkillResponse{}); err != nil {
 		return nil, err
 	}
+	s.skillsChanged(org)
 	s.log.Info("skill deleted", "org", org, "skill", req.Name)
 	return &agentmeshv1.DeleteSkillResponse{}, nil
 }

@@ -126,7 +126,7 @@ func (a *agentServer) MatchAgents(ctx context.Context, req *agentmeshv1.MatchAge
 	}
 	var resp busv1.MatchResponse
 	err := bus.Request(ctx, a.s.nc, a.s.names.Registry(subjects.RegistryMatch),
-		&busv1.MatchRequest{RequiredSkills: skills, Org: orgFrom(ctx), Limit: limit}, &resp)
+		&busv1.MatchRequest{RequiredSkills: skills, Org: orgFrom(ctx), Limit: limit, RoutingOnly: true}, &resp)
 	if err != nil {
 		return nil, toStatus(a.s.log, "MatchAgents", err)
 	}

@@ -71,6 +71,8 @@ type Config struct {
 	// SeedAgents are created through the registry at start when absent
 	// (dev seeds the default "assistant").
 	SeedAgents []*agentmeshv1.Agent
+	// SeedSkills are created (shared) before SeedAgents, when absent.
+	SeedSkills []*agentmeshv1.Skill
 }
 
 // Stack is a built stack, ready to Run.
@@ -179,30 +181,6 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.runners = append(s.runners, runner{"state", st.Run})
 
-	// registry
-	if nc, err = connect("registry"); err != nil {
-		return nil, err
-	}
-	regCfg := cfg.Registry
-	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
-	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"registry", reg.Run})
-
-	// scheduler
-	if nc, err = connect("scheduler"); err != nil {
-		return nil, err
-	}
-	schedCfg := cfg.Scheduler
-	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
-	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"scheduler", sch.Run})
-
 	// the model: a real one by configuration, else the scripted one
 	execCfg := cfg.Executor
 	execCfg.Prefix, execCfg.Streams = cfg.Prefix, cfg.Streams
@@ -228,6 +206,35 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.modelURL = execCfg.Model.BaseURL
 
+	// registry
+	if nc, err = connect("registry"); err != nil {
+		return nil, err
+	}
+	regCfg := cfg.Registry
+	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
+	if regCfg.Analysis.BaseURL == "" && !regCfg.Analysis.Off && !regCfg.Analysis.FallbackOnly && s.model != nil && scriptAnalyses(cfg.Script) {
+		// The scripted model answers task analysis only when its script
+		// says how (a "task_analysis" scenario); else the fallback.
+		regCfg.Analysis.BaseURL, regCfg.Analysis.Model = s.modelURL, "scripted"
+	}
+	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"registry", reg.Run})
+
+	// scheduler
+	if nc, err = connect("scheduler"); err != nil {
+		return nil, err
+	}
+	schedCfg := cfg.Scheduler
+	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
+	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.runners = append(s.runners, runner{"scheduler", sch.Run})
+
 	// executor
 	if nc, err = connect("executor"); err != nil {
 		return nil, err
@@ -252,8 +259,16 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.router = rt
 	s.runners = append(s.runners, runner{"router", rt.Run})
 
-	// Seed agents through the registry, over the bus like any client, as
-	// shared agents (every org may use them, none may change them).
+	// Seed skills and agents through the registry, over the bus like any
+	// client, as shared ones (every org may use them, none may change
+	// them); the skills first, as the agents offer them.
+	for _, sk := range cfg.SeedSkills {
+		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateSkill),
+			&busv1.SkillOp{Shared: true, Op: &busv1.SkillOp_Create{Create: &agentmeshv1.CreateSkillRequest{Skill: sk}}}, &agentmeshv1.CreateSkillResponse{})
+		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
+			return nil, fmt.Errorf("stack: seed skill %s: %w", sk.Name, err)
+		}
+	}
 	for _, a := range cfg.SeedAgents {
 		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateAgent),
 			&busv1.AgentOp{Shared: true, Op: &busv1.AgentOp_Create{Create: &agentmeshv1.CreateAgentRequest{Agent: a}}}, &agentmeshv1.CreateAgentResponse{})
@@ -262,6 +277,28 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// scriptAnalyses says whether script answers the registry's task analysis.
+func scriptAnalyses(script *scriptedmodel.Script) bool {
+	if script == nil {
+		return false
+	}
+	for _, sc := range script.Scenarios {
+		if sc.Format == "task_analysis" {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultSkills are the shared skills `agentmesh dev` seeds: "general",
+// which the default agent offers.
+func DefaultSkills() []*agentmeshv1.Skill {
+	return []*agentmeshv1.Skill{{
+		Name:        "general",
+		Description: "General help: answer questions, explain, summarise and tell the time (seeded by agentmesh dev).",
+	}}
 }
 
 // DefaultAgent is the agent `agentmesh dev` seeds: the built-in tools and

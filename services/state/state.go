@@ -596,6 +596,10 @@ func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*bu
 	if err := agentspec.Agent(a); err != nil {
 		return nil, err
 	}
+	// Every skill offered is in the org's or the shared catalogue.
+	if err := s.unknownSkills(ctx, a); err != nil {
+		return nil, err
+	}
 	got, err := s.store.PutAgent(ctx, a, req.Create, req.ExpectedVersion)
 	if errors.Is(err, bus.ErrNotFound) && !req.Create {
 		err = s.sharedOnly(ctx, a.Org, a.Name, "change", err)

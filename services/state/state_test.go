@@ -371,6 +371,7 @@ func TestConcurrentRequests(t *testing.T) {
 func TestAgentEvents(t *testing.T) {
 	r := startKV(t)
 	c := collect(t, r.nc, names.AgentEvents())
+	mustCall(t, r.nc, subjects.StatePutSkill, &busv1.PutSkillRequest{Skill: &agentmeshv1.Skill{Name: "prose"}, Create: true}, &busv1.PutSkillResponse{})
 	put := mustCall(t, r.nc, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "writer", Skills: []string{"prose"}}, Create: true}, &busv1.PutAgentResponse{})
 	if put.Agent.Version != 1 {
 		t.Errorf("version: got %d, want 1", put.Agent.Version)
@@ -495,5 +496,40 @@ func TestMicroPing(t *testing.T) {
 	}
 	if !strings.Contains(string(reply.Data), state.ServiceName) {
 		t.Errorf("ping reply: got %s, want it to name %s", reply.Data, state.ServiceName)
+	}
+}
+
+// An agent may offer only skills of the catalogue: its org's or the shared
+// ones; unknown names are refused, all of them named, nothing stored.
+func TestAgentUnknownSkills(t *testing.T) {
+	r := startKV(t)
+	mustCall(t, r.nc, subjects.StatePutSkill, &busv1.PutSkillRequest{Skill: &agentmeshv1.Skill{Name: "shared-one"}, Create: true}, &busv1.PutSkillResponse{})
+	mustCall(t, r.nc, subjects.StatePutSkill, &busv1.PutSkillRequest{Skill: &agentmeshv1.Skill{Name: "own", Org: "acme"}, Create: true}, &busv1.PutSkillResponse{})
+	put := func(org string, create bool, skills ...string) error {
+		return bus.Request(context.Background(), r.nc, names.State(subjects.StatePutAgent),
+			&busv1.PutAgentRequest{Agent: &agentmeshv1.Agent{Name: "a", Org: org, Skills: skills}, Create: create}, &busv1.PutAgentResponse{})
+	}
+	err := put("acme", true, "own", "ghost", "shared-one", "phantom")
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeInvalidArgument || be.Field != "agent.skills" ||
+		!strings.Contains(be.Message, "ghost, phantom") || strings.Contains(be.Message, "shared-one") {
+		t.Fatalf("unknown skills: got %v, want invalid_argument naming ghost, phantom", err)
+	}
+	if err := bus.Request(context.Background(), r.nc, names.State(subjects.StateGetAgent), &busv1.GetAgentRequest{Name: "a", Org: "acme"}, &busv1.GetAgentResponse{}); !errors.Is(err, bus.ErrNotFound) {
+		t.Errorf("refused agent stored: %v", err)
+	}
+	if err := put("acme", true, "own", "shared-one"); err != nil {
+		t.Fatalf("known skills: %v", err)
+	}
+	// An update is checked too; another org's skill is not the org's.
+	if err := put("acme", false, "own", "ghost"); bus.CodeOf(err) != bus.CodeInvalidArgument {
+		t.Errorf("update with an unknown skill: %v", err)
+	}
+	if err := put("globex", true, "own"); bus.CodeOf(err) != bus.CodeInvalidArgument {
+		t.Errorf("another org's skill: %v", err)
+	}
+	// A shared agent sees only the shared catalogue.
+	if err := put("", true, "own"); bus.CodeOf(err) != bus.CodeInvalidArgument {
+		t.Errorf("shared agent offering an org's skill: %v", err)
 	}
 }

@@ -22,12 +22,13 @@ import (
 
 func (c *cli) agentsCmd(ctx context.Context, args []string) error {
 	subs := map[string]func(context.Context, []string) error{
-		"create": c.agentCreate,
-		"list":   c.agentList,
-		"get":    c.agentGet,
-		"update": c.agentUpdate,
-		"delete": c.agentDelete,
-		"match":  c.agentMatch,
+		"create":   c.agentCreate,
+		"list":     c.agentList,
+		"get":      c.agentGet,
+		"update":   c.agentUpdate,
+		"delete":   c.agentDelete,
+		"match":    c.agentMatch,
+		"versions": c.agentVersions,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		out := c.stdout
@@ -37,12 +38,13 @@ func (c *cli) agentsCmd(ctx context.Context, args []string) error {
 		fmt.Fprint(out, `Usage: amctl agents COMMAND [flags]
 
 Commands:
-  create NAME [flags]   create an agent (or --file agent.json)
-  list [--skill S]      list agents
-  get NAME              show an agent
-  update NAME [flags]   change an agent's settings (flags not given keep their value)
-  delete NAME           delete an agent
-  match SKILL...        rank the agents for these skills, with each score's breakdown
+  create NAME [flags]     create an agent (or --file agent.json)
+  list [--skill S]        list agents
+  get NAME [--version N]  show an agent (or an earlier version of it)
+  versions NAME           list an agent's versions, newest first
+  update NAME [flags]     change an agent's settings (flags not given keep their value)
+  delete NAME             delete an agent
+  match SKILL...          rank the agents for these skills, with each score's breakdown
 
 Run 'amctl agents COMMAND -h' for a command's flags.
 `)
@@ -53,7 +55,7 @@ Run 'amctl agents COMMAND -h' for a command's flags.
 	}
 	fn, ok := subs[args[0]]
 	if !ok {
-		return usagef("agents: unknown command %q (want create, list, get, update, delete or match)", args[0])
+		return usagef("agents: unknown command %q (want create, list, get, update, delete, match or versions)", args[0])
 	}
 	return fn(ctx, args[1:])
 }
@@ -291,7 +293,8 @@ func (c *cli) agentUpdate(ctx context.Context, args []string) error {
 }
 
 func (c *cli) agentGet(ctx context.Context, args []string) error {
-	fs := c.flags("agents get", "NAME", "Show an agent.")
+	fs := c.flags("agents get", "NAME [--version N]", "Show an agent, or an earlier version of it.")
+	version := fs.Int64("version", 0, "this version of the agent (0 = the latest)")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -304,14 +307,61 @@ func (c *cli) agentGet(ctx context.Context, args []string) error {
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
-	resp, err := c.agents.GetAgent(cctx, &agentmeshv1.GetAgentRequest{Name: pos[0]})
+	if *version < 0 {
+		return usagef("--version: must not be negative")
+	}
+	resp, err := c.agents.GetAgent(cctx, &agentmeshv1.GetAgentRequest{Name: pos[0], Version: *version})
 	if err != nil {
+		if *version > 0 && status.Code(err) == codes.NotFound {
+			return fmt.Errorf("agent %s has no version %d (amctl agents versions %s)", pos[0], *version, pos[0])
+		}
 		return agentErr(pos[0], err)
 	}
 	if c.json() {
 		return c.printJSON(resp.GetAgent(), true)
 	}
 	printAgent(c.stdout, resp.GetAgent())
+	return nil
+}
+
+// agentVersions lists an agent's stored versions, newest first.
+func (c *cli) agentVersions(ctx context.Context, args []string) error {
+	fs := c.flags("agents versions", "NAME", "List an agent's versions, newest first (amctl agents get NAME --version N shows one).")
+	limit := fs.Int("limit", 0, "at most this many versions")
+	token := fs.String("page-token", "", "continue from a previous listing")
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := exactly("agents versions", pos, "NAME"); err != nil {
+		return err
+	}
+	if *limit < 0 || *limit > 1000 {
+		return usagef("--limit: must be between 0 and 1000")
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.agents.ListAgentVersions(cctx, &agentmeshv1.ListAgentVersionsRequest{Name: pos[0], PageSize: int32(*limit), PageToken: *token})
+	if err != nil {
+		return agentErr(pos[0], err)
+	}
+	if c.json() {
+		return c.printJSON(resp, true)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION	UPDATED	MODEL	SKILLS	TOOLS")
+	for _, a := range resp.GetVersions() {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", a.GetVersion(), when(a.GetUpdatedAt()), modelOf(a), dash(strings.Join(a.GetSkills(), ",")), dash(strings.Join(a.GetTools(), ",")))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if tok := resp.GetNextPageToken(); tok != "" {
+		fmt.Fprintf(c.stdout, "\nmore: amctl agents versions %s --page-token %s\n", pos[0], tok)
+	}
 	return nil
 }
 

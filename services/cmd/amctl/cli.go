@@ -109,6 +109,7 @@ func commands() []command {
 		{"history", "show a task's recorded events", (*cli).history},
 		{"tree", "show a task's tree of sub-tasks with their costs (and with --watch, follow it)", (*cli).tree},
 		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
+		{"skills", "manage the skill catalogue: create, list, get, update, delete", (*cli).skillsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},

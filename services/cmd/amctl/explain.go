@@ -68,6 +68,12 @@ func routingSummary(r *agentmeshv1.Routing) string {
 	case "named":
 		return "named by the submitter"
 	case "default":
+		if a := r.GetAnalysis(); a != nil && len(a.GetSkills()) > 0 {
+			return fmt.Sprintf("the default agent (analysis chose %s; no agent offers them)", strings.Join(a.GetSkills(), ", "))
+		}
+		if r.GetAnalysis() != nil {
+			return "the default agent (analysis found no skill of the catalogue)"
+		}
 		return "the default agent (no agent or skills given)"
 	}
 	s := fmt.Sprintf("scored: %s", r.GetChosen())
@@ -87,8 +93,10 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 		if t := r.GetDecidedAt(); t != nil {
 			fmt.Fprintf(w, "decided: %s\n", when(t))
 		}
+		printAnalysis(w, r.GetAnalysis())
 		return
 	}
+	printAnalysis(w, r.GetAnalysis())
 	wt := r.GetWeights()
 	fmt.Fprintf(w, "how: scored for skills %s\n", strings.Join(r.GetRequiredSkills(), ", "))
 	fmt.Fprintf(w, "weights: capability %g, workload %g, priority %g, affinity %g\n", wt.GetCapability(), wt.GetWorkload(), wt.GetPriority(), wt.GetAffinity())
@@ -109,8 +117,38 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%d/%d\n", i+1, name, c.GetScore(),
 			c.GetCapability(), c.GetWorkload(), c.GetPriority(), c.GetAffinity(),
-			orNone(strings.Join(c.GetMatchedSkills(), ",")), orNone(strings.Join(c.GetMissingSkills(), ",")),
+			dash(strings.Join(c.GetMatchedSkills(), ",")), dash(strings.Join(c.GetMissingSkills(), ",")),
 			running, c.GetRecentCompleted(), c.GetRecentFailed())
 	}
 	_ = tw.Flush()
+}
+
+// printAnalysis shows how the task analysis chose the required skills of
+// a task naming neither agent nor skills.
+func printAnalysis(w io.Writer, a *agentmeshv1.TaskAnalysis) {
+	if a == nil {
+		return
+	}
+	how := "fallback (similarity of the input to the skills' descriptions)"
+	if a.GetMethod() == "model" {
+		how = "model " + a.GetModel()
+	}
+	fmt.Fprintf(w, "analysis: %s over %d skill(s) chose %s\n", how, a.GetCatalogueSkills(), noneIfEmpty(strings.Join(a.GetSkills(), ", ")))
+	if e := a.GetModelError(); e != "" {
+		fmt.Fprintf(w, "analysis: the model %s was not used: %s\n", a.GetModel(), e)
+	}
+	if sc := a.GetScores(); len(sc) > 0 {
+		parts := make([]string, len(sc))
+		for i, s := range sc {
+			parts[i] = fmt.Sprintf("%s %.3f", s.GetSkill(), s.GetScore())
+		}
+		fmt.Fprintf(w, "analysis scores: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+func noneIfEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -4,7 +4,8 @@
 //	amctl submit [--agent A | --skill S ...] [--wait] TEXT
 //	amctl get|cancel|watch|history ID
 //	amctl list [--status S ...] [--agent A] [--since 1h]
-//	amctl agents create|list|get|update|delete ...
+//	amctl agents create|list|get|versions|update|delete|match ...
+//	amctl skills create|list|get|update|delete ...
 //
 // Run `amctl help` for every command and flag. Exit status: 0 on success,
 // 1 on an error (or a task that failed or was cancelled under --wait and

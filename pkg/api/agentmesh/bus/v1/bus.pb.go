@@ -1529,7 +1529,11 @@ type MatchRequest struct {
 	Limit int32 `protobuf:"varint,90,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The task's input: a task naming neither agent nor skills is analysed
 	// for the skills it needs (the registry's task analysis).
-	Input         string `protobuf:"bytes,160,opt,name=input,proto3" json:"input,omitempty"`
+	Input string `protobuf:"bytes,160,opt,name=input,proto3" json:"input,omitempty"`
+	// Only the routing is wanted (MatchAgents): the chosen agent's
+	// effective settings (its skills' prompt templates and tools) are not
+	// resolved, and MatchResponse.agent is the catalogue's agent.
+	RoutingOnly   bool `protobuf:"varint,200,opt,name=routing_only,json=routingOnly,proto3" json:"routing_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1599,6 +1603,13 @@ func (x *MatchRequest) GetInput() string {
 	return ""
 }
 
+func (x *MatchRequest) GetRoutingOnly() bool {
+	if x != nil {
+		return x.RoutingOnly
+	}
+	return false
+}
+
 type MatchCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Agent string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
@@ -1662,7 +1673,11 @@ func (x *MatchCandidate) GetMatchedSkills() []string {
 
 type MatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Agent *v1.Agent              `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The chosen agent with its effective settings: the catalogue's agent
+	// with its skills' prompt templates appended to the system prompt,
+	// their required tools added (never one its tool policies deny) and
+	// applied_skills naming each skill's version (unless routing_only).
+	Agent *v1.Agent `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	// Every agent considered, best first, with its score.
 	Candidates []*MatchCandidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The decision with every candidate's breakdown.
@@ -1993,13 +2008,14 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"AgentEvent\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\x8c\x01\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xb0\x01\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x12\x10\n" +
 	"\x03org\x18# \x01(\tR\x03org\x12\x14\n" +
 	"\x05limit\x18Z \x01(\x05R\x05limit\x12\x15\n" +
-	"\x05input\x18\xa0\x01 \x01(\tR\x05input\"c\n" +
+	"\x05input\x18\xa0\x01 \x01(\tR\x05input\x12\"\n" +
+	"\frouting_only\x18\xc8\x01 \x01(\bR\vroutingOnly\"c\n" +
 	"\x0eMatchCandidate\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12%\n" +

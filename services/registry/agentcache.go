@@ -1,0 +1,154 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The candidate cache: the agents an org sees for a set of required
+// skills (the store's skill filter, one listing per skill), kept so that
+// matching the same skills again costs no listing. An entry is dropped
+// when an agent of its org changes (a shared agent's change drops every
+// org's): at once for changes made through this registry, and on the
+// agent event (<p>.evt.<org>.agent.<name>, followed from the events
+// stream) for changes made through another replica or state itself.
+// Entries live at most CandidateTTL in any case, and none is used while
+// the agent events are not followed.
+
+// CandidateTTL bounds how long cached candidates are used.
+const CandidateTTL = 30 * time.Second
+
+// maxCandidateEntries bounds the cache; past it, it starts over.
+const maxCandidateEntries = 10000
+
+type candidateKey struct {
+	org, skills string
+}
+
+type candidateEntry struct {
+	agents []*agentmeshv1.Agent
+	at     time.Time
+}
+
+type candidateCache struct {
+	ttl     time.Duration // < 0: no cache
+	mu      sync.Mutex
+	gen     uint64 // grows on every invalidation
+	ready   bool   // the agent events are followed
+	entries map[candidateKey]candidateEntry
+}
+
+func newCandidateCache(ttl time.Duration) *candidateCache {
+	if ttl == 0 {
+		ttl = CandidateTTL
+	}
+	return &candidateCache{ttl: ttl, entries: map[candidateKey]candidateEntry{}}
+}
+
+func keyOf(org string, required []string) candidateKey {
+	return candidateKey{org, strings.Join(required, "\x00")}
+}
+
+// get returns the cached candidates and the generation to put with.
+func (c *candidateCache) get(k candidateKey, now time.Time) ([]*agentmeshv1.Agent, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[k]
+	if !c.ready || !ok || now.Sub(e.at) >= c.ttl {
+		return nil, c.gen, false
+	}
+	return e.agents, c.gen, true
+}
+
+// put caches agents unless an invalidation came since gen was read.
+func (c *candidateCache) put(k candidateKey, agents []*agentmeshv1.Agent, gen uint64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready || c.gen != gen || c.ttl < 0 {
+		return
+	}
+	if len(c.entries) >= maxCandidateEntries {
+		clear(c.entries)
+	}
+	c.entries[k] = candidateEntry{agents: agents, at: now}
+}
+
+// invalidate drops org's entries, or every entry for a shared agent.
+func (c *candidateCache) invalidate(org string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	if org == "" {
+		clear(c.entries)
+		return
+	}
+	for k := range c.entries {
+		if k.org == org {
+			delete(c.entries, k)
+		}
+	}
+}
+
+// setReady turns the cache on or off (off: emptied).
+func (c *candidateCache) setReady(ready bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.ready = ready
+	clear(c.entries)
+}
+
+// followAgents keeps the candidate cache coherent with the agent events
+// until ctx ends.
+func (s *Service) followAgents(ctx context.Context) {
+	for ctx.Err() == nil {
+		cc, err := s.consumeAgentEvents(ctx)
+		if err != nil {
+			s.log.Debug("agent events: follow failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		s.cands.setReady(true)
+		<-ctx.Done()
+		s.cands.setReady(false)
+		cc.Stop()
+	}
+}
+
+func (s *Service) consumeAgentEvents(ctx context.Context) (jetstream.ConsumeContext, error) {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	cons, err := js.OrderedConsumer(ctx, s.names.EventsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.names.AgentEvents()},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent events consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var ev busv1.AgentEvent
+		if err := bus.DecodeEvent(m.Data(), &ev); err != nil {
+			s.log.Warn("malformed agent event: every cached candidate dropped", "subject", m.Subject(), "err", err)
+			s.cands.invalidate("")
+			return
+		}
+		s.cands.invalidate(ev.GetAgent().GetOrg())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent events consumer: %w", err)
+	}
+	return cc, nil
+}
