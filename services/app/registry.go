@@ -21,5 +21,9 @@ func (s *settings) registryConfig() (registry.Config, error) {
 	if win < 0 || win > 7*24*time.Hour {
 		return registry.Config{}, usageError{fmt.Errorf("AGENTMESH_MATCH_AFFINITY_WINDOW: want a duration up to 168h, got %s", win)}
 	}
-	return registry.Config{Weights: &w, AffinityWindow: win}, nil
+	props, err := s.proposalConfig()
+	if err != nil {
+		return registry.Config{}, err
+	}
+	return registry.Config{Weights: &w, AffinityWindow: win, Proposals: props}, nil
 }
