@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
 	"google.golang.org/grpc"
@@ -65,6 +66,8 @@ type opts struct {
 	// script replaces testScript; capacity, when > 0, the executor's.
 	script   string
 	capacity int
+	// registry: the registry's settings (proposals).
+	registry registry.Config
 }
 
 func logger() *slog.Logger {
@@ -108,6 +111,7 @@ func start(t testing.TB, o opts) *env {
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Router.KeysFile = o.keysFile
 	cfg.State = o.state
+	cfg.Registry = o.registry
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
