@@ -110,6 +110,7 @@ func commands() []command {
 		{"tree", "show a task's tree of sub-tasks with their costs (and with --watch, follow it)", (*cli).tree},
 		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
+		{"proposals", "list, show, approve or reject agents proposed for tasks no agent fits", (*cli).proposalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},
