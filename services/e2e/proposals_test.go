@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"strings"
+	"time"
 	"testing"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -206,4 +207,58 @@ func TestProposalsOff(t *testing.T) {
 	if err != nil || len(list.Proposals) != 0 {
 		t.Errorf("proposals = %v, %v; want none", list, err)
 	}
+}
+
+// An agent approved for one task serves that task's sub-tasks too (named,
+// or by the skills it offers) and is never in the catalogue.
+func TestProposalServesSubtasks(t *testing.T) {
+	stores(t, func(t *testing.T, o opts) {
+		o.script = `{"scenarios": [
+		  {"match": "^orchestrate", "turns": [
+		    {"content": "Fanning out.", "tool_calls": [
+		      {"name": "call_agent", "arguments": {"agent": "orchestration-agent", "input": "part one", "title": "one"}},
+		      {"name": "call_agent", "arguments": {"skills": ["orchestration"], "input": "part two", "title": "two"}}
+		    ]},
+		    {"content": "Waiting.", "tool_calls": [{"name": "wait_tasks", "arguments": {}}]},
+		    {"content": "combined: {{last_tool_result}}"}
+		  ]},
+		  {"match": "^part", "turns": [{"content": "done({{input}})"}]},
+		  {"turns": [{"content": "final answer: {{input}}"}]}
+		]}`
+		e := start(t, o)
+		if _, err := agentmeshv1.NewSkillServiceClient(e.conn).CreateSkill(ctxT(t), &agentmeshv1.CreateSkillRequest{Skill: &agentmeshv1.Skill{
+			Name: "orchestration", Description: "split work into sub-tasks", RequiredTools: delegationTools,
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		task := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "orchestrate the release", RequiredSkills: []string{"orchestration"}})
+		if task.GetPendingProposal() == nil {
+			t.Fatalf("submitted: %v, want a proposal", task)
+		}
+		if _, err := agentmeshv1.NewProposalServiceClient(e.conn).ApproveProposal(ctxT(t), &agentmeshv1.ApproveProposalRequest{Id: task.PendingProposal.Id}); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		done := e.waitStatus(t, task.Id, taskstate.Completed, 60*time.Second)
+		if !strings.Contains(done.Result, "done(part one)") || !strings.Contains(done.Result, "done(part two)") {
+			t.Errorf("result = %q, want both parts", done.Result)
+		}
+		subs := e.subtasks(t, task.Id)
+		if len(subs) != 2 {
+			t.Fatalf("%d sub-tasks, want 2", len(subs))
+		}
+		for _, s := range subs {
+			if s.Agent != "orchestration-agent" || !s.GetAgentSpec().GetEphemeral() || s.Status != taskstate.Completed {
+				t.Errorf("sub-task %s: agent %s ephemeral %v %s; want the ephemeral agent, completed", s.Title, s.Agent, s.GetAgentSpec().GetEphemeral(), taskstate.Name(s.Status))
+			}
+		}
+		resp, err := e.agents.ListAgents(ctxT(t), &agentmeshv1.ListAgentsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range resp.Agents {
+			if a.Name == "orchestration-agent" {
+				t.Errorf("the ephemeral agent is in the catalogue")
+			}
+		}
+	})
 }
