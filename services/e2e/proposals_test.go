@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"

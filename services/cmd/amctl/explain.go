@@ -69,6 +69,8 @@ func routingSummary(r *agentmeshv1.Routing) string {
 		return "named by the submitter"
 	case "default":
 		return "the default agent (no agent or skills given)"
+	case "proposal":
+		return fmt.Sprintf("no agent fitted: %s was proposed, for a person to decide (amctl proposals)", r.GetChosen())
 	}
 	s := fmt.Sprintf("scored: %s", r.GetChosen())
 	if cs := r.GetCandidates(); len(cs) > 0 {
@@ -88,6 +90,9 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 			fmt.Fprintf(w, "decided: %s\n", when(t))
 		}
 		return
+	}
+	if r.GetMethod() == "proposal" {
+		fmt.Fprintf(w, "proposal: %s\n", routingSummary(r))
 	}
 	wt := r.GetWeights()
 	fmt.Fprintf(w, "how: scored for skills %s\n", strings.Join(r.GetRequiredSkills(), ", "))

@@ -73,6 +73,8 @@ func TestProposalsDoneWhen(t *testing.T) {
 	mustRun(t, addr, []string{"proposal:  " + pid + " (pending)", "agent:     translation-agent", "Translate faithfully",
 		"model:     the default model", "amctl proposals approve " + pid}, "proposals", "show", pid)
 	mustRun(t, addr, []string{"blocked", "proposal", "decide with: amctl proposals approve|reject " + pid}, "history", id)
+	mustRun(t, addr, []string{"waits for:  proposed agent translation-agent: amctl proposals show " + pid, "routing:    no agent fitted"}, "get", id)
+	mustRun(t, addr, []string{"proposal: no agent fitted: translation-agent was proposed", "how: scored for skills translation"}, "explain", id)
 
 	mustRun(t, addr, []string{pid + " approved for this task only; task " + id + " is queued on agent translation-agent"}, "proposals", "approve", pid)
 	poll.Until(t, 60*time.Second, func() error {
