@@ -22,6 +22,11 @@ import (
 //
 // A template may name {{skill}} (the skill's name) and {{config.KEY}}
 // (the value of KEY in the skill's configuration; "" when unset).
+//
+// A template a's own system prompt already carries is not repeated: an
+// agent drafted by a proposal has its skills' templates written into its
+// prompt, so that it reads whole when a person decides on it, and runs
+// with each of them once.
 func Effective(a *agentmeshv1.Agent, skills []*agentmeshv1.Skill) *agentmeshv1.Agent {
 	out := proto.Clone(a).(*agentmeshv1.Agent)
 	out.AppliedSkills = nil
@@ -41,7 +46,7 @@ func Effective(a *agentmeshv1.Agent, skills []*agentmeshv1.Skill) *agentmeshv1.A
 			continue
 		}
 		out.AppliedSkills = append(out.AppliedSkills, &agentmeshv1.AppliedSkill{Name: name, Org: sk.GetOrg(), Version: sk.GetVersion()})
-		if t := strings.TrimSpace(expandTemplate(sk)); t != "" {
+		if t := Template(sk); t != "" && !strings.Contains(a.GetSystemPrompt(), t) {
 			if prompt.Len() > 0 {
 				prompt.WriteString("\n\n")
 			}
@@ -57,6 +62,10 @@ func Effective(a *agentmeshv1.Agent, skills []*agentmeshv1.Skill) *agentmeshv1.A
 	out.SystemPrompt = prompt.String()
 	return out
 }
+
+// Template is sk's prompt template with its placeholders filled, as
+// Effective applies it.
+func Template(sk *agentmeshv1.Skill) string { return strings.TrimSpace(expandTemplate(sk)) }
 
 // expandTemplate fills a skill's prompt template's placeholders.
 func expandTemplate(sk *agentmeshv1.Skill) string {

@@ -39,6 +39,12 @@ func TestEffective(t *testing.T) {
 	if a.SystemPrompt != "You write." || len(a.Tools) != 1 || a.AppliedSkills != nil {
 		t.Errorf("the catalogue's agent changed: %v", a)
 	}
+	// A template the agent's prompt already carries (a drafted agent's)
+	// is not repeated; the skill is still recorded.
+	drafted := &agentmeshv1.Agent{Name: "d", Skills: []string{"french"}, SystemPrompt: "Proposed.\n\n" + Template(skills[1])}
+	if got := Effective(drafted, skills); got.SystemPrompt != drafted.SystemPrompt || len(got.AppliedSkills) != 1 || got.AppliedSkills[0].Version != 2 {
+		t.Errorf("drafted: prompt %q, applied %v", got.SystemPrompt, got.AppliedSkills)
+	}
 	// No skills: the agent as it is.
 	plain := Effective(&agentmeshv1.Agent{Name: "p", SystemPrompt: "x", Tools: []string{"echo"}}, nil)
 	if plain.SystemPrompt != "x" || len(plain.Tools) != 1 || plain.AppliedSkills != nil {

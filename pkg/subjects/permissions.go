@@ -128,6 +128,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
 		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory, StateHistoryBatch,
 			StateUsage, StateCancel, StateDecide, StateCreateTap,
+			StateApproveProposal, StateRejectProposal,
 			StateCreateTasks, StateUpdateTask, StateDeleteTask, StateMetrics),
 			n.RegistryAll())
 	default:

@@ -34,6 +34,7 @@ func TestPermissionsIntentsHaveOneOwner(t *testing.T) {
 		StateStart: ServiceExecutor, StateComplete: ServiceExecutor, StateFail: ServiceExecutor,
 		StateBlock: ServiceExecutor, StateRequeue: ServiceExecutor,
 		StateCancel: ServiceRouter, StateDecide: ServiceRouter, StateCreateTap: ServiceRouter,
+		StateApproveProposal: ServiceRouter, StateRejectProposal: ServiceRouter,
 		StateCreateTask: ServiceRouter, StatePutAgent: ServiceRegistry, StateDeleteAgent: ServiceRegistry,
 		StateAgentStats: ServiceRegistry, StateSettleTask: ServiceScheduler,
 		StateSpawn: ServiceExecutor, StateWait: ServiceExecutor, StateWaitExpired: ServiceScheduler,

@@ -68,6 +68,8 @@ func BlockedOn(t *agentmeshv1.Task) agentmeshv1.BlockedOn {
 		return agentmeshv1.BlockedOn_BLOCKED_ON_UNSPECIFIED
 	case t.PendingApproval != nil:
 		return agentmeshv1.BlockedOn_BLOCKED_ON_APPROVAL
+	case ProposalPending(t):
+		return agentmeshv1.BlockedOn_BLOCKED_ON_PROPOSAL
 	case len(t.WaitingOn) > 0 && t.SubtaskWait != nil && waitsOnSubtasks(t):
 		return agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS
 	case len(t.WaitingOn) > 0:

@@ -166,6 +166,7 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 			t.Usage.CostUsd += u.CostUsd
 		}
 	}
+	applyProposal(t, ev)
 	applyGraph(t, ev)
 	applySubtask(t, ev)
 	return t

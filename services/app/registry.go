@@ -26,7 +26,11 @@ func (s *settings) registryConfig() (registry.Config, error) {
 	if err != nil {
 		return registry.Config{}, err
 	}
-	return registry.Config{Weights: &w, AffinityWindow: win, Analysis: an}, nil
+	props, err := s.proposalConfig()
+	if err != nil {
+		return registry.Config{}, err
+	}
+	return registry.Config{Weights: &w, AffinityWindow: win, Analysis: an, Proposals: props}, nil
 }
 
 // analysisConfig reads the task analysis settings: the model is the

@@ -191,8 +191,17 @@ func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.Ra
 			return "", err
 		}
 		var match busv1.MatchResponse
-		err = bus.Request(ctx, d.s.nc, d.s.names.Registry(subjects.RegistryMatch),
-			&busv1.MatchRequest{Agent: a.Agent, RequiredSkills: a.Skills, Org: d.task.Org, Limit: 1}, &match)
+		if own := ephemeralFor(d.task.GetAgentSpec(), a.Agent, nil); own != nil {
+			// An agent approved for one task serves its sub-tasks too
+			// (docs/proposals.md); the catalogue does not hold it.
+			match.Agent = own
+		} else {
+			err = bus.Request(ctx, d.s.nc, d.s.names.Registry(subjects.RegistryMatch),
+				&busv1.MatchRequest{Agent: a.Agent, RequiredSkills: a.Skills, Org: d.task.Org, Limit: 1}, &match)
+			if own := ephemeralFor(d.task.GetAgentSpec(), a.Agent, a.Skills); (err != nil || match.GetAgent().GetName() == "") && own != nil {
+				match.Agent, err = own, nil
+			}
+		}
 		if err != nil || match.GetAgent().GetName() == "" {
 			if a.Agent != "" {
 				return "", fmt.Errorf("no agent %q: %s", a.Agent, message(err))
@@ -334,4 +343,28 @@ func (d *delegator) execWait(ctx context.Context, env tools.Env, _ json.RawMessa
 	}
 	b, _ := json.Marshal(out)
 	return ExecResult{Output: string(b)}, nil
+}
+
+// ephemeralFor returns the task's own agent when it is ephemeral (approved
+// for this task only) and the call names it, or names no agent and skills
+// (not nil) it offers every one of; nil otherwise.
+func ephemeralFor(own *agentmeshv1.Agent, agent string, skills []string) *agentmeshv1.Agent {
+	if !own.GetEphemeral() {
+		return nil
+	}
+	if agent != "" {
+		if agent == own.Name {
+			return own
+		}
+		return nil
+	}
+	if skills == nil {
+		return nil
+	}
+	for _, sk := range skills {
+		if !slices.Contains(own.Skills, strings.ToLower(strings.TrimSpace(sk))) {
+			return nil
+		}
+	}
+	return own
 }

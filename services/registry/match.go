@@ -259,15 +259,27 @@ func (s *Service) listCandidates(ctx context.Context, org string, required []str
 // (state's limit).
 const statsBatch = 1000
 
-// scoredMatch ranks the candidates for required (normalised) skills.
-func (s *Service) scoredMatch(ctx context.Context, org string, required []string, limit int32) (*busv1.MatchResponse, error) {
+// scoredMatch ranks the candidates for required (normalised) skills; with
+// propose, it drafts an agent when none fits (proposals.go).
+func (s *Service) scoredMatch(ctx context.Context, org string, required []string, limit int32, propose bool) (*busv1.MatchResponse, error) {
 	agents, err := s.candidates(ctx, org, required)
 	if err != nil {
 		return nil, err
 	}
+	propose = propose && !s.proposals.off && org != ""
 	if len(agents) == 0 {
-		return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "required_skills",
+		refusal := &bus.Error{Code: bus.CodeFailedPrecondition, Field: "required_skills",
 			Message: fmt.Sprintf("no agent offers any of the skills %s", strings.Join(required, ", "))}
+		if !propose {
+			return nil, refusal
+		}
+		resp, err := s.propose(ctx, org, required, &agentmeshv1.Routing{
+			Method: MethodScored, RequiredSkills: required, Weights: s.weights.Proto(), DecidedAt: timestamppb.Now()})
+		if errors.Is(err, errNotDraftable) {
+			refusal.Message += fmt.Sprintf(", and no agent can be proposed: the skill catalogue has no skill %s (amctl skills create)", strings.TrimPrefix(err.Error(), errNotDraftable.Error()+": "))
+			return nil, refusal
+		}
+		return resp, err
 	}
 	var stats []*busv1.AgentStats
 	if org != "" {
@@ -282,6 +294,14 @@ func (s *Service) scoredMatch(ctx context.Context, org string, required []string
 	}
 	if limit > 0 && len(routing.Candidates) > int(limit) {
 		routing.Candidates = routing.Candidates[:limit]
+	}
+	if propose && !s.proposals.fit(cands) {
+		resp, err := s.propose(ctx, org, required, routing)
+		if err == nil || !errors.Is(err, errNotDraftable) {
+			return resp, err
+		}
+		// Nothing to draft from: the best of the unfit candidates runs it.
+		routing.Method, routing.Chosen = MethodScored, ranked[0].Name
 	}
 	legacy := make([]*busv1.MatchCandidate, len(routing.Candidates))
 	for i, c := range routing.Candidates {

@@ -74,6 +74,8 @@ type Config struct {
 	// Analysis is the model of the task analysis (analysis.go); an empty
 	// BaseURL leaves the deterministic fallback alone.
 	Analysis AnalysisConfig
+	// Proposals: agents drafted when none fits (proposals.go).
+	Proposals ProposalConfig
 }
 
 // Deps are the registry's required dependencies.
@@ -98,6 +100,7 @@ type Service struct {
 	analyzer       *analyzer
 	skills         SkillCatalog
 	cands          *candidateCache
+	proposals      proposals
 	stopFollow     context.CancelFunc
 	followed       chan struct{}
 }
@@ -133,7 +136,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.AffinityWindow > 7*24*time.Hour {
 		return nil, fmt.Errorf("registry: affinity window %s is over 7 days", cfg.AffinityWindow)
 	}
-	s := &Service{weights: weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry")}
+	props, err := newProposals(cfg.Proposals)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{weights: weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
+		proposals: props}
 	svc, err := micro.AddService(deps.NC, micro.Config{
 		Name:        "agentmesh-registry",
 		Version:     Version,
@@ -352,7 +360,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 			return nil, err
 		}
 		if len(analysis.GetSkills()) > 0 {
-			resp, err := s.scoredMatch(ctx, req.Org, analysis.Skills, req.Limit)
+			resp, err := s.scoredMatch(ctx, req.Org, analysis.Skills, req.Limit, req.Propose)
 			if err == nil {
 				resp.Routing.Analysis = analysis
 				return resp, nil
@@ -393,7 +401,7 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 	if err := agentspec.Skills("required_skills", required); err != nil {
 		return nil, err
 	}
-	return s.scoredMatch(ctx, req.Org, required, req.Limit)
+	return s.scoredMatch(ctx, req.Org, required, req.Limit, req.Propose)
 }
 
 // analyze runs the task analysis of a task naming neither agent nor

@@ -19,7 +19,7 @@ const (
 	RoleReader Role = "reader"
 	// RoleOperator also submits and cancels tasks.
 	RoleOperator Role = "operator"
-	// RoleApprover also decides approvals (and, later, agent proposals).
+	// RoleApprover also decides approvals and agent proposals.
 	RoleApprover Role = "approver"
 	// RoleAdmin may do everything in its org: define agents, keys, taps,
 	// and everything the other roles may.
@@ -85,6 +85,11 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ListApprovals"):   RoleReader,
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "ApproveToolCall"): RoleApprover,
 	method(agentmeshv1.ApprovalService_ServiceDesc.ServiceName, "RejectToolCall"):  RoleApprover,
+
+	method(agentmeshv1.ProposalService_ServiceDesc.ServiceName, "ListProposals"):   RoleReader,
+	method(agentmeshv1.ProposalService_ServiceDesc.ServiceName, "GetProposal"):     RoleReader,
+	method(agentmeshv1.ProposalService_ServiceDesc.ServiceName, "ApproveProposal"): RoleApprover,
+	method(agentmeshv1.ProposalService_ServiceDesc.ServiceName, "RejectProposal"):  RoleApprover,
 
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"): RoleReader,
 }

@@ -309,6 +309,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
 	agentmeshv1.RegisterSkillServiceServer(s.srv, &skillServer{s: s})
 	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
+	agentmeshv1.RegisterProposalServiceServer(s.srv, &proposalServer{s: s})
 	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
 	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
 	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})

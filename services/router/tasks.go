@@ -69,9 +69,15 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	}
 	var match busv1.MatchResponse
 	err = bus.Request(ctx, s.nc, s.names.Registry(subjects.RegistryMatch),
-		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates, Input: analysisInput(req)}, &match)
+		&busv1.MatchRequest{Agent: req.GetAgent(), RequiredSkills: req.GetRequiredSkills(), Org: orgFrom(ctx), Limit: submitRoutingCandidates, Input: analysisInput(req),
+			Propose: len(req.GetDependsOn()) == 0}, &match)
 	if err != nil {
 		return nil, matchError(req, err)
+	}
+	if p := match.GetProposal(); p != nil && p.GetAgent().GetName() != "" {
+		// No agent fits: the task waits blocked on the drafted agent
+		// (proposals.go).
+		match.Agent = p.Agent
 	}
 	if match.GetAgent().GetName() == "" {
 		return nil, matchError(req, bus.ErrNotFound)
@@ -91,6 +97,8 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		QueueTimeout:   req.GetQueueTimeout(),
 		Routing:        match.GetRouting(),
 		ContinueFrom:   req.GetContinueFrom(),
+		// The store records a task with a proposal blocked on it.
+		PendingProposal: match.GetProposal(),
 	}
 	addGraphFields(ctx, task, req)
 	var created busv1.CreateTaskResponse

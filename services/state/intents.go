@@ -36,6 +36,9 @@ type intent struct {
 	result, failure bool
 	// kinds, when set, are the only failure kinds the intent may record.
 	kinds []agentmeshv1.FailureKind
+	// proposals: the proposal decisions the request must carry (none:
+	// it must carry no proposal; proposals.go).
+	proposals []agentmeshv1.ProposalStatus
 }
 
 var (
@@ -66,6 +69,7 @@ var intents = []intent{
 	{op: subjects.StateCancel, to: taskstate.Cancelled, org: true},
 	{op: subjects.StateDecide, from: []agentmeshv1.TaskStatus{taskstate.Blocked}, to: taskstate.Queued, org: true,
 		approvals: []agentmeshv1.ApprovalStatus{approvalApproved, approvalRejected}},
+	proposalApprove, proposalReject,
 }
 
 // check refuses a request the intent does not allow, naming the field.
@@ -97,7 +101,7 @@ func (in intent) check(req *busv1.TransitionRequest) error {
 	} else if len(in.approvals) > 0 {
 		return bus.FieldError("approval", "%s needs an approval", in.op)
 	}
-	return nil
+	return in.checkProposal(req)
 }
 
 func names(ss []agentmeshv1.TaskStatus) string {

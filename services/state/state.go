@@ -278,6 +278,8 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 		return subjects.EventUpdated
 	case agentmeshv1.EventType_EVENT_TYPE_SUBTASK:
 		return subjects.EventSubtask
+	case agentmeshv1.EventType_EVENT_TYPE_PROPOSAL:
+		return subjects.EventProposal
 	}
 	return subjects.StatusToken(ev.Status)
 }
@@ -390,6 +392,9 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 			observe(task, ev)
 		}
 		s.publishEvents(ctx, events...)
+		if task.PendingProposal != nil {
+			task = s.recordProposal(ctx, task)
+		}
 		task = s.recheckParents(ctx, task)
 		task = s.spawned(ctx, task)
 	}
@@ -501,13 +506,16 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 	t, ev, err := s.store.Transition(ctx, store.Transition{
 		TaskID: req.TaskId, From: req.From, To: req.To, Attempt: req.Attempt, NextAttempt: req.NextAttempt,
 		Reason: req.Reason, Result: req.Result, Node: req.Node,
-		Approval: req.Approval, FailureKind: req.FailureKind, Isolation: req.Isolation,
+		Approval: req.Approval, FailureKind: req.FailureKind, Isolation: req.Isolation, Proposal: req.Proposal,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
 	}
 	observe(t, ev)
 	s.publishEvents(ctx, ev)
+	if ev.Proposal != nil {
+		t = s.recordProposal(ctx, t)
+	}
 	return &busv1.TransitionResponse{Task: t, Event: ev}, nil
 }
 
@@ -591,6 +599,8 @@ func (s *Service) putAgent(ctx context.Context, req *busv1.PutAgentRequest) (*bu
 		return nil, bus.FieldError("agent.org", "%q is not a valid org", a.Org)
 	case req.ExpectedVersion < 0:
 		return nil, bus.FieldError("expected_version", "must not be negative")
+	case a.Ephemeral:
+		return nil, bus.FieldError("agent.ephemeral", "an ephemeral agent (approved for one task) is never saved to the catalogue")
 	}
 	// The one rule for agents (the router and the registry check it too).
 	if err := agentspec.Agent(a); err != nil {

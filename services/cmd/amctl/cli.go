@@ -111,6 +111,7 @@ func commands() []command {
 		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
 		{"skills", "manage the skill catalogue: create, list, get, update, delete", (*cli).skillsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
+		{"proposals", "list, show, approve or reject agents proposed for tasks no agent fits", (*cli).proposalsCmd},
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},

@@ -75,6 +75,8 @@ func routingSummary(r *agentmeshv1.Routing) string {
 			return "the default agent (analysis found no skill of the catalogue)"
 		}
 		return "the default agent (no agent or skills given)"
+	case "proposal":
+		return fmt.Sprintf("no agent fitted: %s was proposed, for a person to decide (amctl proposals)", r.GetChosen())
 	}
 	s := fmt.Sprintf("scored: %s", r.GetChosen())
 	if cs := r.GetCandidates(); len(cs) > 0 {
@@ -97,6 +99,9 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 		return
 	}
 	printAnalysis(w, r.GetAnalysis())
+	if r.GetMethod() == "proposal" {
+		fmt.Fprintf(w, "proposal: %s\n", routingSummary(r))
+	}
 	wt := r.GetWeights()
 	fmt.Fprintf(w, "how: scored for skills %s\n", strings.Join(r.GetRequiredSkills(), ", "))
 	fmt.Fprintf(w, "weights: capability %g, workload %g, priority %g, affinity %g\n", wt.GetCapability(), wt.GetWorkload(), wt.GetPriority(), wt.GetAffinity())

@@ -55,6 +55,8 @@ func describeEvent(ev *agentmeshv1.TaskEvent) (string, string) {
 		return "dependency", oneLine(ev.GetReason())
 	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
 		return "updated", oneLine(strings.TrimPrefix(ev.GetReason(), "updated: "))
+	case agentmeshv1.EventType_EVENT_TYPE_PROPOSAL:
+		return "proposal", describeProposal(ev)
 	}
 	return "event", ev.GetType().String()
 }

@@ -131,6 +131,9 @@ func statusLine(t *agentmeshv1.Task) string {
 	if a := t.GetPendingApproval(); a != nil {
 		return fmt.Sprintf("%s (approval %s: amctl approvals approve|reject %s)", s, a.GetTool(), a.GetId())
 	}
+	if taskstate.ProposalPending(t) {
+		return fmt.Sprintf("%s (proposed agent %s: amctl proposals show %s)", s, t.GetPendingProposal().GetAgent().GetName(), t.GetPendingProposal().GetId())
+	}
 	if w := t.GetWaitingOn(); len(w) > 0 {
 		const show = 3
 		if len(w) > show {

@@ -55,6 +55,7 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 		TaskId: task.Id, Seq: 2, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
 		Time: ts, FromStatus: taskstate.Created, Status: taskstate.Queued, Org: task.Org,
 	}
+	planProposalCreate(t, task, queued, now)
 	taskstate.StampStatusEvent(queued, task)
 	task = taskstate.Apply(task, queued)
 	return task, []*agentmeshv1.TaskEvent{created, queued}
@@ -85,11 +86,15 @@ func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agent
 	if err != nil {
 		return nil, nil, err
 	}
+	proposal, err := planProposal(cur, tr, now)
+	if err != nil {
+		return nil, nil, err
+	}
 	ev := &agentmeshv1.TaskEvent{
 		TaskId: cur.Id, Seq: cur.LastEventSeq + 1, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS,
 		Time: timestamppb.New(now), FromStatus: cur.Status, Status: tr.To,
 		Reason: tr.Reason, Attempt: attempt, Result: tr.Result, Org: cur.Org, Node: tr.Node,
-		Approval: approval, Isolation: tr.Isolation,
+		Approval: approval, Isolation: tr.Isolation, Proposal: proposal,
 	}
 	if tr.To == taskstate.Failed {
 		ev.FailureKind = tr.FailureKind

@@ -80,6 +80,8 @@ type Store interface {
 
 	// Skills: the skill catalogue and agent versions (skills.go).
 	Skills
+	// Proposals: agent proposals' history events (proposal.go).
+	Proposals
 
 	Close() error
 }
@@ -141,6 +143,8 @@ type Transition struct {
 	Approval *agentmeshv1.Approval
 	// FailureKind of a move to failed.
 	FailureKind agentmeshv1.FailureKind
+	// Proposal decided (From a task blocked on it; see proposal.go).
+	Proposal *agentmeshv1.Proposal
 }
 
 // PageSize clamps a requested page size.

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	tests = append(tests, graphTests...)
 	tests = append(tests, treeTests...)
 	tests = append(tests, skillTests...)
+	tests = append(tests, proposalTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))

@@ -3615,6 +3615,10 @@ type Agent struct {
 	// agent's effective settings, each at its version then (set on a task's
 	// agent_spec when the task is accepted; never on the catalogue's agent).
 	AppliedSkills []*AppliedSkill `protobuf:"bytes,150,rep,name=applied_skills,json=appliedSkills,proto3" json:"applied_skills,omitempty"`
+	// Approved for one task only (a proposal, ProposalService): the agent
+	// lives only as that task's agent_spec and its sub-tasks', never in the
+	// catalogue; the catalogue refuses it.
+	Ephemeral     bool `protobuf:"varint,190,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3787,6 +3791,13 @@ func (x *Agent) GetAppliedSkills() []*AppliedSkill {
 		return x.AppliedSkills
 	}
 	return nil
+}
+
+func (x *Agent) GetEphemeral() bool {
+	if x != nil {
+		return x.Ephemeral
+	}
+	return false
 }
 
 // RetryPolicy says how a task that failed for a transient reason runs
@@ -4198,7 +4209,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\b\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -4223,7 +4234,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
 	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12)\n" +
 	"\x10routing_priority\x18Z \x01(\x05R\x0froutingPriority\x12B\n" +
-	"\x0eapplied_skills\x18\x96\x01 \x03(\v2\x1a.agentmesh.v1.AppliedSkillR\rappliedSkills\x1aY\n" +
+	"\x0eapplied_skills\x18\x96\x01 \x03(\v2\x1a.agentmesh.v1.AppliedSkillR\rappliedSkills\x12\x1d\n" +
+	"\tephemeral\x18\xbe\x01 \x01(\bR\tephemeral\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +

@@ -512,7 +512,11 @@ type TransitionRequest struct {
 	FailureKind v1.FailureKind `protobuf:"varint,11,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
 	// Isolation of the attempt's sandbox, set by the executor with the move
 	// to running (agentmesh.v1.Task.isolation).
-	Isolation     string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	Isolation string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// A person's decision on the proposal the task waits for (the router's
+	// proposal intents): status approved, approved_permanent or rejected;
+	// the approved agent; decided_by, comment.
+	Proposal      *v1.Proposal `protobuf:"bytes,190,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -629,6 +633,13 @@ func (x *TransitionRequest) GetIsolation() string {
 		return x.Isolation
 	}
 	return ""
+}
+
+func (x *TransitionRequest) GetProposal() *v1.Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
 }
 
 type TransitionResponse struct {
@@ -1533,7 +1544,12 @@ type MatchRequest struct {
 	// Only the routing is wanted (MatchAgents): the chosen agent's
 	// effective settings (its skills' prompt templates and tools) are not
 	// resolved, and MatchResponse.agent is the catalogue's agent.
-	RoutingOnly   bool `protobuf:"varint,200,opt,name=routing_only,json=routingOnly,proto3" json:"routing_only,omitempty"`
+	RoutingOnly bool `protobuf:"varint,200,opt,name=routing_only,json=routingOnly,proto3" json:"routing_only,omitempty"`
+	// When no agent fits (none, or none scoring above the proposal
+	// threshold), draft an agent from the skill catalogue and answer it in
+	// MatchResponse.proposal instead of failed_precondition (the router sets
+	// it for SubmitTask; the registry may be configured not to).
+	Propose       bool `protobuf:"varint,190,opt,name=propose,proto3" json:"propose,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1610,6 +1626,13 @@ func (x *MatchRequest) GetRoutingOnly() bool {
 	return false
 }
 
+func (x *MatchRequest) GetPropose() bool {
+	if x != nil {
+		return x.Propose
+	}
+	return false
+}
+
 type MatchCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Agent string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
@@ -1681,7 +1704,10 @@ type MatchResponse struct {
 	// Every agent considered, best first, with its score.
 	Candidates []*MatchCandidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The decision with every candidate's breakdown.
-	Routing       *v1.Routing `protobuf:"bytes,90,opt,name=routing,proto3" json:"routing,omitempty"`
+	Routing *v1.Routing `protobuf:"bytes,90,opt,name=routing,proto3" json:"routing,omitempty"`
+	// Set instead of agent when MatchRequest.propose and no agent fits: the
+	// drafted agent, status pending (no id yet: the task's record sets it).
+	Proposal      *v1.Proposal `protobuf:"bytes,190,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1733,6 +1759,13 @@ func (x *MatchResponse) GetCandidates() []*MatchCandidate {
 func (x *MatchResponse) GetRouting() *v1.Routing {
 	if x != nil {
 		return x.Routing
+	}
+	return nil
+}
+
+func (x *MatchResponse) GetProposal() *v1.Proposal {
+	if x != nil {
+		return x.Proposal
 	}
 	return nil
 }
@@ -1939,7 +1972,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\rupdated_after\x18@ \x01(\v2\x1a.google.protobuf.TimestampR\fupdatedAfter\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x03\n" +
 	"\x11TransitionRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12,\n" +
 	"\x04from\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x04from\x12(\n" +
@@ -1953,7 +1986,8 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\bapproval\x18\n" +
 	" \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
 	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
-	"\tisolation\x18( \x01(\tR\tisolation\"k\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\x123\n" +
+	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"k\n" +
 	"\x12TransitionResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12-\n" +
 	"\x05event\x18\x02 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\"n\n" +
@@ -2008,24 +2042,26 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"AgentEvent\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xb0\x01\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xcb\x01\n" +
 	"\fMatchRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0frequired_skills\x18\x02 \x03(\tR\x0erequiredSkills\x12\x10\n" +
 	"\x03org\x18# \x01(\tR\x03org\x12\x14\n" +
 	"\x05limit\x18Z \x01(\x05R\x05limit\x12\x15\n" +
 	"\x05input\x18\xa0\x01 \x01(\tR\x05input\x12\"\n" +
-	"\frouting_only\x18\xc8\x01 \x01(\bR\vroutingOnly\"c\n" +
+	"\frouting_only\x18\xc8\x01 \x01(\bR\vroutingOnly\x12\x19\n" +
+	"\apropose\x18\xbe\x01 \x01(\bR\apropose\"c\n" +
 	"\x0eMatchCandidate\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12%\n" +
-	"\x0ematched_skills\x18\x03 \x03(\tR\rmatchedSkills\"\xad\x01\n" +
+	"\x0ematched_skills\x18\x03 \x03(\tR\rmatchedSkills\"\xe2\x01\n" +
 	"\rMatchResponse\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\x12@\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2 .agentmesh.bus.v1.MatchCandidateR\n" +
 	"candidates\x12/\n" +
-	"\arouting\x18Z \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\"L\n" +
+	"\arouting\x18Z \x01(\v2\x15.agentmesh.v1.RoutingR\arouting\x123\n" +
+	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"L\n" +
 	"\bWorkItem\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xff\x02\n" +
@@ -2092,12 +2128,13 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(v1.Priority)(0),              // 33: agentmesh.v1.Priority
 	(*v1.Approval)(nil),           // 34: agentmesh.v1.Approval
 	(v1.FailureKind)(0),           // 35: agentmesh.v1.FailureKind
-	(*v1.TaskEvent)(nil),          // 36: agentmesh.v1.TaskEvent
-	(*v1.Step)(nil),               // 37: agentmesh.v1.Step
-	(*v1.Usage)(nil),              // 38: agentmesh.v1.Usage
-	(*v1.Agent)(nil),              // 39: agentmesh.v1.Agent
-	(*v1.Routing)(nil),            // 40: agentmesh.v1.Routing
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*v1.Proposal)(nil),           // 36: agentmesh.v1.Proposal
+	(*v1.TaskEvent)(nil),          // 37: agentmesh.v1.TaskEvent
+	(*v1.Step)(nil),               // 38: agentmesh.v1.Step
+	(*v1.Usage)(nil),              // 39: agentmesh.v1.Usage
+	(*v1.Agent)(nil),              // 40: agentmesh.v1.Agent
+	(*v1.Routing)(nil),            // 41: agentmesh.v1.Routing
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	30, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
@@ -2114,32 +2151,34 @@ var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	31, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
 	34, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
 	35, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
-	30, // 14: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	36, // 15: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	37, // 16: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	36, // 17: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	36, // 18: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	31, // 19: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	32, // 20: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 21: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	38, // 22: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	39, // 23: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	39, // 24: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	39, // 25: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	39, // 26: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	39, // 27: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	39, // 28: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
-	25, // 29: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	40, // 30: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
-	30, // 31: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	32, // 32: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	29, // 33: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	41, // 34: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	36, // 14: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
+	30, // 15: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	37, // 16: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	38, // 17: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	37, // 18: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	37, // 19: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	31, // 20: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	32, // 21: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 22: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	39, // 23: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	40, // 24: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	40, // 25: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 26: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 27: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	40, // 28: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	40, // 29: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	25, // 30: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
+	41, // 31: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
+	36, // 32: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
+	30, // 33: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	32, // 34: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	29, // 35: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	42, // 36: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }
