@@ -2,78 +2,54 @@ package bus
 
 import (
 	"errors"
-	"fmt"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/agentmesh/agentmesh/pkg/buserr"
 )
+
+// The error type and its codes live in package buserr (a leaf the agent
+// child can link without the bus client); these are the same names.
 
 // Codes of errors that cross the bus. They are data: a caller matches the
 // code (errors.Is against the sentinels below), never the text.
 const (
-	CodeInvalidArgument    = "invalid_argument"
-	CodeNotFound           = "not_found"
-	CodeAlreadyExists      = "already_exists"
-	CodeFailedPrecondition = "failed_precondition"
+	CodeInvalidArgument    = buserr.CodeInvalidArgument
+	CodeNotFound           = buserr.CodeNotFound
+	CodeAlreadyExists      = buserr.CodeAlreadyExists
+	CodeFailedPrecondition = buserr.CodeFailedPrecondition
 	// CodeConflict: a compare-and-set lost (the state moved on); the caller
 	// may re-read and retry.
-	CodeConflict          = "conflict"
-	CodeResourceExhausted = "resource_exhausted"
-	CodeUnavailable       = "unavailable"
-	CodeInternal          = "internal"
+	CodeConflict          = buserr.CodeConflict
+	CodeResourceExhausted = buserr.CodeResourceExhausted
+	CodeUnavailable       = buserr.CodeUnavailable
+	CodeInternal          = buserr.CodeInternal
 	// CodePermissionDenied: the caller may not do this (e.g. an org changing
 	// a shared agent).
-	CodePermissionDenied = "permission_denied"
+	CodePermissionDenied = buserr.CodePermissionDenied
 )
 
-// Error is an error that crosses the bus.
-type Error struct {
-	Code    string
-	Message string
-	// Field names the request field the error is about, if any.
-	Field string
-}
+// Error is an error that crosses the bus (buserr.Error).
+type Error = buserr.Error
 
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s: %s", e.Code, e.Field, e.Message)
-	}
-	if e.Message == "" {
-		return e.Code
-	}
-	return e.Code + ": " + e.Message
-}
-
-// Is matches errors by code, so errors.Is(err, bus.ErrNotFound) holds for
-// any not_found error, local or received over the bus.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	if !errors.As(target, &t) {
-		return false
-	}
-	return t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
-}
-
-// Sentinels, one per code.
+// Sentinels, one per code (buserr's).
 var (
-	ErrInvalidArgument    = &Error{Code: CodeInvalidArgument}
-	ErrNotFound           = &Error{Code: CodeNotFound}
-	ErrAlreadyExists      = &Error{Code: CodeAlreadyExists}
-	ErrFailedPrecondition = &Error{Code: CodeFailedPrecondition}
-	ErrConflict           = &Error{Code: CodeConflict}
-	ErrResourceExhausted  = &Error{Code: CodeResourceExhausted}
-	ErrUnavailable        = &Error{Code: CodeUnavailable}
-	ErrInternal           = &Error{Code: CodeInternal}
-	ErrPermissionDenied   = &Error{Code: CodePermissionDenied}
+	ErrInvalidArgument    = buserr.ErrInvalidArgument
+	ErrNotFound           = buserr.ErrNotFound
+	ErrAlreadyExists      = buserr.ErrAlreadyExists
+	ErrFailedPrecondition = buserr.ErrFailedPrecondition
+	ErrConflict           = buserr.ErrConflict
+	ErrResourceExhausted  = buserr.ErrResourceExhausted
+	ErrUnavailable        = buserr.ErrUnavailable
+	ErrInternal           = buserr.ErrInternal
+	ErrPermissionDenied   = buserr.ErrPermissionDenied
 )
 
 // Errorf returns an *Error with code and a formatted message.
-func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
+func Errorf(code, format string, args ...any) *Error { return buserr.Errorf(code, format, args...) }
 
 // FieldError returns an invalid_argument error about one field.
 func FieldError(field, format string, args ...any) *Error {
-	return &Error{Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+	return buserr.FieldError(field, format, args...)
 }
 
 // CodeOf returns the bus code of err: its own if it carries one, else internal.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/buserr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -122,18 +122,18 @@ func ValidateRetryPolicy(field string, p *agentmeshv1.RetryPolicy) error {
 		return nil
 	}
 	if p.MaxAttempts < 0 || p.MaxAttempts > MaxRetryAttempts {
-		return bus.FieldError(field+".max_attempts", "%d is out of range (1 to %d; 0 inherits)", p.MaxAttempts, MaxRetryAttempts)
+		return buserr.FieldError(field+".max_attempts", "%d is out of range (1 to %d; 0 inherits)", p.MaxAttempts, MaxRetryAttempts)
 	}
 	checkDur := func(name string, d *durationpb.Duration) error {
 		if d == nil {
 			return nil
 		}
 		if err := d.CheckValid(); err != nil {
-			return bus.FieldError(field+"."+name, "%v", err)
+			return buserr.FieldError(field+"."+name, "%v", err)
 		}
 		v := d.AsDuration()
 		if v != 0 && (v < MinBackoff || v > MaxBackoffLimit) {
-			return bus.FieldError(field+"."+name, "%s is out of range (%s to %s; 0 inherits)", v, MinBackoff, MaxBackoffLimit)
+			return buserr.FieldError(field+"."+name, "%s is out of range (%s to %s; 0 inherits)", v, MinBackoff, MaxBackoffLimit)
 		}
 		return nil
 	}
@@ -144,20 +144,20 @@ func ValidateRetryPolicy(field string, p *agentmeshv1.RetryPolicy) error {
 		return err
 	}
 	if ib, mb := p.InitialBackoff.AsDuration(), p.MaxBackoff.AsDuration(); p.InitialBackoff != nil && p.MaxBackoff != nil && ib != 0 && mb != 0 && mb < ib {
-		return bus.FieldError(field+".max_backoff", "%s is below initial_backoff %s", mb, ib)
+		return buserr.FieldError(field+".max_backoff", "%s is below initial_backoff %s", mb, ib)
 	}
 	if m := p.Multiplier; math.IsNaN(m) || (m != 0 && (m < 1 || m > MaxMultiplier)) {
-		return bus.FieldError(field+".multiplier", "%v is out of range (1 to %v; 0 inherits)", m, MaxMultiplier)
+		return buserr.FieldError(field+".multiplier", "%v is out of range (1 to %v; 0 inherits)", m, MaxMultiplier)
 	}
 	if j := p.Jitter; math.IsNaN(j) || j > 1 {
-		return bus.FieldError(field+".jitter", "%v is out of range (0 to 1; negative = none, 0 inherits)", j)
+		return buserr.FieldError(field+".jitter", "%v is out of range (0 to 1; negative = none, 0 inherits)", j)
 	}
 	for i, k := range p.RetryOn {
 		if _, ok := agentmeshv1.FailureKind_name[int32(k)]; !ok || k == agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED {
-			return bus.FieldError(fmt.Sprintf("%s.retry_on[%d]", field, i), "unknown failure kind %d", int32(k))
+			return buserr.FieldError(fmt.Sprintf("%s.retry_on[%d]", field, i), "unknown failure kind %d", int32(k))
 		}
 		if !Retryable(k) {
-			return bus.FieldError(fmt.Sprintf("%s.retry_on[%d]", field, i), "%s never retries (only MODEL, INTERNAL, EXECUTOR_LOST and TIMEOUT may)", KindName(k))
+			return buserr.FieldError(fmt.Sprintf("%s.retry_on[%d]", field, i), "%s never retries (only MODEL, INTERNAL, EXECUTOR_LOST and TIMEOUT may)", KindName(k))
 		}
 	}
 	return nil
@@ -170,10 +170,10 @@ func ValidateQueueTimeout(field string, d *durationpb.Duration) error {
 		return nil
 	}
 	if err := d.CheckValid(); err != nil {
-		return bus.FieldError(field, "%v", err)
+		return buserr.FieldError(field, "%v", err)
 	}
 	if v := d.AsDuration(); v != 0 && (v < MinQueueTimeout || v > MaxQueueTimeout) {
-		return bus.FieldError(field, "%s is out of range (%s to %s; 0 = no limit)", v, MinQueueTimeout, MaxQueueTimeout)
+		return buserr.FieldError(field, "%s is out of range (%s to %s; 0 = no limit)", v, MinQueueTimeout, MaxQueueTimeout)
 	}
 	return nil
 }

@@ -36,7 +36,26 @@ func (e errWallTime) Error() string { return fmt.Sprintf("wall time %s exceeded"
 
 // runTask runs one attempt of task in a child process and returns how it
 // ended. ctx's cause says why it was stopped from outside, if it was.
-func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task, attempt int32, tp string) outcome {
+//
+// teardown (never nil) waits for the child's exit and removes its sandbox
+// (cgroups, workspace). When the child gave its final answer, teardown is
+// left to the caller, to be called after the completion is recorded: the
+// answer is all the outcome needs, and the child's exit and the removal of
+// its cgroups (an RCU-synchronised rmdir each) and workspace take
+// milliseconds that no longer sit between the answer and the task's
+// completed event. The caller calls it before freeing the task's slot, so
+// an executor never holds more than Capacity children.
+func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task, attempt int32, tp string) (out outcome, teardown func()) {
+	out = s.runTaskIn(ctx, log, task, attempt, tp, &teardown)
+	if teardown == nil {
+		teardown = func() {}
+	}
+	return out, teardown
+}
+
+// runTaskIn is runTask; it sets *teardown when it leaves the child's
+// teardown to the caller.
+func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task, attempt int32, tp string, teardown *func()) outcome {
 	// The work item carries the task as it was dispatched: with no step
 	// checkpointed by an earlier attempt there is nothing to resume from
 	// and no history to read.
@@ -79,7 +98,11 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 
 	limit, wall := mr.attemptLimit(s.cfg.WallTime)
 	ctx, cancel := context.WithTimeoutCause(ctx, limit, wall)
-	defer cancel()
+	defer func() {
+		if *teardown == nil {
+			cancel()
+		}
+	}()
 
 	// MCP servers: the executor connects the HTTP ones (it calls them on
 	// the child's behalf); the child starts the stdio ones in its sandbox.
@@ -101,11 +124,23 @@ func (s *Service) runTask(ctx context.Context, log *slog.Logger, task *agentmesh
 		}
 		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
-	defer p.cleanup()
 	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
 	dl := s.newDelegator(task, attempt, mr, steps)
 	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
+	if !res.blocked && res.final != nil {
+		// The answer is in hand (and checkpointed): record it first, then
+		// let the child exit and remove its sandbox.
+		// The attempt's context stays alive until then: its end would kill
+		// the child before it exits by itself.
+		*teardown = func() {
+			_ = p.wait(res.last)
+			p.cleanup()
+			cancel()
+		}
+		return outcome{kind: outCompleted, result: res.final.Answer}
+	}
+	defer p.cleanup()
 	status := p.wait(res.last)
 
 	switch {

@@ -77,9 +77,12 @@ func (s *Service) handle(msg jetstream.Msg) {
 	}
 
 	stopProgress := s.inProgress(r)
-	out := s.runTask(rctx, log, resp.GetTask(), key.attempt, traceparent(ctx))
+	out, teardown := s.runTask(rctx, log, resp.GetTask(), key.attempt, traceparent(ctx))
 	stopProgress()
 	s.finish(ctx, log, r, out)
+	// The child's exit and its sandbox's removal, after the outcome is
+	// recorded and before the slot is freed (see runTask).
+	teardown()
 }
 
 // start moves the task assigned → running for this attempt, sending the

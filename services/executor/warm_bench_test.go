@@ -40,16 +40,23 @@ func smapsKiB(pid int, field string) int64 {
 // with a slow model are. It reports PSS and anonymous memory per child.
 //
 //	go test -run '^$' -bench BenchmarkWarmChildMemory -benchtime 1x ./services/executor/
+//
+// AGENTMESH_BENCH_AGENT names an agentmesh-agent binary to measure instead
+// of building this tree's (to compare two builds back to back); its
+// directory must be readable by the sandbox's uids.
 func BenchmarkWarmChildMemory(b *testing.B) {
 	const n = 20
-	dir := b.TempDir()
-	agent := filepath.Join(dir, AgentBinary)
-	build := exec.Command("go", "build", "-o", agent, "github.com/agentmesh/agentmesh/services/cmd/agentmesh-agent")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build the agent: %v\n%s", err, out)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		b.Fatal(err)
+	agent := os.Getenv("AGENTMESH_BENCH_AGENT")
+	if agent == "" {
+		dir := b.TempDir()
+		agent = filepath.Join(dir, AgentBinary)
+		build := exec.Command("go", "build", "-o", agent, "github.com/agentmesh/agentmesh/services/cmd/agentmesh-agent")
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("build the agent: %v\n%s", err, out)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
 	}
 	for range b.N {
 		s := sandboxServiceB(b)
