@@ -21,8 +21,10 @@ import (
 // The issue's "done when": with a translation skill in the catalogue and
 // no agent offering it, `amctl submit "translate this into French"` ends
 // in a pending proposal; a person approves it and the task runs on the new
-// agent (the scripted model answers it). Task analysis is not wired on
-// this branch, so the skill is named with --skill.
+// agent (the scripted model answers it). The task names no skill: the
+// registry's task analysis finds translation in the catalogue (the
+// scripted model's answer is not an analysis, so the similarity fallback
+// chooses), and no agent offers it. The second task names its skill.
 func TestProposalsDoneWhen(t *testing.T) {
 	script, err := scriptedmodel.ParseScript([]byte(`{"scenarios": [
 	  {"match": "(?i)french", "turns": [{"content": "Traduisez ceci en français."}]},
@@ -58,12 +60,12 @@ func TestProposalsDoneWhen(t *testing.T) {
 		t.Fatalf("create skill: %v", err)
 	}
 
-	submit := func(input string) string {
+	submit := func(args ...string) string {
 		t.Helper()
-		code, out, errOut := amctl(t, addr, "submit", "--skill", "translation", input)
+		code, out, errOut := amctl(t, addr, append([]string{"submit"}, args...)...)
 		m := idRe.FindStringSubmatch(out)
 		if code != 0 || m == nil {
-			t.Fatalf("submit %q: exit %d, %q %q", input, code, out, errOut)
+			t.Fatalf("submit %q: exit %d, %q %q", args, code, out, errOut)
 		}
 		return m[1]
 	}
@@ -74,7 +76,7 @@ func TestProposalsDoneWhen(t *testing.T) {
 		"model:     the default model", "amctl proposals approve " + pid}, "proposals", "show", pid)
 	mustRun(t, addr, []string{"blocked", "proposal", "decide with: amctl proposals approve|reject " + pid}, "history", id)
 	mustRun(t, addr, []string{"waits for:  proposed agent translation-agent: amctl proposals show " + pid, "routing:    no agent fitted"}, "get", id)
-	mustRun(t, addr, []string{"proposal: no agent fitted: translation-agent was proposed", "how: scored for skills translation"}, "explain", id)
+	mustRun(t, addr, []string{"proposal: no agent fitted: translation-agent was proposed", "how: scored for skills translation", "chose translation"}, "explain", id)
 
 	mustRun(t, addr, []string{pid + " approved for this task only; task " + id + " is queued on agent translation-agent"}, "proposals", "approve", pid)
 	poll.Until(t, 60*time.Second, func() error {
@@ -96,7 +98,7 @@ func TestProposalsDoneWhen(t *testing.T) {
 	}
 
 	// Rejected: the task fails with the reason.
-	other := submit("translate this into Dutch")
+	other := submit("--skill", "translation", "translate this into Dutch")
 	if code, _, errOut := amctl(t, addr, "proposals", "reject", other+"-p"); code != 2 || !strings.Contains(errOut, "--reason") {
 		t.Errorf("reject without --reason: exit %d %q", code, errOut)
 	}
