@@ -817,7 +817,7 @@ var File_agentmesh_bus_v1_skill_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_skill_proto_rawDesc = "" +
 	"\n" +
-	"\x1cagentmesh/bus/v1/skill.proto\x12\x10agentmesh.bus.v1\x1a\x18agentmesh/v1/agent.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x17agentmesh/v1/task.proto\"\xd7\x02\n" +
+	"\x1cagentmesh/bus/v1/skill.proto\x12\x10agentmesh.bus.v1\x1a\x18agentmesh/v1/skill.proto\x1a\x17agentmesh/v1/task.proto\"\xd7\x02\n" +
 	"\aSkillOp\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x12\x16\n" +
 	"\x06shared\x18\x02 \x01(\bR\x06shared\x12:\n" +
