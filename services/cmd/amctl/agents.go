@@ -21,21 +21,7 @@ import (
 )
 
 func (c *cli) agentsCmd(ctx context.Context, args []string) error {
-	subs := map[string]func(context.Context, []string) error{
-		"create":   c.agentCreate,
-		"list":     c.agentList,
-		"get":      c.agentGet,
-		"update":   c.agentUpdate,
-		"delete":   c.agentDelete,
-		"match":    c.agentMatch,
-		"versions": c.agentVersions,
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		out := c.stdout
-		if len(args) == 0 {
-			out = c.stderr
-		}
-		fmt.Fprint(out, `Usage: amctl agents COMMAND [flags]
+	return c.group(ctx, "agents", `Usage: amctl agents COMMAND [flags]
 
 Commands:
   create NAME [flags]     create an agent (or --file agent.json)
@@ -47,17 +33,15 @@ Commands:
   match SKILL...          rank the agents for these skills, with each score's breakdown
 
 Run 'amctl agents COMMAND -h' for a command's flags.
-`)
-		if len(args) == 0 {
-			return usagef("agents: a command is required")
-		}
-		return errHelp
-	}
-	fn, ok := subs[args[0]]
-	if !ok {
-		return usagef("agents: unknown command %q (want create, list, get, update, delete, match or versions)", args[0])
-	}
-	return fn(ctx, args[1:])
+`, args,
+		subcommand{"create", c.agentCreate},
+		subcommand{"list", c.agentList},
+		subcommand{"get", c.agentGet},
+		subcommand{"update", c.agentUpdate},
+		subcommand{"delete", c.agentDelete},
+		subcommand{"match", c.agentMatch},
+		subcommand{"versions", c.agentVersions},
+	)
 }
 
 // agentFlags are the settings flags of create and update.

@@ -9,17 +9,7 @@ import (
 )
 
 func (c *cli) approvalsCmd(ctx context.Context, args []string) error {
-	subs := map[string]func(context.Context, []string) error{
-		"list":    c.approvalList,
-		"approve": func(ctx context.Context, a []string) error { return c.approvalDecide(ctx, a, true) },
-		"reject":  func(ctx context.Context, a []string) error { return c.approvalDecide(ctx, a, false) },
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		out := c.stdout
-		if len(args) == 0 {
-			out = c.stderr
-		}
-		fmt.Fprint(out, `Usage: amctl approvals COMMAND [flags]
+	return c.group(ctx, "approvals", `Usage: amctl approvals COMMAND [flags]
 
 A tool call that needs a person's approval blocks its task until someone
 decides. Approved, the call runs once and the task goes on where it stopped;
@@ -31,17 +21,11 @@ Commands:
   reject ID [--comment TEXT]       reject a tool call
 
 Run 'amctl approvals COMMAND -h' for a command's flags.
-`)
-		if len(args) == 0 {
-			return usagef("approvals: a command is required")
-		}
-		return errHelp
-	}
-	fn, ok := subs[args[0]]
-	if !ok {
-		return usagef("approvals: unknown command %q (want list, approve or reject)", args[0])
-	}
-	return fn(ctx, args[1:])
+`, args,
+		subcommand{"list", c.approvalList},
+		subcommand{"approve", func(ctx context.Context, a []string) error { return c.approvalDecide(ctx, a, true) }},
+		subcommand{"reject", func(ctx context.Context, a []string) error { return c.approvalDecide(ctx, a, false) }},
+	)
 }
 
 func (c *cli) approvalList(ctx context.Context, args []string) error {

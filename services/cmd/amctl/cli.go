@@ -108,7 +108,7 @@ func commands() []command {
 		{"watch", "follow a task's events until it ends", (*cli).watch},
 		{"history", "show a task's recorded events", (*cli).history},
 		{"tree", "show a task's tree of sub-tasks with their costs (and with --watch, follow it)", (*cli).tree},
-		{"agents", "manage agents: create, list, get, update, delete, match", (*cli).agentsCmd},
+		{"agents", "manage agents: create, list, get, versions, update, delete, match", (*cli).agentsCmd},
 		{"skills", "manage the skill catalogue: create, list, get, update, delete", (*cli).skillsCmd},
 		{"approvals", "list, approve or reject tool calls waiting for a person", (*cli).approvalsCmd},
 		{"proposals", "list, show, approve or reject agents proposed for tasks no agent fits", (*cli).proposalsCmd},

@@ -13,18 +13,7 @@ import (
 )
 
 func (c *cli) proposalsCmd(ctx context.Context, args []string) error {
-	subs := map[string]func(context.Context, []string) error{
-		"list":    c.proposalList,
-		"show":    c.proposalShow,
-		"approve": c.proposalApprove,
-		"reject":  c.proposalReject,
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		out := c.stdout
-		if len(args) == 0 {
-			out = c.stderr
-		}
-		fmt.Fprint(out, `Usage: amctl proposals COMMAND [flags]
+	return c.group(ctx, "proposals", `Usage: amctl proposals COMMAND [flags]
 
 When no agent fits a task (none offers its skills, or none covers enough of
 them), the registry drafts one from the skill catalogue and the task waits,
@@ -39,17 +28,12 @@ Commands:
   reject ID --reason TEXT             reject: the task fails with the reason
 
 Run 'amctl proposals COMMAND -h' for a command's flags.
-`)
-		if len(args) == 0 {
-			return usagef("proposals: a command is required")
-		}
-		return errHelp
-	}
-	fn, ok := subs[args[0]]
-	if !ok {
-		return usagef("proposals: unknown command %q (want list, show, approve or reject)", args[0])
-	}
-	return fn(ctx, args[1:])
+`, args,
+		subcommand{"list", c.proposalList},
+		subcommand{"show", c.proposalShow},
+		subcommand{"approve", c.proposalApprove},
+		subcommand{"reject", c.proposalReject},
+	)
 }
 
 // parseProposalStatus reads --status: pending, approved, permanent or

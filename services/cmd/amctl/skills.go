@@ -17,19 +17,7 @@ import (
 // amctl skills: the skill catalogue (SkillService).
 
 func (c *cli) skillsCmd(ctx context.Context, args []string) error {
-	subs := map[string]func(context.Context, []string) error{
-		"create": c.skillCreate,
-		"list":   c.skillList,
-		"get":    c.skillGet,
-		"update": c.skillUpdate,
-		"delete": c.skillDelete,
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		out := c.stdout
-		if len(args) == 0 {
-			out = c.stderr
-		}
-		fmt.Fprint(out, `Usage: amctl skills COMMAND [flags]
+	return c.group(ctx, "skills", `Usage: amctl skills COMMAND [flags]
 
 Skills are things agents can do: a description (task analysis reads it),
 the tools they need, a prompt template and a configuration. An agent
@@ -44,17 +32,13 @@ Commands:
   delete NAME           delete a skill no agent offers
 
 Run 'amctl skills COMMAND -h' for a command's flags.
-`)
-		if len(args) == 0 {
-			return usagef("skills: a command is required")
-		}
-		return errHelp
-	}
-	fn, ok := subs[args[0]]
-	if !ok {
-		return usagef("skills: unknown command %q (want create, list, get, update or delete)", args[0])
-	}
-	return fn(ctx, args[1:])
+`, args,
+		subcommand{"create", c.skillCreate},
+		subcommand{"list", c.skillList},
+		subcommand{"get", c.skillGet},
+		subcommand{"update", c.skillUpdate},
+		subcommand{"delete", c.skillDelete},
+	)
 }
 
 // skillFlags are the settings flags of create and update.
