@@ -76,10 +76,16 @@ func TestDelegationTreeWatchedAndCancelled(t *testing.T) {
 	e.waitStatus(t, quick.Id, taskstate.Completed, 60*time.Second)
 	failed := e.waitStatus(t, doomed.Id, taskstate.Failed, 60*time.Second)
 	e.waitStatus(t, slow.Id, taskstate.Running, 60*time.Second)
-	p := e.waitStatus(t, parent.Id, taskstate.Blocked, 60*time.Second)
-	if taskstate.BlockedOn(p) != agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS || len(p.WaitingOn) != 1 || p.WaitingOn[0] != slow.Id {
-		t.Fatalf("parent blocked on %v waiting on %v, want sub-tasks [%s]", p.BlockedOn, p.WaitingOn, slow.Id)
-	}
+	e.waitStatus(t, parent.Id, taskstate.Blocked, 60*time.Second)
+	// A sub-task's end leaves the parent's waiting_on when the resolver
+	// has seen it, just after the end itself.
+	poll.Until(t, 30*time.Second, func() error {
+		p := e.get(t, parent.Id)
+		if p.Status != taskstate.Blocked || taskstate.BlockedOn(p) != agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS || len(p.WaitingOn) != 1 || p.WaitingOn[0] != slow.Id {
+			return fmt.Errorf("parent %s blocked on %v waiting on %v, want sub-tasks [%s]", taskstate.Name(p.Status), p.BlockedOn, p.WaitingOn, slow.Id)
+		}
+		return nil
+	})
 
 	// The parent's own WatchTask: spawned (all three), completed, failed.
 	poll.Until(t, 30*time.Second, func() error {
