@@ -110,7 +110,7 @@ lint: tools ## gofmt (generated code included), go vet and buf lint
 	@echo "lint: clean"
 
 .PHONY: staticcheck
-staticcheck: ## run staticcheck (pinned; not part of CI yet)
+staticcheck: ## run staticcheck (pinned; CI runs it)
 	$(call install_tools,$(STATICCHECK))
 	"$(TOOLBIN)/staticcheck" ./...
 

@@ -251,6 +251,10 @@ func chatRequest(model string, settings *agentmeshv1.ModelSettings, req *childv1
 		creq.Temperature = settings.GetTemperature()
 	}
 	if n := settings.GetMaxTokens(); n > 0 {
+		// max_tokens, not max_completion_tokens: every OpenAI-compatible
+		// server (Ollama, vLLM, llama.cpp) reads it; OpenAI's o-series
+		// models want the other.
+		//lint:ignore SA1019 the field the compatible servers understand
 		creq.MaxTokens = int(n)
 	}
 	for _, msg := range req.GetMessages() {

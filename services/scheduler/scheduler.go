@@ -118,8 +118,6 @@ type Service struct {
 	// waits holds the deadlines of the waits on sub-tasks (waits.go),
 	// guarded by mu.
 	waits *waitDeadlines
-	// onPublish, when set (benchmarks), is called after each work publish.
-	onPublish func(taskID string)
 }
 
 // Defaults.
@@ -296,23 +294,6 @@ func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, repub
 	}
 	s.log.Debug("dispatched", "task", task.Id, "agent", task.Agent, "attempt", task.Attempt)
 	return nil
-}
-
-func (s *Service) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Reconcile(ctx); err != nil {
-				s.log.Warn("reconcile", "err", err)
-			} else if n > 0 {
-				s.log.Info("reconcile re-dispatched lost work", "tasks", n)
-			}
-		}
-	}
 }
 
 // Reconcile finds work the bus may have lost: tasks queued past

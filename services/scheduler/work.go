@@ -1,19 +1,9 @@
 package scheduler
 
 import (
-	"time"
-
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
 )
-
-// dispatchBackoff retries a dispatch that failed with unavailable (state
-// restarting, its database down) or conflict a few times, quickly, before
-// the event is nak'ed for redelivery a second later. A retried dispatch is
-// safe: queued → assigned is compare-and-set, and a task found already
-// assigned gets its work republished under the same Msg-Id.
-var dispatchBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 400 * time.Millisecond, Tries: 6}
 
 // workItem is the work of a task's current attempt: the task's id, org and
 // agent and the attempt — not the whole task (its input, agent spec,
