@@ -64,7 +64,7 @@ func (c *cli) approvalList(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "APPROVAL\tTASK\tAGENT\tTOOL\tRISK\tDEADLINE\tARGUMENTS")
 	for _, a := range resp.GetApprovals() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Agent, a.Tool, orNone(a.Risk), when(a.Deadline), clip(a.Arguments, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Id, a.TaskId, a.Agent, a.Tool, dash(a.Risk), when(a.Deadline), clip(a.Arguments, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -108,7 +108,12 @@ func printRouting(w io.Writer, r *agentmeshv1.Routing) {
 	if t := r.GetDecidedAt(); t != nil {
 		fmt.Fprintf(w, "decided: %s\n", when(t))
 	}
-	fmt.Fprintf(w, "chosen: %s\n\n", r.GetChosen())
+	fmt.Fprintf(w, "chosen: %s\n", r.GetChosen())
+	if len(r.GetCandidates()) == 0 {
+		fmt.Fprintln(w, "candidates: none (no agent offers any of the skills)")
+		return
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tAGENT\tSCORE\tCAPABILITY\tWORKLOAD\tPRIORITY\tAFFINITY\tMATCHED\tMISSING\tRUNNING\tRECENT OK/FAILED")
 	for i, c := range r.GetCandidates() {

@@ -161,14 +161,14 @@ func (c *cli) proposalShow(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.stdout, "why:       %s\n", p.Reason)
 	fmt.Fprintf(c.stdout, "created:   %s\n", when(p.CreatedAt))
 	if p.DecidedAt != nil {
-		fmt.Fprintf(c.stdout, "decided:   %s by %s\n", when(p.DecidedAt), orNone(p.DecidedBy))
+		fmt.Fprintf(c.stdout, "decided:   %s by %s\n", when(p.DecidedAt), dash(p.DecidedBy))
 		if p.Comment != "" {
 			fmt.Fprintf(c.stdout, "comment:   %s\n", p.Comment)
 		}
 	}
 	fmt.Fprintf(c.stdout, "agent:     %s\n", a.GetName())
 	fmt.Fprintf(c.stdout, "skills:    %s\n", strings.Join(a.GetSkills(), ", "))
-	fmt.Fprintf(c.stdout, "tools:     %s\n", orNone(strings.Join(a.GetTools(), ", ")))
+	fmt.Fprintf(c.stdout, "tools:     %s\n", noneIfEmpty(strings.Join(a.GetTools(), ", ")))
 	fmt.Fprintf(c.stdout, "model:     %s\n", model)
 	fmt.Fprintf(c.stdout, "prompt:\n")
 	for _, line := range strings.Split(a.GetSystemPrompt(), "\n") {

@@ -67,16 +67,19 @@ func TestProposalsDoneWhen(t *testing.T) {
 		if code != 0 || m == nil {
 			t.Fatalf("submit %q: exit %d, %q %q", args, code, out, errOut)
 		}
+		if want := "no agent fits, so agent translation-agent is proposed and the task waits for a person: amctl proposals show " + m[1] + "-p"; !strings.Contains(out, want) {
+			t.Fatalf("submit %q said %q, want %q", args, out, want)
+		}
 		return m[1]
 	}
 	id := submit("translate this into French")
 	pid := id + "-p"
 	mustRun(t, addr, []string{pid, id, "translation-agent", "translation", "pending", "no agent offers"}, "proposals", "list")
-	mustRun(t, addr, []string{"proposal:  " + pid + " (pending)", "agent:     translation-agent", "Translate faithfully",
+	mustRun(t, addr, []string{"proposal:  " + pid + " (pending)", "agent:     translation-agent", "Translate faithfully", "tools:     none",
 		"model:     the default model", "amctl proposals approve " + pid}, "proposals", "show", pid)
 	mustRun(t, addr, []string{"blocked", "proposal", "decide with: amctl proposals approve|reject " + pid}, "history", id)
 	mustRun(t, addr, []string{"waits for:  proposed agent translation-agent: amctl proposals show " + pid, "routing:    no agent fitted"}, "get", id)
-	mustRun(t, addr, []string{"proposal: no agent fitted: translation-agent was proposed", "how: scored for skills translation", "chose translation"}, "explain", id)
+	mustRun(t, addr, []string{"proposal: no agent fitted: translation-agent was proposed", "how: scored for skills translation", "chose translation", "candidates: none (no agent offers any of the skills)"}, "explain", id)
 
 	mustRun(t, addr, []string{pid + " approved for this task only; task " + id + " is queued on agent translation-agent"}, "proposals", "approve", pid)
 	poll.Until(t, 60*time.Second, func() error {

@@ -93,7 +93,14 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 		if !resp.GetCreated() && !autoKey {
 			verb = "already submitted (same idempotency key)"
 		}
-		fmt.Fprintf(c.stdout, "task %s %s to agent %s\n", task.GetId(), verb, task.GetAgent())
+		if p := task.GetPendingProposal(); p != nil && taskstate.ProposalPending(task) {
+			// No agent fits: the task waits for a person to decide on the
+			// agent the registry drafted.
+			fmt.Fprintf(c.stdout, "task %s %s; no agent fits, so agent %s is proposed and the task waits for a person: amctl proposals show %s\n",
+				task.GetId(), verb, p.GetAgent().GetName(), p.GetId())
+		} else {
+			fmt.Fprintf(c.stdout, "task %s %s to agent %s\n", task.GetId(), verb, task.GetAgent())
+		}
 	}
 	if !*wait {
 		return nil
