@@ -227,11 +227,30 @@ func (s *Script) compile() error {
 }
 
 // DefaultScript is the offline quickstart's script: turn 0 calls
-// current_time, turn 1 answers with its result and the question.
+// current_time, turn 1 answers with its result and the question. An input
+// starting with "plan:" is the delegation demo instead: turn 0 delegates
+// two halves to the default agent (call_agent ×2, one turn), turn 1 waits
+// for both (wait_tasks), turn 2 answers with their results.
 func DefaultScript() *Script {
 	s := &Script{
 		Model: "scripted",
 		Scenarios: []Scenario{{
+			Match: `(?i)^plan:`,
+			Turns: []Turn{
+				{
+					Content: "I will split this between two assistants.",
+					ToolCalls: []ToolCall{
+						{Name: "call_agent", Arguments: json.RawMessage(`{"agent":"assistant","input":"the first half"}`)},
+						{Name: "call_agent", Arguments: json.RawMessage(`{"agent":"assistant","input":"the second half"}`)},
+					},
+				},
+				{Content: "Waiting for both.", ToolCalls: []ToolCall{{Name: "wait_tasks", Arguments: json.RawMessage(`{}`)}}},
+				{
+					Content: "You asked: \"{{input}}\". Two assistants worked on it; what they answered: {{last_tool_result}} " +
+						"(This answer comes from agentmesh's scripted model, a testing and demo aid; configure a real model to get real answers.)",
+				},
+			},
+		}, {
 			Turns: []Turn{
 				{
 					Content:   "Let me check the time first.",

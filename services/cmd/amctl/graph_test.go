@@ -37,8 +37,16 @@ func realStack(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := stack.Config{DataDir: t.TempDir(), NATSHost: "127.0.0.1", NATSPort: -1, Script: script,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return realStackWith(t, stack.Config{Script: script})
+}
+
+// realStackWith runs the stack of cfg (its script, seeds and settings; nil
+// script: the quickstart's default script) in this process, as realStack
+// does, and returns its gRPC address.
+func realStackWith(t *testing.T, cfg stack.Config) string {
+	t.Helper()
+	cfg.DataDir, cfg.NATSHost, cfg.NATSPort = t.TempDir(), "127.0.0.1", -1
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,20 +29,7 @@ func TestProposalsDoneWhen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := stack.Config{DataDir: t.TempDir(), NATSHost: "127.0.0.1", NATSPort: -1, Script: script,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	cfg.Router.Listen = "127.0.0.1:0"
-	cfg.Executor.ChildCommand = []string{os.Args[0]}
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.New(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatalf("stack: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- st.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	addr := st.Addr()
+	addr := realStackWith(t, stack.Config{Script: script})
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
