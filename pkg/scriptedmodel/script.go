@@ -74,7 +74,8 @@
 //	               "stop"
 //
 // DefaultScript is the script of the offline quickstart: the agent calls
-// current_time, then answers with the time and the question it was asked.
+// current_time, then answers with the time and the question it was asked;
+// an input starting with "plan:" delegates to two sub-tasks instead.
 package scriptedmodel
 
 import (
