@@ -113,7 +113,14 @@ func printTask(w io.Writer, t *agentmeshv1.Task) {
 	row("id", t.GetId())
 	row("status", taskstate.Name(t.GetStatus()))
 	row("agent", t.GetAgent())
-	row("routing", routingSummary(t.GetRouting()))
+	routing := routingSummary(t.GetRouting())
+	if p := t.GetPendingProposal(); p != nil && p.GetStatus() != agentmeshv1.ProposalStatus_PROPOSAL_STATUS_PENDING && t.GetRouting().GetMethod() == "proposal" {
+		routing += "; " + proposalStatusName(p.GetStatus())
+		if by := p.GetDecidedBy(); by != "" {
+			routing += " by " + by
+		}
+	}
+	row("routing", routing)
 	row("skills", strings.Join(t.GetRequiredSkills(), ", "))
 	row("priority", priorityName(t.GetPriority()))
 	row("title", t.GetTitle())

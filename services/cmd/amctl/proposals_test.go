@@ -76,6 +76,7 @@ func TestProposalsDoneWhen(t *testing.T) {
 		}
 		return nil
 	})
+	mustRun(t, addr, []string{"routing:    no agent fitted: translation-agent was proposed, for a person to decide (amctl proposals); approved"}, "get", id)
 	if code, _, errOut := amctl(t, addr, "proposals", "approve", pid, "--permanent"); code != 1 || !strings.Contains(errOut, "already decided") {
 		t.Errorf("approve twice: exit %d %q, want 1 and already decided", code, errOut)
 	}
