@@ -13,6 +13,9 @@
 //     peak PSS of the server and of all its children (smaps_rollup);
 //
 //   - the concurrency-1 submit→completed p50 (-c1 tasks one at a time);
+//     with -phases, the p50/p90 of each gap between those tasks' events
+//     (where the time goes: submit, queue, dispatch, the child's first
+//     model turn, each step's checkpoint, the completion, the watcher);
 //
 //   - in flight (-inflight tasks, a slow model: -latency): a second server
 //     with capacity for all of them; SubmitTask and GetTask p50/p99 while
