@@ -184,8 +184,8 @@ func (w *warmPool) spawnOne() (*process, error) {
 	return p, nil
 }
 
-// take hands out an idle warm child (nil when there is none) and wakes the
-// refillers. A child found dead is discarded.
+// take hands out the oldest idle warm child (nil when there is none) and
+// wakes the refillers. A child found dead is discarded.
 func (w *warmPool) take() *process {
 	defer w.wake()
 	for {
@@ -196,7 +196,12 @@ func (w *warmPool) take() *process {
 			w.misses.Add(1)
 			return nil
 		}
-		p := w.idle[n-1]
+		// The oldest first: it has long finished starting (its runtime's
+		// start and its sandbox's walls), while the newest may still be
+		// starting — the refill of the previous claim — and would make its
+		// task wait for that.
+		p := w.idle[0]
+		copy(w.idle, w.idle[1:])
 		w.idle[n-1] = nil
 		w.idle = w.idle[:n-1]
 		w.mu.Unlock()

@@ -13,6 +13,9 @@
 //     peak PSS of the server and of all its children (smaps_rollup);
 //
 //   - the concurrency-1 submit→completed p50 (-c1 tasks one at a time);
+//     with -phases, the p50/p90 of each gap between those tasks' events
+//     (where the time goes: submit, queue, dispatch, the child's first
+//     model turn, each step's checkpoint, the completion, the watcher);
 //
 //   - in flight (-inflight tasks, a slow model: -latency): a second server
 //     with capacity for all of them; SubmitTask and GetTask p50/p99 while
@@ -66,6 +69,7 @@ func main() {
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
 	)
+	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
 	flag.Parse()
 	if *n <= 0 || *c <= 0 {
 		fmt.Fprintln(os.Stderr, "ambench: -n and -c must be positive")
@@ -131,6 +135,9 @@ func main() {
 		}
 	}
 }
+
+// showPhases is -phases.
+var showPhases bool
 
 type result struct {
 	store              string
@@ -291,12 +298,19 @@ func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profS
 		if err != nil {
 			return result{}, err
 		}
-		lat, _, err := load(agentmeshv1.NewTaskServiceClient(conn), c1, 1)
-		conn.Close()
+		tc := agentmeshv1.NewTaskServiceClient(conn)
+		lat, runs, err := loadC1(tc, c1)
 		if err != nil {
+			conn.Close()
 			return result{}, s.fail(fmt.Errorf("concurrency 1: %w", err))
 		}
 		res.c1p50, res.c1p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+		if showPhases {
+			if err := phases(tc, runs); err != nil {
+				fmt.Fprintf(os.Stderr, "ambench: phases: %v\n", err)
+			}
+		}
+		conn.Close()
 	}
 	res.store = kind
 	res.peakRSSKiB = peakRSS(s.cmd.Process.Pid)
@@ -403,7 +417,7 @@ func load(tasks agentmeshv1.TaskServiceClient, n, c int) ([]time.Duration, int, 
 				if i >= n {
 					return
 				}
-				d, ok, err := one(tasks, i)
+				d, ok, _, err := one(tasks, i)
 				if err != nil {
 					errs <- err
 					return
@@ -423,30 +437,50 @@ func load(tasks agentmeshv1.TaskServiceClient, n, c int) ([]time.Duration, int, 
 	return lat, int(failed.Load()), nil
 }
 
-func one(tasks agentmeshv1.TaskServiceClient, i int) (time.Duration, bool, error) {
+// one submits task i and follows it to its end; it returns
+// submit→terminal, whether it completed, and the client's clock readings.
+func one(tasks agentmeshv1.TaskServiceClient, i int) (time.Duration, bool, c1Task, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
 	resp, err := tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{Input: "bench task " + strconv.Itoa(i)})
 	if err != nil {
-		return 0, false, fmt.Errorf("submit: %w", err)
+		return 0, false, c1Task{}, fmt.Errorf("submit: %w", err)
 	}
+	rec := c1Task{id: resp.Task.Id, submit: t0, accepted: time.Now()}
 	stream, err := tasks.WatchTask(ctx, &agentmeshv1.WatchTaskRequest{Id: resp.Task.Id, AfterSeq: resp.Task.LastEventSeq})
 	if err != nil {
-		return 0, false, fmt.Errorf("watch: %w", err)
+		return 0, false, rec, fmt.Errorf("watch: %w", err)
 	}
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return 0, false, fmt.Errorf("watch of %s ended before the task did", resp.Task.Id)
+			return 0, false, rec, fmt.Errorf("watch of %s ended before the task did", resp.Task.Id)
 		}
 		if err != nil {
-			return 0, false, fmt.Errorf("watch: %w", err)
+			return 0, false, rec, fmt.Errorf("watch: %w", err)
 		}
 		if taskstate.Terminal(ev.Status) {
-			return time.Since(t0), ev.Status == taskstate.Completed, nil
+			rec.ended = time.Now()
+			return rec.ended.Sub(t0), ev.Status == taskstate.Completed, rec, nil
 		}
 	}
+}
+
+// loadC1 runs n tasks one at a time and returns their latencies and the
+// client's clock readings of each.
+func loadC1(tasks agentmeshv1.TaskServiceClient, n int) ([]time.Duration, []c1Task, error) {
+	lat := make([]time.Duration, 0, n)
+	runs := make([]c1Task, 0, n)
+	for i := 0; i < n; i++ {
+		d, _, rec, err := one(tasks, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		lat = append(lat, d)
+		runs = append(runs, rec)
+	}
+	return lat, runs, nil
 }
 
 func waitHealthy(conn *grpc.ClientConn, timeout time.Duration) error {

@@ -76,6 +76,7 @@ func RunIfChild() {
 // Diagnostics go to stderr, whose tail the executor keeps for its reports.
 func Main(in io.Reader, out io.Writer) int {
 	sandbox.EnterOrExit() // confine this process before reading anything (a no-op unsandboxed)
+	prewarm()             // while a warm child waits for its task, not after
 	l := &loop{r: childproto.NewReader(in), w: childproto.NewWriter(out)}
 	err := l.run()
 	switch {
