@@ -68,6 +68,13 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTaskHistory"): RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetUsage"):       RoleReader,
 
+	method(agentmeshv1.TaskGraphService_ServiceDesc.ServiceName, "SubmitTasks"): RoleOperator,
+	method(agentmeshv1.TaskGraphService_ServiceDesc.ServiceName, "UpdateTask"):  RoleOperator,
+	method(agentmeshv1.TaskGraphService_ServiceDesc.ServiceName, "CancelTasks"): RoleOperator,
+	method(agentmeshv1.TaskGraphService_ServiceDesc.ServiceName, "DeleteTask"):  RoleOperator,
+
+	method(agentmeshv1.MetricsService_ServiceDesc.ServiceName, "GetMetrics"): RoleReader,
+
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"):       RoleAdmin,
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"):       RoleAdmin,
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "DeleteAgent"):       RoleAdmin,
@@ -92,6 +99,8 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.ProposalService_ServiceDesc.ServiceName, "RejectProposal"):  RoleApprover,
 
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"): RoleReader,
+
+	method(agentmeshv1.TapService_ServiceDesc.ServiceName, "CreateTap"): RoleAdmin,
 }
 
 // platformMethods are the RPCs a platform key may call: the agent and
