@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,11 +9,8 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
-	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -25,9 +20,6 @@ import (
 // the planner resumes from its checkpoints, and none of the planner's
 // model turns (all answered before or after the kill) is asked twice.
 func TestDelegationNodeLossMidTree(t *testing.T) {
-	bin := agentmeshBinary(t)
-	common := startBus(t, "dl")
-	scriptPath := filepath.Join(t.TempDir(), "script.json")
 	// Scenario 0: the planner; 1: the workers, whose only turn is slow
 	// enough to kill the node while they wait for it.
 	script := `{"scenarios":[
@@ -39,37 +31,9 @@ func TestDelegationNodeLossMidTree(t *testing.T) {
 	    {"content":"wait","tool_calls":[{"name":"wait_tasks","arguments":{}}]},
 	    {"content":"combined: {{last_tool_result}}"}]},
 	  {"match":"^part","turns":[{"delay_ms":3000,"content":"done({{input}})"}]}]}`
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := scriptedmodel.LoadScript(scriptPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(sc)
-	modelURL, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = model.Close() })
-
-	apiAddr := freeAddr(t)
-	spawn(t, bin, "state", common("state")...)
-	spawn(t, bin, "registry", common("registry")...)
-	spawn(t, bin, "scheduler", common("scheduler")...)
-	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
-	execEnv := func(node string) []string {
-		return common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
-			"AGENTMESH_NODE="+node, "AGENTMESH_ACK_WAIT=2s")
-	}
-	nodeA := spawn(t, bin, "executor", execEnv("node-a")...)
-
-	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
+	c := startNodeLossCluster(t, "dl", script)
+	e, model := c.env, c.model
+	nodeA := c.spawnExecutor("node-a")
 	for _, a := range []*agentmeshv1.Agent{
 		{Name: "planner", Tools: []string{"call_agent", "wait_tasks", "get_task_status"}},
 		{Name: "worker", Tools: []string{"echo"}},
@@ -103,7 +67,7 @@ func TestDelegationNodeLossMidTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = nodeA.cmd.Wait()
-	spawn(t, bin, "executor", execEnv("node-b")...)
+	c.spawnExecutor("node-b")
 
 	done := e.waitStatus(t, parent.Id, taskstate.Completed, 120*time.Second)
 	for _, part := range []string{"done(part A)", "done(part B)", "done(part C)"} {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -25,45 +23,14 @@ import (
 // paid for is not asked again and the tool whose result was checkpointed
 // does not run again.
 func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
-	bin := agentmeshBinary(t)
-	common := startBus(t, "nl")
-	scriptPath := filepath.Join(t.TempDir(), "script.json")
 	// Turn 0 calls echo at once; turn 1 takes 3 s, long enough to kill the
 	// executor while its agent waits for it.
 	script := `{"scenarios":[{"turns":[
 	  {"content":"echoing","tool_calls":[{"name":"echo","arguments":{"text":"{{input}}"}}]},
 	  {"delay_ms":3000,"content":"final: {{last_tool_result}}"}]}]}`
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := scriptedmodel.LoadScript(scriptPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(sc)
-	modelURL, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = model.Close() })
-
-	apiAddr := freeAddr(t)
-	spawn(t, bin, "state", common("state")...)
-	spawn(t, bin, "registry", common("registry")...)
-	spawn(t, bin, "scheduler", common("scheduler")...)
-	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
-	execEnv := func(node string) []string {
-		return common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
-			"AGENTMESH_NODE="+node, "AGENTMESH_ACK_WAIT=2s")
-	}
-	nodeA := spawn(t, bin, "executor", execEnv("node-a")...)
-
-	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	e := &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)}
+	c := startNodeLossCluster(t, "nl", script)
+	e, model := c.env, c.model
+	nodeA := c.spawnExecutor("node-a")
 	poll.Until(t, 60*time.Second, func() error {
 		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "assistant", Tools: []string{"echo"}}})
 		if status.Code(err) == codes.AlreadyExists {
@@ -89,7 +56,7 @@ func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = nodeA.cmd.Wait()
-	spawn(t, bin, "executor", execEnv("node-b")...)
+	c.spawnExecutor("node-b")
 
 	done := e.waitStatus(t, task.Id, taskstate.Completed, 90*time.Second)
 	if done.Result != "final: survive" || done.Node != "node-b" || done.Attempt < 2 {
@@ -103,4 +70,48 @@ func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 		t.Errorf("history: %d model turns, %d tool calls, %d tool results; want 2, 1, 1 (nothing repeated)", turns, len(calls), len(results))
 	}
 	_ = context.Background
+}
+
+// nodeLossCluster is the four services but the executor as separate OS
+// processes against one nats-server, the scripted model of script, and a
+// gRPC client of the router; start executors with spawnExecutor.
+type nodeLossCluster struct {
+	*env
+	model         *scriptedmodel.Server
+	spawnExecutor func(node string) *proc
+}
+
+func startNodeLossCluster(t *testing.T, prefix, script string) *nodeLossCluster {
+	t.Helper()
+	bin := agentmeshBinary(t)
+	common := startBus(t, prefix)
+	sc, err := scriptedmodel.ParseScript([]byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := scriptedmodel.New(sc)
+	modelURL, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = model.Close() })
+
+	apiAddr := freeAddr(t)
+	spawn(t, bin, "state", common("state")...)
+	spawn(t, bin, "registry", common("registry")...)
+	spawn(t, bin, "scheduler", common("scheduler")...)
+	spawn(t, bin, "router", common("router", "AGENTMESH_LISTEN="+apiAddr)...)
+	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &nodeLossCluster{
+		env:   &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)},
+		model: model,
+		spawnExecutor: func(node string) *proc {
+			return spawn(t, bin, "executor", common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
+				"AGENTMESH_NODE="+node, "AGENTMESH_ACK_WAIT=2s")...)
+		},
+	}
 }
