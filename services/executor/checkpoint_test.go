@@ -57,37 +57,14 @@ func TestCheckpointSurvivesStateRestart(t *testing.T) {
 
 	// A model of our own whose first turn takes a while: the state service
 	// is stopped while the model thinks.
-	s, err := scriptedmodel.ParseScript([]byte(`{"scenarios": [{"turns": [
+	model := e.useScript(`{"scenarios": [{"turns": [
 	  {"content": "let me echo", "delay_ms": 700, "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
 	  {"content": "done: {{last_tool_result}}"}
-	]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(s)
-	url, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { model.Close() })
-	e.cfg.Model.BaseURL = url
+	]}]}`)
 
 	// A second state service on the same store, which this test stops and
 	// starts; the one newEnv started is stopped first.
-	ctx := context.Background()
-	st, err := kvstore.Open(ctx, e.js, e.names, kvstore.Options{Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	startState := func() (stop func()) {
-		svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: e.nc, Store: st, Log: e.log})
-		if err != nil {
-			t.Fatalf("state.New: %v", err)
-		}
-		return runService(t, svc.Run)
-	}
-	e.stopState()
+	startState := e.restartableState()
 	stopState := startState()
 	e.startExecutor()
 
@@ -155,20 +132,10 @@ func TestWebFetchSendsIdempotencyKey(t *testing.T) {
 	t.Cleanup(closeTools)
 	e.cfg.Tools = fns
 
-	s, err := scriptedmodel.ParseScript([]byte(`{"scenarios": [{"turns": [
+	e.useScript(`{"scenarios": [{"turns": [
 	  {"tool_calls": [{"id": "call_pay", "name": "web_fetch", "arguments": {"url": "` + hs.URL + `/pay", "method": "POST", "body": "1 EUR"}}]},
 	  {"content": "paid: {{last_tool_result}}"}
-	]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(s)
-	url, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { model.Close() })
-	e.cfg.Model.BaseURL = url
+	]}]}`)
 	e.startExecutor()
 
 	saved := agent
@@ -189,5 +156,45 @@ func TestWebFetchSendsIdempotencyKey(t *testing.T) {
 		}
 	default:
 		t.Fatal("the server was never called")
+	}
+}
+
+// useScript points the executor at a scripted model of its own, serving
+// script, and returns it.
+func (e *env) useScript(script string) *scriptedmodel.Server {
+	e.t.Helper()
+	s, err := scriptedmodel.ParseScript([]byte(script))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	model := scriptedmodel.New(s, scriptedmodel.WithLogger(e.log))
+	url, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { model.Close() })
+	e.model = model
+	e.cfg.Model.BaseURL = url
+	return model
+}
+
+// restartableState stops the state service newEnv started and returns a
+// starter of another on a store of its own that outlives it, so a test can
+// stop and start state (an outage) without losing the record.
+func (e *env) restartableState() (start func() (stop func())) {
+	e.t.Helper()
+	ctx := context.Background()
+	st, err := kvstore.Open(ctx, e.js, e.names, kvstore.Options{Memory: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { st.Close() })
+	e.stopState()
+	return func() (stop func()) {
+		svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: e.nc, Store: st, Log: e.log})
+		if err != nil {
+			e.t.Fatalf("state.New: %v", err)
+		}
+		return runService(e.t, svc.Run)
 	}
 }

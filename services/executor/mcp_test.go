@@ -13,7 +13,6 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
-	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
@@ -53,18 +52,7 @@ func newMCPEnv(t *testing.T, srv *mcptest.Servers, oldnew ...string) *env {
 	if srv != nil {
 		e.cfg.Sandbox.ReadOnlyPaths = append(e.cfg.Sandbox.ReadOnlyPaths, srv.Dir)
 	}
-	s, err := scriptedmodel.ParseScript([]byte(strings.NewReplacer(oldnew...).Replace(mcpScript)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(s, scriptedmodel.WithLogger(e.log))
-	url, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { model.Close() })
-	e.model = model
-	e.cfg.Model.BaseURL = url
+	e.useScript(strings.NewReplacer(oldnew...).Replace(mcpScript))
 	return e
 }
 

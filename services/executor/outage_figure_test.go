@@ -1,19 +1,14 @@
 package executor_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/poll"
-	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/services/state"
-	"github.com/agentmesh/agentmesh/services/state/kvstore"
 )
 
 // TestStateOutageResumeFigure measures (for docs/benchmarks.md; it asserts
@@ -33,35 +28,12 @@ func TestStateOutageResumeFigure(t *testing.T) {
 	const n = 8
 	e := newEnv(t)
 	e.cfg.Capacity = n
-	s, err := scriptedmodel.ParseScript([]byte(`{"scenarios": [{"turns": [
+	model := e.useScript(`{"scenarios": [{"turns": [
 	  {"content": "let me echo", "delay_ms": 1000, "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
 	  {"content": "done: {{last_tool_result}}"}
-	]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(s)
-	url, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { model.Close() })
-	e.cfg.Model.BaseURL = url
+	]}]}`)
 
-	ctx := context.Background()
-	st, err := kvstore.Open(ctx, e.js, e.names, kvstore.Options{Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	startState := func() (stop func()) {
-		svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: e.nc, Store: st, Log: e.log})
-		if err != nil {
-			t.Fatalf("state.New: %v", err)
-		}
-		return runService(t, svc.Run)
-	}
-	e.stopState()
+	startState := e.restartableState()
 	stopState := startState()
 	e.startExecutor()
 
