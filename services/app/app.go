@@ -34,6 +34,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/scheduler"
@@ -332,17 +333,25 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_WARM_POOL: %w", err)}
 	}
+	nice, err := s.int("AGENTMESH_AGENT_NICE")
+	if err != nil {
+		return executor.Config{}, err
+	}
+	if nice < 0 || nice > spawner.MaxNice {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_NICE: want 0 to %d, got %d", spawner.MaxNice, nice)}
+	}
 	return executor.Config{
 		WarmPool: warm,
 		Prefix:   s.str("AGENTMESH_PREFIX"),
 		Node:     s.str("AGENTMESH_NODE"),
 		Capacity: capacity,
 		Labels:   labels, DrainGrace: drain,
-		WallTime: wall,
-		AckWait:  ackWait,
-		MaxSteps: steps,
-		Sandbox:  sb,
-		Spawner:  spawnMode,
+		WallTime:  wall,
+		AckWait:   ackWait,
+		MaxSteps:  steps,
+		Sandbox:   sb,
+		Spawner:   spawnMode,
+		AgentNice: nice,
 		Model: executor.ModelConfig{
 			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
 			APIKey:  key,

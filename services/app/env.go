@@ -65,6 +65,8 @@ func EnvVars() []Env {
 		{"AGENTMESH_PROPOSAL_THRESHOLD", "0.5", []string{"dev", "registry"}, "an agent is proposed when no candidate's capability (its coverage of the required skills, 0-1) is above this, from 0 to below 1"},
 		{"AGENTMESH_WARM_POOL", "", []string{"dev", "executor"}, "how many idle agent processes the executor keeps started and sandboxed ahead of time, each handed exactly one task and then destroyed (dispatch does not wait for a spawn); empty = the capacity, at most 64; 0 = off. Idle ones and running tasks together never exceed the capacity"},
 		{"AGENTMESH_SPAWNER", "fork-server", []string{"dev", "executor"}, "who starts the agent processes: fork-server (a small long-lived spawner process the executor starts and restarts; a spawn does not copy the executor's page tables) or direct (the executor forks them itself)"},
+		{"AGENTMESH_AGENT_NICE", "10", []string{"dev", "executor"}, "how many nice steps below the executor the spawner and every agent process run (0-19; 0 = same priority): when the CPU is short, agents yield it to the control plane (the API stays responsive under load); applies with AGENTMESH_SPAWNER=fork-server"},
+		{"AGENTMESH_AGENT_CPU_SHARES", "128", []string{"dev", "executor"}, "CPU weight of all the executor's tasks together against the executor's own cgroup, in cgroup v1 cpu.shares units (2-262144; an ordinary group has 1024; cgroup v2 gets the equivalent cpu.weight); a weight, not a limit: idle CPU stays the agents'"},
 		{"AGENTMESH_TASK_MEMORY", "512MiB", []string{"dev", "executor"}, "memory limit of a task's whole process tree (strict isolation), e.g. 512MiB, 1G"},
 		{"AGENTMESH_TOOL_MEMORY", "128MiB", []string{"dev", "executor"}, "memory limit of the programs code_run and shell run (strict isolation)"},
 		{"AGENTMESH_TASK_PIDS", "256", []string{"dev", "executor"}, "process and thread limit of a task (strict isolation)"},
@@ -115,6 +117,11 @@ func (s *settings) sandboxConfig() (sandbox.Config, error) {
 	if v := s.str("AGENTMESH_TASK_CPU"); v != "" {
 		if cfg.CPU, err = strconv.ParseFloat(v, 64); err != nil || cfg.CPU < 0.01 || cfg.CPU > 1024 {
 			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_TASK_CPU: want a number of cores from 0.01 to 1024, e.g. 0.5, got %q", v)}
+		}
+	}
+	if v := s.str("AGENTMESH_AGENT_CPU_SHARES"); v != "" {
+		if cfg.CPUShares, err = strconv.ParseInt(v, 10, 64); err != nil || cfg.CPUShares < sandbox.MinCPUShares || cfg.CPUShares > sandbox.MaxCPUShares {
+			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_CPU_SHARES: want a number from %d to %d, e.g. 128, got %q", sandbox.MinCPUShares, sandbox.MaxCPUShares, v)}
 		}
 	}
 	if v := s.str("AGENTMESH_SANDBOX_UIDS"); v != "" {

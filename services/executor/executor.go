@@ -103,6 +103,13 @@ type Config struct {
 	// default: a small long-lived spawner process, see package spawner)
 	// or SpawnerDirect (the executor forks them itself).
 	Spawner string
+	// AgentNice lowers the CPU priority of the spawner and so of every
+	// agent child by this many nice steps below the executor's (0 to 19;
+	// 0 = the executor's priority): when the CPU is short the agents
+	// yield it to the executor and the services beside it. It applies to
+	// SpawnerForkServer; with SpawnerDirect only the agents' cgroup
+	// weight (Sandbox.CPUShares) applies.
+	AgentNice int
 	// WarmPool is how many idle warm agent children (started and
 	// sandboxed ahead of time, each to serve exactly one task; see
 	// warm.go) the executor keeps (AGENTMESH_WARM_POOL): 0 takes the
@@ -333,7 +340,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("executor: spawner: %w", err)
 		}
-		if sp, err = spawner.Start(exe, deps.Log.With("service", "executor", "node", cfg.Node)); err != nil {
+		if sp, err = spawner.StartWith(exe, deps.Log.With("service", "executor", "node", cfg.Node), spawner.Options{Nice: cfg.AgentNice}); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 	}

@@ -124,6 +124,12 @@ type Config struct {
 	// CPU is the task's CPU share in cores (0.5: half of one core), for
 	// the agent process and its tools' programs together.
 	CPU float64
+	// CPUShares is the CPU weight of all the executor's tasks together
+	// against the executor's own cgroup, in cgroup v1 cpu.shares units
+	// (an ordinary process group has 1024; cgroup v2 gets the equivalent
+	// cpu.weight): when the CPU is short the agents yield it to the
+	// control plane (DefaultCPUShares, 128: an eighth); see cpuweight.go.
+	CPUShares int64
 	// Node names this executor's node: the cgroups and workspaces of the
 	// executor's tasks are under "<Node>.<pid>", and New sweeps those its
 	// node's dead executors left behind (the host name).
@@ -207,6 +213,12 @@ func (c *Config) defaults() error {
 	}
 	if c.CPU < 0.01 || c.CPU > 1024 {
 		return fmt.Errorf("sandbox: CPU share %g cores: want 0.01 to 1024", c.CPU)
+	}
+	if c.CPUShares == 0 {
+		c.CPUShares = DefaultCPUShares
+	}
+	if err := checkCPUShares(c.CPUShares); err != nil {
+		return err
 	}
 	if c.Node == "" {
 		c.Node, _ = os.Hostname()
@@ -391,8 +403,8 @@ func New(cfg Config) (*Sandbox, error) {
 		b.WriteString(", seccomp (socket families unix/inet/inet6/netlink only, no io_uring)")
 	}
 	if s.cgroups {
-		fmt.Fprintf(&b, ", cgroup memory %s (task %s, tools %s), cgroup pids %s (max %d), cgroup cpu %s (%g cores)",
-			s.mem, mib(cfg.Memory), mib(cfg.ToolMemory), s.pids, cfg.Pids, s.cpu, cfg.CPU)
+		fmt.Fprintf(&b, ", cgroup memory %s (task %s, tools %s), cgroup pids %s (max %d), cgroup cpu %s (%g cores; all tasks weigh %d cpu.shares)",
+			s.mem, mib(cfg.Memory), mib(cfg.ToolMemory), s.pids, cfg.Pids, s.cpu, cfg.CPU, cfg.CPUShares)
 	}
 	fmt.Fprintf(&b, ", rlimits core=0 nofile=%d fsize=%s", cfg.NoFile, mib(int64(cfg.FileSize)))
 	if len(missing) > 0 {
@@ -420,6 +432,11 @@ func (s *Sandbox) findCgroups() error {
 			continue
 		}
 		*c.dst = ctl
+	}
+	if len(errs) == 0 {
+		if err := s.setAgentsWeight(); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if len(errs) > 0 {
 		how := "run the executor as root, or give it a delegated cgroup v2 subtree (as an ordinary user under systemd: systemd-run --user --scope -p Delegate=yes agentmesh dev)"

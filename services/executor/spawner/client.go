@@ -42,8 +42,9 @@ const (
 // Client is the executor's side: it starts the spawner, restarts it when
 // it dies, and starts children through it.
 type Client struct {
-	exe string
-	log *slog.Logger
+	exe  string
+	log  *slog.Logger
+	opts Options
 
 	mu     sync.Mutex
 	cur    *conn
@@ -57,10 +58,32 @@ type Client struct {
 	done     chan struct{}
 }
 
+// Options tune the spawner.
+type Options struct {
+	// Nice lowers the CPU priority of the spawner and so of every child
+	// it starts by this many nice steps (0 to 19) below the executor's
+	// (capped at nice 19): the agents then yield the CPU to the executor
+	// and the services beside it (the API) when the host is busy, and
+	// lose nothing when it is idle. 0 leaves them at the executor's
+	// priority. Lowering a priority needs no privilege.
+	Nice int
+}
+
+// MaxNice is the largest nice value (the lowest priority) Linux knows.
+const MaxNice = 19
+
 // Start starts the spawner (exe, the running binary, which links this
 // package) and waits until it is ready.
 func Start(exe string, log *slog.Logger) (*Client, error) {
-	c := &Client{exe: exe, log: log, ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	return StartWith(exe, log, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(exe string, log *slog.Logger, opts Options) (*Client, error) {
+	if opts.Nice < 0 || opts.Nice > MaxNice {
+		return nil, fmt.Errorf("spawner: nice %d: want 0 to %d", opts.Nice, MaxNice)
+	}
+	c := &Client{exe: exe, log: log, opts: opts, ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	first := make(chan error, 1)
 	go c.supervise(first)
 	if err := <-first; err != nil {
@@ -77,6 +100,16 @@ func Start(exe string, log *slog.Logger) (*Client, error) {
 func (c *Client) supervise(first chan<- error) {
 	runtime.LockOSThread() // never unlocked: see above
 	defer close(c.done)
+	// Linux keeps the nice value per thread and a fork inherits the
+	// forking thread's: lowering this thread's priority (it only waits)
+	// gives it to the spawner, every thread of the spawner and every
+	// child it starts, without touching the executor's other threads.
+	if c.opts.Nice != 0 {
+		if err := lowerPriority(c.opts.Nice); err != nil {
+			first <- err
+			return
+		}
+	}
 	backoff := restartMin
 	for {
 		cmd, cn, err := c.startOne()
@@ -123,6 +156,21 @@ func (c *Client) supervise(first chan<- error) {
 		}
 		backoff = min(backoff*2, restartMax)
 	}
+}
+
+// lowerPriority adds by to the calling thread's nice value (at most 19).
+func lowerPriority(by int) error {
+	tid := unix.Gettid()
+	// The raw getpriority returns 20 - nice.
+	raw, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		return fmt.Errorf("spawner: read the thread's nice value: %w", err)
+	}
+	to := min(20-raw+by, MaxNice)
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, to); err != nil {
+		return fmt.Errorf("spawner: set nice %d: %w", to, err)
+	}
+	return nil
 }
 
 // startOne starts one spawner process.

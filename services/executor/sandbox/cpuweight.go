@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+)
+
+// The CPU weight of the agents: every task cgroup of an executor lives
+// under <the executor's own cgroup>/<CgroupName> (the agents' group),
+// whose weight against the executor's own cgroup decides who runs when
+// the CPU is short. Giving that group a small weight keeps the control
+// plane (the executor and the services running beside it: the API, the
+// state service) responsive while the agents saturate the host, the way
+// Kubernetes reserves CPU for the system; the agents lose nothing while
+// the CPU is not short (a weight is not a limit).
+
+// Bounds of CPUShares (cgroup v1 cpu.shares).
+const (
+	MinCPUShares = 2
+	MaxCPUShares = 262144
+	// DefaultCPUShares is an eighth of an ordinary process group's 1024.
+	DefaultCPUShares = 128
+)
+
+// cpuWeightV2 converts cgroup v1 cpu.shares to cgroup v2 cpu.weight (the
+// conversion the container runtimes use: 2 → 1, 1024 → 39, 262144 → 10000).
+func cpuWeightV2(shares int64) int64 {
+	return 1 + ((shares-2)*9999)/262142
+}
+
+// setAgentsWeight gives the agents' group (the parent of the cpu
+// controller's base) its weight.
+func (s *Sandbox) setAgentsWeight() error {
+	dir := s.AgentsCPUGroup()
+	if dir == "" {
+		return nil
+	}
+	if s.cpu.v2 {
+		return writeFile(dir, "cpu.weight", strconv.FormatInt(cpuWeightV2(s.cfg.CPUShares), 10))
+	}
+	return writeFile(dir, "cpu.shares", strconv.FormatInt(s.cfg.CPUShares, 10))
+}
+
+// AgentsCPUGroup is the cgroup directory, in the cpu controller's
+// hierarchy, that holds every task of this executor and carries the
+// agents' CPU weight (Config.CPUShares); "" without cgroup limits.
+func (s *Sandbox) AgentsCPUGroup() string {
+	if s.cpu.base == "" {
+		return ""
+	}
+	return filepath.Dir(s.cpu.base)
+}
+
+func checkCPUShares(n int64) error {
+	if n < MinCPUShares || n > MaxCPUShares {
+		return fmt.Errorf("sandbox: agents' CPU shares %d: want %d to %d", n, MinCPUShares, MaxCPUShares)
+	}
+	return nil
+}
