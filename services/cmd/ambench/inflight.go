@@ -61,7 +61,9 @@ func writeSlowScript(dir string, latency time.Duration) (string, error) {
 }
 
 // inflight loads a server started with the slow script and capacity n.
-func inflight(addr string, pid int, n, c int, latency, getFor time.Duration) (inflightResult, error) {
+// prof, when not nil, takes the server's CPU profile during the
+// measurement window (it runs while GetTask/SubmitTask are measured).
+func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, prof func() error) (inflightResult, error) {
 	res := inflightResult{n: n, latency: latency}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -131,6 +133,11 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration) (in
 		extra   []string
 	)
 	deadline := time.Now().Add(getFor)
+	var profErr chan error
+	if prof != nil {
+		profErr = make(chan error, 1)
+		go func() { profErr <- prof() }()
+	}
 	errs = make(chan error, 10)
 	for r := range 10 {
 		wg.Add(1)
@@ -165,6 +172,11 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration) (in
 	}
 	wg.Wait()
 	close(errs)
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			return res, fmt.Errorf("profile: %w", err)
+		}
+	}
 	if err := <-errs; err != nil {
 		return res, err
 	}

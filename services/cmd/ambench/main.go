@@ -68,6 +68,7 @@ func main() {
 		getFor   = flag.Duration("get-for", 5*time.Second, "how long GetTask/SubmitTask are measured with the tasks in flight")
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
+		infProf  = flag.String("inflight-profile", "", "write a CPU profile of the server taken while GetTask/SubmitTask are measured with the tasks in flight (the -get-for window) to this file")
 	)
 	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
 	flag.Parse()
@@ -126,7 +127,7 @@ func main() {
 			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)
 		}
 		if *inflight > 0 {
-			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor)
+			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor, *infProf)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "ambench: %s: in flight: %v\n", kind, err)
 				os.Exit(1)
@@ -320,7 +321,7 @@ func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profS
 
 // runInflight starts a server with the slow model and capacity for all
 // the tasks, and runs the in-flight phase on it.
-func runInflight(kind, bin string, n, c int, latency, getFor time.Duration) (inflightResult, error) {
+func runInflight(kind, bin string, n, c int, latency, getFor time.Duration, profile string) (inflightResult, error) {
 	dir, err := os.MkdirTemp("", "ambench-inflight-")
 	if err != nil {
 		return inflightResult{}, err
@@ -330,14 +331,30 @@ func runInflight(kind, bin string, n, c int, latency, getFor time.Duration) (inf
 	if err != nil {
 		return inflightResult{}, err
 	}
-	s, err := startServer(kind, bin, dir, "inflight", "AGENTMESH_CAPACITY="+strconv.Itoa(n+100), "AGENTMESH_SCRIPT="+script)
+	extra := []string{"AGENTMESH_CAPACITY=" + strconv.Itoa(n+100), "AGENTMESH_SCRIPT=" + script}
+	if profile != "" {
+		dbg, err := freePort()
+		if err != nil {
+			return inflightResult{}, err
+		}
+		extra = append(extra, "AGENTMESH_DEBUG_LISTEN="+dbg)
+	}
+	s, err := startServer(kind, bin, dir, "inflight", extra...)
 	if err != nil {
 		return inflightResult{}, err
 	}
 	defer s.stop()
-	res, err := inflight(s.addr, s.cmd.Process.Pid, n, c, latency, getFor)
+	var prof func() error
+	if profile != "" {
+		secs := max(int(getFor.Round(time.Second)/time.Second), 1)
+		prof = func() error { return fetchProfile(s.debug, profile, secs) }
+	}
+	res, err := inflight(s.addr, s.cmd.Process.Pid, n, c, latency, getFor, prof)
 	if err != nil {
 		return res, s.fail(err)
+	}
+	if profile != "" {
+		fmt.Printf("  CPU profile of the server with the tasks in flight: %s (go tool pprof -top %s %s)\n", profile, bin, profile)
 	}
 	return res, nil
 }

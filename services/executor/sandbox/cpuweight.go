@@ -9,18 +9,23 @@ import (
 // The CPU weight of the agents: every task cgroup of an executor lives
 // under <the executor's own cgroup>/<CgroupName> (the agents' group),
 // whose weight against the executor's own cgroup decides who runs when
-// the CPU is short. Giving that group a small weight keeps the control
-// plane (the executor and the services running beside it: the API, the
-// state service) responsive while the agents saturate the host, the way
-// Kubernetes reserves CPU for the system; the agents lose nothing while
-// the CPU is not short (a weight is not a limit).
+// the CPU is short (a weight is not a limit: idle CPU stays the agents').
+// A small weight reserves CPU for the control plane (the executor and the
+// services beside it: the API, the state service) the way Kubernetes
+// reserves it for the system, but it weighs all the agents together
+// against each thread of the executor, and measured on 2 cores it halved
+// the agents' throughput for less API gain than the spawner's nice
+// (AGENTMESH_AGENT_NICE) gives: the default is the kernel's own 1024.
+// The group is shared by the executors of a node: each writes its
+// weight when it starts.
 
 // Bounds of CPUShares (cgroup v1 cpu.shares).
 const (
 	MinCPUShares = 2
 	MaxCPUShares = 262144
-	// DefaultCPUShares is an eighth of an ordinary process group's 1024.
-	DefaultCPUShares = 128
+	// DefaultCPUShares is an ordinary process group's weight (see
+	// above and docs/benchmarks.md).
+	DefaultCPUShares = 1024
 )
 
 // cpuWeightV2 converts cgroup v1 cpu.shares to cgroup v2 cpu.weight (the

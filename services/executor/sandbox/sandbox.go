@@ -128,7 +128,8 @@ type Config struct {
 	// against the executor's own cgroup, in cgroup v1 cpu.shares units
 	// (an ordinary process group has 1024; cgroup v2 gets the equivalent
 	// cpu.weight): when the CPU is short the agents yield it to the
-	// control plane (DefaultCPUShares, 128: an eighth); see cpuweight.go.
+	// control plane (DefaultCPUShares, 1024: the kernel's default, an
+	// ordinary group; see cpuweight.go).
 	CPUShares int64
 	// Node names this executor's node: the cgroups and workspaces of the
 	// executor's tasks are under "<Node>.<pid>", and New sweeps those its
