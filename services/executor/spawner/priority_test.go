@@ -113,3 +113,61 @@ func TestStartWithRefusesBadNice(t *testing.T) {
 		}
 	}
 }
+
+// policyOf reads the scheduling policy of one thread (stat field 41).
+func policyOf(t *testing.T, stat string) int {
+	t.Helper()
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	n, err := strconv.Atoi(f[38]) // field 41: the 39th after "pid (comm)"
+	if err != nil {
+		t.Fatalf("%s: %v", stat, err)
+	}
+	return n
+}
+
+// With Idle, the spawner's threads and its children run under
+// SCHED_IDLE; the executor's own threads keep their policy.
+func TestSpawnerAndChildrenRunIdle(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	own := unix.Gettid()
+	c, err := StartWith(exe, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Idle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	task := filepath.Join("/proc", strconv.Itoa(c.Pid()), "task")
+	entries, err := os.ReadDir(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if p := policyOf(t, filepath.Join(task, e.Name(), "stat")); p != unix.SCHED_IDLE {
+			t.Errorf("spawner thread %s has policy %d, want SCHED_IDLE (%d)", e.Name(), p, unix.SCHED_IDLE)
+		}
+	}
+	in, out, errw, _ := stdio(t)
+	cmd := exec.Command("/bin/sleep", "1000")
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
+	p, err := c.Start(context.Background(), cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Kill(); _, _ = p.Wait() }()
+	if pol := policyOf(t, filepath.Join("/proc", strconv.Itoa(p.Pid), "stat")); pol != unix.SCHED_IDLE {
+		t.Errorf("child has policy %d, want SCHED_IDLE (%d)", pol, unix.SCHED_IDLE)
+	}
+	if pol := policyOf(t, filepath.Join("/proc/self/task", strconv.Itoa(own), "stat")); pol == unix.SCHED_IDLE {
+		t.Error("the executor's thread was moved to SCHED_IDLE")
+	}
+}
