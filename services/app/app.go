@@ -340,14 +340,6 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if nice < 0 || nice > spawner.MaxNice {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_NICE: want 0 to %d, got %d", spawner.MaxNice, nice)}
 	}
-	var idle bool
-	switch v := strings.ToLower(s.str("AGENTMESH_AGENT_SCHED")); v {
-	case "", "normal":
-	case "idle":
-		idle = true
-	default:
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_SCHED: want normal or idle, got %q", v)}
-	}
 	return executor.Config{
 		WarmPool: warm,
 		Prefix:   s.str("AGENTMESH_PREFIX"),
@@ -360,7 +352,6 @@ func (s *settings) executorConfig() (executor.Config, error) {
 		Sandbox:   sb,
 		Spawner:   spawnMode,
 		AgentNice: nice,
-		AgentIdle: idle,
 		Model: executor.ModelConfig{
 			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
 			APIKey:  key,

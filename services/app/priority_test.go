@@ -13,21 +13,21 @@ func TestAgentPrioritySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.AgentNice != 10 || cfg.Sandbox.CPUShares != 1024 || cfg.AgentIdle {
+	if cfg.AgentNice != 10 || cfg.Sandbox.CPUShares != 1024 {
 		t.Errorf("defaults: nice %d, cpu shares %d; want 10 and 1024", cfg.AgentNice, cfg.Sandbox.CPUShares)
 	}
 	s = newSettings("executor")
-	if err := s.parse([]string{"--agent-nice", "3", "--agent-cpu-shares", "256", "--agent-sched", "idle"}); err != nil {
+	if err := s.parse([]string{"--agent-nice", "3", "--agent-cpu-shares", "256"}); err != nil {
 		t.Fatal(err)
 	}
 	if cfg, err = s.executorConfig(); err != nil {
 		t.Fatal(err)
-	} else if cfg.AgentNice != 3 || cfg.Sandbox.CPUShares != 256 || !cfg.AgentIdle {
+	} else if cfg.AgentNice != 3 || cfg.Sandbox.CPUShares != 256 {
 		t.Errorf("nice %d, cpu shares %d; want 3 and 256", cfg.AgentNice, cfg.Sandbox.CPUShares)
 	}
 	for _, args := range [][]string{
 		{"--agent-nice", "20"}, {"--agent-nice", "-1"}, {"--agent-nice", "low"},
-		{"--agent-cpu-shares", "1"}, {"--agent-cpu-shares", "262145"}, {"--agent-cpu-shares", "x"}, {"--agent-sched", "fifo"},
+		{"--agent-cpu-shares", "1"}, {"--agent-cpu-shares", "262145"}, {"--agent-cpu-shares", "x"},
 	} {
 		bad := newSettings("executor")
 		if err := bad.parse(args); err != nil {

@@ -110,9 +110,6 @@ type Config struct {
 	// SpawnerForkServer; with SpawnerDirect only the agents' cgroup
 	// weight (Sandbox.CPUShares) applies.
 	AgentNice int
-	// AgentIdle runs the spawner and every agent child under SCHED_IDLE
-	// (see spawner.Options.Idle); SpawnerForkServer only, like AgentNice.
-	AgentIdle bool
 	// WarmPool is how many idle warm agent children (started and
 	// sandboxed ahead of time, each to serve exactly one task; see
 	// warm.go) the executor keeps (AGENTMESH_WARM_POOL): 0 takes the
@@ -343,7 +340,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("executor: spawner: %w", err)
 		}
-		if sp, err = spawner.StartWith(exe, deps.Log.With("service", "executor", "node", cfg.Node), spawner.Options{Nice: cfg.AgentNice, Idle: cfg.AgentIdle}); err != nil {
+		if sp, err = spawner.StartWith(exe, deps.Log.With("service", "executor", "node", cfg.Node), spawner.Options{Nice: cfg.AgentNice}); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 	}

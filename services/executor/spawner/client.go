@@ -67,11 +67,6 @@ type Options struct {
 	// lose nothing when it is idle. 0 leaves them at the executor's
 	// priority. Lowering a priority needs no privilege.
 	Nice int
-	// Idle runs the spawner and every child under the SCHED_IDLE policy
-	// (no privilege needed): they get the CPU only when no ordinary
-	// thread of the host wants it, and an ordinary thread that wakes up
-	// preempts them at once (a lower nice only shortens their share).
-	Idle bool
 }
 
 // MaxNice is the largest nice value (the lowest priority) Linux knows.
@@ -112,13 +107,6 @@ func (c *Client) supervise(first chan<- error) {
 	if c.opts.Nice != 0 {
 		if err := lowerPriority(c.opts.Nice); err != nil {
 			first <- err
-			return
-		}
-	}
-	if c.opts.Idle {
-		// The policy is inherited on fork like the nice value.
-		if err := unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil {
-			first <- fmt.Errorf("spawner: SCHED_IDLE: %w", err)
 			return
 		}
 	}
