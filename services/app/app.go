@@ -332,12 +332,17 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_WARM_POOL: %w", err)}
 	}
+	release, err := executor.ParseReleaseAfter(s.str("AGENTMESH_RELEASE_AFTER"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
+	}
 	return executor.Config{
-		WarmPool: warm,
-		Prefix:   s.str("AGENTMESH_PREFIX"),
-		Node:     s.str("AGENTMESH_NODE"),
-		Capacity: capacity,
-		Labels:   labels, DrainGrace: drain,
+		WarmPool:     warm,
+		ReleaseAfter: release,
+		Prefix:       s.str("AGENTMESH_PREFIX"),
+		Node:         s.str("AGENTMESH_NODE"),
+		Capacity:     capacity,
+		Labels:       labels, DrainGrace: drain,
 		WallTime: wall,
 		AckWait:  ackWait,
 		MaxSteps: steps,

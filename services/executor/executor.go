@@ -48,6 +48,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -110,6 +111,11 @@ type Config struct {
 	// pool off. Idle warm children and running tasks together never
 	// exceed Capacity.
 	WarmPool int
+	// ReleaseAfter is how long a model call runs before the child waiting
+	// for it is ended, to be replaced by a fresh one when the answer comes
+	// (release.go; AGENTMESH_RELEASE_AFTER): 0 takes DefaultReleaseAfter,
+	// negative never releases.
+	ReleaseAfter time.Duration
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -211,6 +217,9 @@ type Service struct {
 	warm *warmPool
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
+	// released and resumed count the children released while their model
+	// call ran and the children that took over (release.go).
+	released, resumed atomic.Int64
 
 	mu       sync.Mutex
 	runs     map[runKey]*run

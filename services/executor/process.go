@@ -127,7 +127,9 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
 	dl := s.newDelegator(task, attempt, mr, steps)
-	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
+	// serve may replace p: a child released while its model call ran is
+	// followed by another (release.go).
+	res := s.serve(ctx, task, attempt, start, &p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
 	if !res.blocked && res.final != nil {
 		// The answer is in hand (and checkpointed): record it first, then
 		// let the child exit and remove its sandbox.
@@ -150,6 +152,9 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		return outcome{kind: outCompleted, result: res.final.Answer}
 	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
 		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
+	case res.takeOverErr != nil && ctx.Err() == nil:
+		// The model's answer is not recorded: the next attempt asks again.
+		return outcome{kind: outRequeue, reason: res.takeOverErr.Error()}
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		return stopped(cause)
@@ -492,11 +497,18 @@ type serveResult struct {
 	blockedOn string
 	// kind of a failure (MODEL, BUDGET, AGENT).
 	kind agentmeshv1.FailureKind
+	// takeOverErr: no child could take over from one released while its
+	// model call ran.
+	takeOverErr error
 }
 
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate, mr *modelRun, dl *delegator) serveResult {
+//
+// *pp is the child; serve replaces it when it releases the child while a
+// model call runs and starts another when the answer comes (release.go).
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, g *gate, mr *modelRun, dl *delegator) serveResult {
+	p := *pp
 	w := childproto.NewWriter(p.stdin)
 	r := childproto.NewReader(p.stdout)
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
@@ -504,6 +516,10 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	}
 	// The last model response not yet recorded by a MODEL_TURN step.
 	var observed *childv1.ModelResponse
+	// held is the answer of a model call whose child was released, for the
+	// child that took over to ask for again.
+	var held *childv1.ModelResponse
+	rel := newReleasable(releaseAfter(s.cfg), start)
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -515,9 +531,32 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			}
 			return serveResult{} // the pipe broke: the exit status tells why
 		}
+		if _, ok := f.Kind.(*childv1.Frame_ModelRequest); held != nil && !ok {
+			return serveResult{protoErr: fmt.Errorf("a child taking over sent %s before asking for its model turn", childproto.Kind(f))}
+		}
 		switch k := f.Kind.(type) {
 		case *childv1.Frame_ModelRequest:
-			resp, stop := s.modelTurn(ctx, task, attempt, mr, k.ModelRequest)
+			var resp *childv1.ModelResponse
+			var stop *serveResult
+			if held != nil {
+				// The child that took over asks for the turn its
+				// predecessor asked for: the answer is in hand.
+				resp, held = held, nil
+				resp.Id = k.ModelRequest.GetId()
+			} else {
+				var released bool
+				resp, stop, released = s.awaitModel(ctx, task, attempt, mr, k.ModelRequest, rel, p)
+				if released && stop == nil {
+					np, err := s.takeOver(ctx, task, rel.takeOver(start))
+					if err != nil {
+						return serveResult{takeOverErr: err}
+					}
+					p, *pp = np, np
+					w, r = childproto.NewWriter(p.stdin), childproto.NewReader(p.stdout)
+					held = resp
+					continue
+				}
+			}
 			if resp.GetError() == "" {
 				observed = resp // what the next MODEL_TURN step must record
 			}
@@ -559,6 +598,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				observed = nil
 			}
 			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			if stepErr == nil {
+				rel.recorded(step, v)
+			}
 			if res, stop := mr.stepDone(step); stop && stepErr == nil {
 				ack.Error = res.failure.Reason // a budget ran out with this model turn
 				_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
