@@ -220,6 +220,8 @@ type Service struct {
 	// released and resumed count the children released while their model
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
+	// spawnGate bounds the spawns in progress (spawn.go's spawnConcurrency).
+	spawnGate chan struct{}
 
 	mu       sync.Mutex
 	runs     map[runKey]*run
@@ -388,7 +390,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cons:  cons,
 		sb:    sb, spawner: sp,
 		model: model, execTools: cfg.Tools,
-		runs: map[runKey]*run{},
+		runs:      map[runKey]*run{},
+		spawnGate: make(chan struct{}, spawnConcurrency()),
 	}, nil
 }
 

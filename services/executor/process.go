@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -235,6 +236,13 @@ type handle interface {
 	exited() bool
 }
 
+// spawnConcurrency is how many spawns run at once: a sandboxed spawn is
+// CPU work (the spawner's fork, the child's namespaces, mounts and runtime
+// start, the cgroup writes); more of them at once than the machine has
+// cores only makes each slower and keeps more half-started children in
+// memory. Spawns beyond it wait their turn in order, without a process.
+func spawnConcurrency() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
+
 // spawn starts a child in a fresh workspace, with a clean environment, in
 // the sandbox (see package sandbox: with the strict level its own
 // namespaces, Landlock, cgroups; it is the init of its PID namespace, so
@@ -242,6 +250,14 @@ type handle interface {
 // spawner starts it (Config.Spawner fork-server, see package spawner), or
 // the executor itself (direct).
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
+	if s.spawnGate != nil {
+		select {
+		case s.spawnGate <- struct{}{}:
+			defer func() { <-s.spawnGate }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting to spawn: %w", context.Cause(ctx))
+		}
+	}
 	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
 		return nil, fmt.Errorf("create task sandbox: %w", err)
