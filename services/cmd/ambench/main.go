@@ -87,7 +87,7 @@ func main() {
 	}
 	fmt.Printf("ambench: %d tasks, concurrency %d, %d CPUs, %s/%s\n", *n, *c, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	if *server != "" {
-		res, err := loadServer(*server, *n, *c, *warmup)
+		res, err := loadServer(*server, 0, *n, *c, *warmup)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %v\n", err)
 			os.Exit(1)
@@ -118,6 +118,9 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Println(res)
+		if res.cpu != "" {
+			fmt.Println(res.cpu)
+		}
 		if ceiling > 0 {
 			tps := float64(res.n) / res.elapsed.Seconds()
 			fmt.Printf("  throughput: %.0f tasks/s against a spawn ceiling of %.0f/s: ratio %.1f%%\n", tps, ceiling, 100*tps/ceiling)
@@ -148,6 +151,7 @@ type result struct {
 	peakPSSKiB         int64 // server, sampled during the load
 	kidsPSSKiB         int64 // all children together, sampled
 	c1p50, c1p99       time.Duration
+	cpu                string // where the CPU went (cpuSplit), if measured
 }
 
 func (r result) String() string {
@@ -281,7 +285,7 @@ func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profS
 			profErr <- fetchProfile(s.debug, profile, profSecs)
 		}()
 	}
-	res, err := loadServer(s.addr, n, c, warmup)
+	res, err := loadServer(s.addr, s.cmd.Process.Pid, n, c, warmup)
 	srvKiB, kidsKiB, _, _ := mem.Stop()
 	if err != nil {
 		return result{}, s.fail(err)
@@ -364,8 +368,9 @@ func fetchProfile(addr, path string, seconds int) error {
 	return f.Close()
 }
 
-// loadServer runs the warm-up and the measured load against addr.
-func loadServer(addr string, n, c, warmup int) (result, error) {
+// loadServer runs the warm-up and the measured load against addr; with
+// the server's pid (0: not ours) it also says where the CPU went.
+func loadServer(addr string, pid, n, c, warmup int) (result, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return result{}, err
@@ -381,11 +386,19 @@ func loadServer(addr string, n, c, warmup int) (result, error) {
 			return result{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	var cpu0 cpuTimes
+	if pid > 0 {
+		cpu0 = readCPU(pid)
+	}
 	start := time.Now()
 	lat, failed, err := load(tasks, n, c)
 	elapsed := time.Since(start)
 	if err != nil {
 		return result{}, err
+	}
+	var split string
+	if pid > 0 {
+		split = cpuSplit(readCPU(pid).sub(cpu0), n, elapsed)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration {
@@ -397,6 +410,7 @@ func loadServer(addr string, n, c, warmup int) (result, error) {
 	return result{
 		store: "external", n: n, c: c, failed: failed, elapsed: elapsed,
 		p50: pct(0.50), p95: pct(0.95), p99: pct(0.99), max: lat[len(lat)-1],
+		cpu: split,
 	}, nil
 }
 
