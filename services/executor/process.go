@@ -17,6 +17,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/delegation"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -251,13 +252,17 @@ func spawnConcurrency() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
 // the executor itself (direct).
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 	if s.spawnGate != nil {
+		waited := time.Now()
 		select {
 		case s.spawnGate <- struct{}{}:
 			defer func() { <-s.spawnGate }()
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting to spawn: %w", context.Cause(ctx))
 		}
+		metrics.SpawnWait.Observe(time.Since(waited).Seconds())
 	}
+	began := time.Now()
+	defer func() { metrics.Spawn.Observe(time.Since(began).Seconds()) }()
 	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
 		return nil, fmt.Errorf("create task sandbox: %w", err)

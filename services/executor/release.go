@@ -34,6 +34,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"google.golang.org/protobuf/proto"
@@ -169,6 +170,7 @@ func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attemp
 	}
 	p.cleanup()
 	s.released.Add(1)
+	metrics.ChildrenReleased.Inc()
 	s.log.Debug("agent process released while its model call runs", "task", task.GetId(), "attempt", attempt, "pid", p.pid)
 	a := <-done
 	return a.resp, a.stop, true
@@ -189,5 +191,6 @@ func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, start *c
 		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
 	s.resumed.Add(1)
+	metrics.ChildrenTakenOver.Inc()
 	return p, nil
 }

@@ -9,12 +9,25 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
+
+// counterValue reads a Prometheus counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
 
 // startExecutorSvc starts the executor and returns it (for its stats).
 func (e *env) startExecutorSvc() *executor.Service {
@@ -39,6 +52,7 @@ func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 	  {"content": "done: {{last_tool_result}}", "delay_ms": 3000}
 	]}]}`)
 	ex := e.startExecutorSvc()
+	released0, takenOver0 := counterValue(t, metrics.ChildrenReleased), counterValue(t, metrics.ChildrenTakenOver)
 
 	task := e.submit("released")
 	for turn := range 2 {
@@ -91,6 +105,9 @@ func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 	}
 	if st := ex.ReleaseStats(); st.Released != 2 || st.Resumed != 2 {
 		t.Errorf("release stats %+v, want 2 released and 2 taken over", st)
+	}
+	if r, o := counterValue(t, metrics.ChildrenReleased)-released0, counterValue(t, metrics.ChildrenTakenOver)-takenOver0; r != 2 || o != 2 {
+		t.Errorf("metrics: %v released, %v taken over; want 2 and 2", r, o)
 	}
 }
 
