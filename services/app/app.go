@@ -336,9 +336,14 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
 	}
+	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
+	}
 	return executor.Config{
 		WarmPool:     warm,
 		ReleaseAfter: release,
+		ChildReuse:   reuse,
 		Prefix:       s.str("AGENTMESH_PREFIX"),
 		Node:         s.str("AGENTMESH_NODE"),
 		Capacity:     capacity,

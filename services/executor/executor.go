@@ -116,6 +116,10 @@ type Config struct {
 	// (release.go; AGENTMESH_RELEASE_AFTER): 0 takes DefaultReleaseAfter,
 	// negative never releases.
 	ReleaseAfter time.Duration
+	// ChildReuse lets a child serve the next task of the same org and
+	// agent (reuse.go; AGENTMESH_CHILD_REUSE=agent). Off: one child per
+	// task.
+	ChildReuse bool
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -215,6 +219,9 @@ type Service struct {
 	spawner *spawner.Client
 	// warm is the warm pool while Run runs (nil: off, or not running).
 	warm *warmPool
+	// reuse parks children for the next task of their key while Run runs
+	// (nil: Config.ChildReuse off, or not running).
+	reuse *reusePool
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
 	// released and resumed count the children released while their model
@@ -416,9 +423,17 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
 
+	var reuse *reusePool
+	if s.cfg.ChildReuse {
+		reuse = newReusePool(s, min(s.cfg.Capacity, DefaultWarmPoolMax), ReuseIdle)
+		s.mu.Lock()
+		s.reuse = reuse
+		s.mu.Unlock()
+	}
 	var warm *warmPool
 	if n := warmSize(s.cfg); n > 0 {
-		warm = newWarmPool(s, n, s.running)
+		// Parked children count as running for the pool's bound.
+		warm = newWarmPool(s, n, func() int { return s.running() + reuse.size() })
 		s.mu.Lock()
 		s.warm = warm
 		s.mu.Unlock()
@@ -505,6 +520,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+	if reuse != nil {
+		reuse.close()
+		st := reuse.stats()
+		s.log.Info("child reuse closed", "parked", st.Parked, "hits", st.Hits, "expired", st.Expired, "refused", st.Refused)
+	}
 	if warm != nil {
 		// Idle warm children are killed and their cgroups and staging
 		// directories removed before the spawner goes.

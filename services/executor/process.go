@@ -119,13 +119,14 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	start.ExecutorTools = append(start.ExecutorTools, mc.specs...)
 	start.McpServers = mc.stdio
 
-	p, err := s.startChild(ctx, task.Id)
+	p, err := s.startChildFor(ctx, task)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
 		}
 		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
+	start.Reusable = s.reusable(p, start)
 	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
 	dl := s.newDelegator(task, attempt, mr, steps)
@@ -138,6 +139,10 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		// The attempt's context stays alive until then: its end would kill
 		// the child before it exits by itself.
 		*teardown = func() {
+			if start.Reusable && s.park(task, p) {
+				cancel() // the child is unlinked from the task's context
+				return
+			}
 			_ = p.wait(res.last)
 			p.cleanup()
 			cancel()
@@ -222,6 +227,29 @@ type process struct {
 	release func()
 	// warm: the child came from the warm pool.
 	warm bool
+	// own ends the context of a child spawned under one of its own (warm,
+	// or reusable: nil for a child spawned under its task's context);
+	// unlink undoes claim's link to the task's context (reuse.go).
+	own    func()
+	unlink func() bool
+	// fr and fw speak the child's frames (frames): one reader for the
+	// child's life, as it buffers.
+	fr *childproto.Reader
+	fw *childproto.Writer
+}
+
+// frames returns the child's frame reader and writer.
+func (p *process) frames() struct {
+	r *childproto.Reader
+	w *childproto.Writer
+} {
+	if p.fr == nil {
+		p.fr, p.fw = childproto.NewReader(p.stdout), childproto.NewWriter(p.stdin)
+	}
+	return struct {
+		r *childproto.Reader
+		w *childproto.Writer
+	}{p.fr, p.fw}
 }
 
 // handle is how the executor kills and waits for a child: its own
@@ -530,8 +558,7 @@ type serveResult struct {
 // model call runs and starts another when the answer comes (release.go).
 func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, g *gate, mr *modelRun, dl *delegator) serveResult {
 	p := *pp
-	w := childproto.NewWriter(p.stdin)
-	r := childproto.NewReader(p.stdout)
+	w, r := p.frames().w, p.frames().r
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		return serveResult{}
 	}
@@ -573,7 +600,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 						return serveResult{takeOverErr: err}
 					}
 					p, *pp = np, np
-					w, r = childproto.NewWriter(p.stdin), childproto.NewReader(p.stdout)
+					w, r = p.frames().w, p.frames().r
 					held = resp
 					continue
 				}
@@ -694,4 +721,12 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// reset forgets what was written (a reused child's next task starts with
+// an empty tail).
+func (t *tailBuffer) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = t.buf[:0]
 }

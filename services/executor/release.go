@@ -36,7 +36,6 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/tools"
-	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -182,11 +181,11 @@ func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, start *c
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	p, err := s.startChild(ctx, task.GetId())
+	p, err := s.startChildFor(ctx, task)
 	if err != nil {
 		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
-	if err := childproto.NewWriter(p.stdin).Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+	if err := p.frames().w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}

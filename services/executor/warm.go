@@ -272,8 +272,25 @@ func (s *Service) startChild(ctx context.Context, taskID string) (*process, erro
 
 // claim makes ctx's end kill the warm child p, as a spawn under ctx would.
 func (p *process) claim(ctx context.Context) {
-	release := p.release
-	stop := context.AfterFunc(ctx, release)
-	p.release = func() { stop(); release() }
+	if p.own == nil {
+		p.own = p.release
+	}
+	own := p.own
+	stop := context.AfterFunc(ctx, own)
+	p.unlink = stop
+	p.release = func() { stop(); own() }
 	p.warm = true
+}
+
+// warmIdle is how many warm children are idle now.
+func (s *Service) warmIdle() int {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.idle)
 }
