@@ -77,7 +77,10 @@ type reusePool struct {
 	idle  time.Duration
 	mu    sync.Mutex
 	byKey map[reuseKey][]parkedChild
-	n     int
+	// n is how many are parked: read without mu (the warm pool's bound
+	// reads it under its own lock; mu is never held while taking the
+	// warm pool's or the service's).
+	n atomic.Int64
 	// closed: Run is ending; nothing is parked any more.
 	closed bool
 	stop   chan struct{}
@@ -97,9 +100,7 @@ func (r *reusePool) size() int {
 	if r == nil {
 		return 0
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
+	return int(r.n.Load())
 }
 
 // park waits for p's Ready and parks it under key; false when it cannot
@@ -128,11 +129,21 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 		r.refused.Add(1)
 		return false // the caller's cleanup kills it, which ends the read
 	}
+	// Parked children, warm ones and running tasks (this one included,
+	// its slot freed right after) stay within the capacity; a parked child
+	// is worth more than a warm one (it is as ready, and its key's next
+	// task needs no spawn), so a warm one makes room.
+	over := func() bool { return r.s.running()+r.size()+r.s.warmIdle() >= r.s.cfg.Capacity+1 }
+	if over() {
+		r.s.evictWarm()
+	}
+	if r.size() >= r.max || over() {
+		r.refused.Add(1)
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Parked children, warm ones and running tasks (this one included,
-	// its slot freed right after) stay within the capacity.
-	if r.closed || r.n >= r.max || r.s.running()+r.n+r.s.warmIdle() >= r.s.cfg.Capacity+1 {
+	if r.closed {
 		r.refused.Add(1)
 		return false
 	}
@@ -143,7 +154,7 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 	p.release, p.unlink = p.own, nil
 	p.stderr.reset()
 	r.byKey[key] = append(r.byKey[key], parkedChild{p: p, since: time.Now()})
-	r.n++
+	r.n.Add(1)
 	r.parked.Add(1)
 	return true
 }
@@ -163,7 +174,7 @@ func (r *reusePool) take(key reuseKey) *process {
 		} else {
 			r.byKey[key] = list[:len(list)-1]
 		}
-		r.n--
+		r.n.Add(-1)
 		r.mu.Unlock()
 		if c.p.h.exited() {
 			go c.p.cleanup()
@@ -202,7 +213,7 @@ func (r *reusePool) janitor() {
 				r.byKey[k] = keep
 			}
 		}
-		r.n -= len(old)
+		r.n.Add(-int64(len(old)))
 		r.mu.Unlock()
 		for _, p := range old {
 			r.expired.Add(1)
@@ -222,7 +233,8 @@ func (r *reusePool) close() {
 			all = append(all, c.p)
 		}
 	}
-	r.byKey, r.n = map[reuseKey][]parkedChild{}, 0
+	r.byKey = map[reuseKey][]parkedChild{}
+	r.n.Store(0)
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done

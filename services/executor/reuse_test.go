@@ -134,3 +134,29 @@ func descendantsOf(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// Reuse together with the warm pool under load: every task completes,
+// children are reused, and parked, warm and running stay within the
+// capacity.
+func TestChildReuseWithWarmPoolUnderLoad(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ChildReuse = true
+	e.cfg.WarmPool = 2
+	ex := e.startExecutorSvc()
+	var ids []string
+	for i := range 24 {
+		ids = append(ids, e.submit(fmt.Sprintf("what time is it? %d", i)).Id)
+	}
+	for _, id := range ids {
+		e.waitStatus(id, taskstate.Completed, 60*time.Second)
+	}
+	if st := ex.ReuseStats(); st.Hits == 0 {
+		t.Errorf("reuse %+v: no task got a parked child", st)
+	}
+	poll.Until(t, 30*time.Second, func() error {
+		if c, st := children(t), ex.ReuseStats(); len(c) > e.cfg.Capacity {
+			return fmt.Errorf("%d agent processes (reuse %+v, warm %+v) above the capacity %d", len(c), st, ex.WarmStats(), e.cfg.Capacity)
+		}
+		return nil
+	})
+}

@@ -282,6 +282,29 @@ func (p *process) claim(ctx context.Context) {
 	p.warm = true
 }
 
+// evictWarm ends one idle warm child, if there is one (to make room for a
+// parked one, reuse.go).
+func (s *Service) evictWarm() {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	n := len(w.idle)
+	if n == 0 {
+		w.mu.Unlock()
+		return
+	}
+	p := w.idle[n-1]
+	w.idle[n-1] = nil
+	w.idle = w.idle[:n-1]
+	w.mu.Unlock()
+	w.discarded.Add(1)
+	go p.cleanup()
+}
+
 // warmIdle is how many warm children are idle now.
 func (s *Service) warmIdle() int {
 	s.mu.Lock()
