@@ -2,8 +2,6 @@ package executor_test
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,28 +99,7 @@ func TestParseChildReuse(t *testing.T) {
 // descendantsOf counts the live processes below pid.
 func descendantsOf(t *testing.T, pid int) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := map[int]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		parent[p] = pp
-	}
+	parent := liveParents(t)
 	n := 0
 	for p := range parent {
 		for q := parent[p]; q > 1; q = parent[q] {
@@ -133,30 +110,4 @@ func descendantsOf(t *testing.T, pid int) int {
 		}
 	}
 	return n
-}
-
-// Reuse together with the warm pool under load: every task completes,
-// children are reused, and parked, warm and running stay within the
-// capacity.
-func TestChildReuseWithWarmPoolUnderLoad(t *testing.T) {
-	e := newEnv(t)
-	e.cfg.ChildReuse = true
-	e.cfg.WarmPool = 2
-	ex := e.startExecutorSvc()
-	var ids []string
-	for i := range 24 {
-		ids = append(ids, e.submit(fmt.Sprintf("what time is it? %d", i)).Id)
-	}
-	for _, id := range ids {
-		e.waitStatus(id, taskstate.Completed, 60*time.Second)
-	}
-	if st := ex.ReuseStats(); st.Hits == 0 {
-		t.Errorf("reuse %+v: no task got a parked child", st)
-	}
-	poll.Until(t, 30*time.Second, func() error {
-		if c, st := children(t), ex.ReuseStats(); len(c) > e.cfg.Capacity {
-			return fmt.Errorf("%d agent processes (reuse %+v, warm %+v) above the capacity %d", len(c), st, ex.WarmStats(), e.cfg.Capacity)
-		}
-		return nil
-	})
 }
