@@ -239,17 +239,11 @@ type process struct {
 }
 
 // frames returns the child's frame reader and writer.
-func (p *process) frames() struct {
-	r *childproto.Reader
-	w *childproto.Writer
-} {
+func (p *process) frames() (*childproto.Reader, *childproto.Writer) {
 	if p.fr == nil {
 		p.fr, p.fw = childproto.NewReader(p.stdout), childproto.NewWriter(p.stdin)
 	}
-	return struct {
-		r *childproto.Reader
-		w *childproto.Writer
-	}{p.fr, p.fw}
+	return p.fr, p.fw
 }
 
 // handle is how the executor kills and waits for a child: its own
@@ -558,7 +552,7 @@ type serveResult struct {
 // model call runs and starts another when the answer comes (release.go).
 func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, g *gate, mr *modelRun, dl *delegator) serveResult {
 	p := *pp
-	w, r := p.frames().w, p.frames().r
+	r, w := p.frames()
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		return serveResult{}
 	}
@@ -600,7 +594,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 						return serveResult{takeOverErr: err}
 					}
 					p, *pp = np, np
-					w, r = p.frames().w, p.frames().r
+					r, w = p.frames()
 					held = resp
 					continue
 				}

@@ -185,7 +185,8 @@ func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, start *c
 	if err != nil {
 		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
-	if err := p.frames().w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+	_, w := p.frames()
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}

@@ -112,7 +112,8 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 	}
 	ready := make(chan error, 1)
 	go func() {
-		f, err := p.frames().r.Read()
+		r, _ := p.frames()
+		f, err := r.Read()
 		if err == nil && f.GetReady() == nil {
 			err = fmt.Errorf("got %T, want ready", f.GetKind())
 		}
