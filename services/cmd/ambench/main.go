@@ -17,6 +17,10 @@
 //     (where the time goes: submit, queue, dispatch, the child's first
 //     model turn, each step's checkpoint, the completion, the watcher);
 //
+//   - with -reuse (on by default), throughput and concurrency 1 again with
+//     AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same
+//     org and agent);
+//
 //   - in flight (-inflight tasks, a slow model: -latency): a second server
 //     with capacity for all of them; SubmitTask and GetTask p50/p99 while
 //     they are in flight, and the peak PSS of the server and the children.
@@ -68,6 +72,7 @@ func main() {
 		getFor   = flag.Duration("get-for", 5*time.Second, "how long GetTask/SubmitTask are measured with the tasks in flight")
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
+		reuse    = flag.Bool("reuse", true, "run the throughput and concurrency-1 phases again with AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same agent)")
 	)
 	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
 	flag.Parse()
@@ -112,7 +117,7 @@ func main() {
 		fmt.Printf("spawn ceiling: %.0f spawns/s (a tiny static child, %d at a time, %d spawns)\n", ceiling, *spawnPar, *spawnN)
 	}
 	for _, kind := range kinds {
-		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs)
+		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs, false)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %s: %v\n", kind, err)
 			os.Exit(1)
@@ -127,6 +132,26 @@ func main() {
 		}
 		if *c1 > 0 {
 			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)
+		}
+		if *reuse {
+			rr, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, "", 0, true)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "ambench: %s: with reuse: %v\n", kind, err)
+				os.Exit(1)
+			}
+			tps := float64(rr.n) / rr.elapsed.Seconds()
+			fmt.Printf("  with AGENTMESH_CHILD_REUSE=agent: %.0f tasks/s", tps)
+			if ceiling > 0 {
+				fmt.Printf(" (ratio %.1f%%)", 100*tps/ceiling)
+			}
+			fmt.Printf(", submit→completed p50=%s p99=%s, failed=%d", ms(rr.p50), ms(rr.p99), rr.failed)
+			if *c1 > 0 {
+				fmt.Printf("; concurrency 1 p50=%s p99=%s", ms(rr.c1p50), ms(rr.c1p99))
+			}
+			fmt.Println()
+			if rr.cpu != "" {
+				fmt.Println("  " + rr.cpu)
+			}
 		}
 		if *inflight > 0 {
 			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor)
@@ -257,13 +282,16 @@ func (s *srv) fail(err error) error {
 	return fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
 }
 
-func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int) (result, error) {
+func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int, reuse bool) (result, error) {
 	dir, err := os.MkdirTemp("", "ambench-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
 	extra := []string{"AGENTMESH_CAPACITY=" + strconv.Itoa(capacity)}
+	if reuse {
+		extra = append(extra, "AGENTMESH_CHILD_REUSE=agent")
+	}
 	if profile != "" {
 		dbg, err := freePort()
 		if err != nil {
