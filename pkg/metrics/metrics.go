@@ -15,6 +15,10 @@
 //	tasks_deleted_total                 DeleteTask and retention (state)
 //	tasks{agent,status,priority}        unfinished tasks now, refreshed by
 //	                                    state every 15 s
+//	executor_spawn_wait_seconds         time a spawn waited for a slot (executor)
+//	executor_spawn_seconds              a sandboxed spawn, from its slot to started
+//	executor_children_released_total    children ended while their model call ran
+//	executor_children_taken_over_total  children started to go on from one released
 package metrics
 
 import (
@@ -64,6 +68,18 @@ var (
 	TasksDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentmesh_tasks_deleted_total", Help: "Finished tasks deleted (DeleteTask and retention).",
 	})
+	SpawnWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "agentmesh_executor_spawn_wait_seconds", Help: "Time a spawn of an agent process waited for a free spawn slot.", Buckets: durations,
+	})
+	Spawn = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "agentmesh_executor_spawn_seconds", Help: "Time to start a sandboxed agent process, from its spawn slot to started.", Buckets: durations,
+	})
+	ChildrenReleased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentmesh_executor_children_released_total", Help: "Agent processes ended while their model call ran (AGENTMESH_RELEASE_AFTER).",
+	})
+	ChildrenTakenOver = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentmesh_executor_children_taken_over_total", Help: "Agent processes started to go on with a task whose process was released.",
+	})
 	Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentmesh_tasks", Help: "Unfinished tasks now, by agent, status and priority (refreshed by state every 15 s).",
 	}, []string{"agent", "status", "priority"})
@@ -71,7 +87,8 @@ var (
 
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		BusRequest, Store, TaskEvents, TasksCreated, TasksFinished, QueueWait, RunTime, TasksDeleted, Tasks)
+		BusRequest, Store, TaskEvents, TasksCreated, TasksFinished, QueueWait, RunTime, TasksDeleted, Tasks,
+		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver)
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -340,12 +340,22 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if nice < 0 || nice > spawner.MaxNice {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_NICE: want 0 to %d, got %d", spawner.MaxNice, nice)}
 	}
+	release, err := executor.ParseReleaseAfter(s.str("AGENTMESH_RELEASE_AFTER"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
+	}
+	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
+	}
 	return executor.Config{
-		WarmPool: warm,
-		Prefix:   s.str("AGENTMESH_PREFIX"),
-		Node:     s.str("AGENTMESH_NODE"),
-		Capacity: capacity,
-		Labels:   labels, DrainGrace: drain,
+		WarmPool:     warm,
+		ReleaseAfter: release,
+		ChildReuse:   reuse,
+		Prefix:       s.str("AGENTMESH_PREFIX"),
+		Node:         s.str("AGENTMESH_NODE"),
+		Capacity:     capacity,
+		Labels:       labels, DrainGrace: drain,
 		WallTime:  wall,
 		AckWait:   ackWait,
 		MaxSteps:  steps,

@@ -48,6 +48,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -117,6 +118,15 @@ type Config struct {
 	// pool off. Idle warm children and running tasks together never
 	// exceed Capacity.
 	WarmPool int
+	// ReleaseAfter is how long a model call runs before the child waiting
+	// for it is ended, to be replaced by a fresh one when the answer comes
+	// (release.go; AGENTMESH_RELEASE_AFTER): 0 takes DefaultReleaseAfter,
+	// negative never releases.
+	ReleaseAfter time.Duration
+	// ChildReuse lets a child serve the next task of the same org and
+	// agent (reuse.go; AGENTMESH_CHILD_REUSE=agent). Off: one child per
+	// task.
+	ChildReuse bool
 	// Tools are the implementations of the tools this executor runs on the
 	// children's behalf (tools.InExecutor), by name; a tool without one is
 	// refused at the gate as not configured here.
@@ -216,8 +226,16 @@ type Service struct {
 	spawner *spawner.Client
 	// warm is the warm pool while Run runs (nil: off, or not running).
 	warm *warmPool
+	// reuse parks children for the next task of their key while Run runs
+	// (nil: Config.ChildReuse off, or not running).
+	reuse *reusePool
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
+	// released and resumed count the children released while their model
+	// call ran and the children that took over (release.go).
+	released, resumed atomic.Int64
+	// spawnGate bounds the spawns in progress (spawn.go's spawnConcurrency).
+	spawnGate chan struct{}
 
 	mu       sync.Mutex
 	runs     map[runKey]*run
@@ -386,7 +404,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cons:  cons,
 		sb:    sb, spawner: sp,
 		model: model, execTools: cfg.Tools,
-		runs: map[runKey]*run{},
+		runs:      map[runKey]*run{},
+		spawnGate: make(chan struct{}, spawnConcurrency()),
 	}, nil
 }
 
@@ -411,9 +430,17 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
 
+	var reuse *reusePool
+	if s.cfg.ChildReuse {
+		reuse = newReusePool(s, min(s.cfg.Capacity, DefaultWarmPoolMax), ReuseIdle)
+		s.mu.Lock()
+		s.reuse = reuse
+		s.mu.Unlock()
+	}
 	var warm *warmPool
 	if n := warmSize(s.cfg); n > 0 {
-		warm = newWarmPool(s, n, s.running)
+		// Parked children count as running for the pool's bound.
+		warm = newWarmPool(s, n, func() int { return s.running() + reuse.size() })
 		s.mu.Lock()
 		s.warm = warm
 		s.mu.Unlock()
@@ -500,6 +527,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+	if reuse != nil {
+		reuse.close()
+		st := reuse.stats()
+		s.log.Info("child reuse closed", "parked", st.Parked, "hits", st.Hits, "expired", st.Expired, "refused", st.Refused)
+	}
 	if warm != nil {
 		// Idle warm children are killed and their cgroups and staging
 		// directories removed before the spawner goes.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,20 +251,18 @@ func steps(events []*agentmeshv1.TaskEvent) []*agentmeshv1.Step {
 	return out
 }
 
-// children lists the live processes whose parent is this test process.
-func children(t *testing.T) []int {
+// liveParents maps every live (not zombie) process to its parent, from
+// /proc.
+func liveParents(t *testing.T) map[int]int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Skip("no /proc")
 	}
-	// The agent children are the test process's own (AGENTMESH_SPAWNER=
-	// direct) or its spawner's (fork-server, the default).
-	parents := map[string]bool{strconv.Itoa(os.Getpid()): true}
-	type proc struct{ pid, ppid string }
-	var all []proc
+	parent := map[int]int{}
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -274,21 +273,31 @@ func children(t *testing.T) []int {
 		s := string(b)
 		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 		if len(fields) > 1 && fields[0] != "Z" {
-			all = append(all, proc{e.Name(), fields[1]})
+			parent[pid], _ = strconv.Atoi(fields[1])
 		}
 	}
-	for _, p := range all {
-		if cmd, _ := os.ReadFile("/proc/" + p.pid + "/cmdline"); parents[p.ppid] && strings.HasSuffix(string(cmd), "\x00spawner\x00") {
-			parents[p.pid] = true
+	return parent
+}
+
+// children lists the live processes whose parent is this test process.
+func children(t *testing.T) []int {
+	t.Helper()
+	all := liveParents(t)
+	// The agent children are the test process's own (AGENTMESH_SPAWNER=
+	// direct) or its spawner's (fork-server, the default).
+	parents := map[int]bool{os.Getpid(): true}
+	for pid, ppid := range all {
+		if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); parents[ppid] && strings.HasSuffix(string(cmd), "\x00spawner\x00") {
+			parents[pid] = true
 		}
 	}
 	var out []int
-	for _, p := range all {
-		if parents[p.ppid] && !parents[p.pid] {
-			pid, _ := strconv.Atoi(p.pid)
+	for pid, ppid := range all {
+		if parents[ppid] && !parents[pid] {
 			out = append(out, pid)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/delegation"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -117,23 +119,30 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	start.ExecutorTools = append(start.ExecutorTools, mc.specs...)
 	start.McpServers = mc.stdio
 
-	p, err := s.startChild(ctx, task.Id)
+	p, err := s.startChildFor(ctx, task)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
 		}
 		return outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_INTERNAL}
 	}
+	start.Reusable = s.reusable(p, start)
 	log.Info("agent process started", "pid", p.pid, "warm", p.warm, "resumed_steps", len(steps))
 
 	dl := s.newDelegator(task, attempt, mr, steps)
-	res := s.serve(ctx, task, attempt, start, p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
+	// serve may replace p: a child released while its model call ran is
+	// followed by another (release.go).
+	res := s.serve(ctx, task, attempt, start, &p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
 	if !res.blocked && res.final != nil {
 		// The answer is in hand (and checkpointed): record it first, then
 		// let the child exit and remove its sandbox.
 		// The attempt's context stays alive until then: its end would kill
 		// the child before it exits by itself.
 		*teardown = func() {
+			if start.Reusable && s.park(task, p) {
+				cancel() // the child is unlinked from the task's context
+				return
+			}
 			_ = p.wait(res.last)
 			p.cleanup()
 			cancel()
@@ -150,6 +159,9 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		return outcome{kind: outCompleted, result: res.final.Answer}
 	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
 		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
+	case res.takeOverErr != nil && ctx.Err() == nil:
+		// The model's answer is not recorded: the next attempt asks again.
+		return outcome{kind: outRequeue, reason: res.takeOverErr.Error()}
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		return stopped(cause)
@@ -215,6 +227,23 @@ type process struct {
 	release func()
 	// warm: the child came from the warm pool.
 	warm bool
+	// own ends the context of a child spawned under one of its own (warm,
+	// or reusable: nil for a child spawned under its task's context);
+	// unlink undoes claim's link to the task's context (reuse.go).
+	own    func()
+	unlink func() bool
+	// fr and fw speak the child's frames (frames): one reader for the
+	// child's life, as it buffers.
+	fr *childproto.Reader
+	fw *childproto.Writer
+}
+
+// frames returns the child's frame reader and writer.
+func (p *process) frames() (*childproto.Reader, *childproto.Writer) {
+	if p.fr == nil {
+		p.fr, p.fw = childproto.NewReader(p.stdout), childproto.NewWriter(p.stdin)
+	}
+	return p.fr, p.fw
 }
 
 // handle is how the executor kills and waits for a child: its own
@@ -230,6 +259,13 @@ type handle interface {
 	exited() bool
 }
 
+// spawnConcurrency is how many spawns run at once: a sandboxed spawn is
+// CPU work (the spawner's fork, the child's namespaces, mounts and runtime
+// start, the cgroup writes); more of them at once than the machine has
+// cores only makes each slower and keeps more half-started children in
+// memory. Spawns beyond it wait their turn in order, without a process.
+func spawnConcurrency() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
+
 // spawn starts a child in a fresh workspace, with a clean environment, in
 // the sandbox (see package sandbox: with the strict level its own
 // namespaces, Landlock, cgroups; it is the init of its PID namespace, so
@@ -237,6 +273,18 @@ type handle interface {
 // spawner starts it (Config.Spawner fork-server, see package spawner), or
 // the executor itself (direct).
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
+	if s.spawnGate != nil {
+		waited := time.Now()
+		select {
+		case s.spawnGate <- struct{}{}:
+			defer func() { <-s.spawnGate }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting to spawn: %w", context.Cause(ctx))
+		}
+		metrics.SpawnWait.Observe(time.Since(waited).Seconds())
+	}
+	began := time.Now()
+	defer func() { metrics.Spawn.Observe(time.Since(began).Seconds()) }()
 	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
 		return nil, fmt.Errorf("create task sandbox: %w", err)
@@ -492,18 +540,28 @@ type serveResult struct {
 	blockedOn string
 	// kind of a failure (MODEL, BUDGET, AGENT).
 	kind agentmeshv1.FailureKind
+	// takeOverErr: no child could take over from one released while its
+	// model call ran.
+	takeOverErr error
 }
 
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, p *process, g *gate, mr *modelRun, dl *delegator) serveResult {
-	w := childproto.NewWriter(p.stdin)
-	r := childproto.NewReader(p.stdout)
+//
+// *pp is the child; serve replaces it when it releases the child while a
+// model call runs and starts another when the answer comes (release.go).
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, g *gate, mr *modelRun, dl *delegator) serveResult {
+	p := *pp
+	r, w := p.frames()
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 		return serveResult{}
 	}
 	// The last model response not yet recorded by a MODEL_TURN step.
 	var observed *childv1.ModelResponse
+	// held is the answer of a model call whose child was released, for the
+	// child that took over to ask for again.
+	var held *childv1.ModelResponse
+	rel := newReleasable(releaseAfter(s.cfg), start)
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -515,9 +573,32 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			}
 			return serveResult{} // the pipe broke: the exit status tells why
 		}
+		if _, ok := f.Kind.(*childv1.Frame_ModelRequest); held != nil && !ok {
+			return serveResult{protoErr: fmt.Errorf("a child taking over sent %s before asking for its model turn", childproto.Kind(f))}
+		}
 		switch k := f.Kind.(type) {
 		case *childv1.Frame_ModelRequest:
-			resp, stop := s.modelTurn(ctx, task, attempt, mr, k.ModelRequest)
+			var resp *childv1.ModelResponse
+			var stop *serveResult
+			if held != nil {
+				// The child that took over asks for the turn its
+				// predecessor asked for: the answer is in hand.
+				resp, held = held, nil
+				resp.Id = k.ModelRequest.GetId()
+			} else {
+				var released bool
+				resp, stop, released = s.awaitModel(ctx, task, attempt, mr, k.ModelRequest, rel, p)
+				if released && stop == nil {
+					np, err := s.takeOver(ctx, task, rel.takeOver(start))
+					if err != nil {
+						return serveResult{takeOverErr: err}
+					}
+					p, *pp = np, np
+					r, w = p.frames()
+					held = resp
+					continue
+				}
+			}
 			if resp.GetError() == "" {
 				observed = resp // what the next MODEL_TURN step must record
 			}
@@ -559,6 +640,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				observed = nil
 			}
 			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			if stepErr == nil {
+				rel.recorded(step, v)
+			}
 			if res, stop := mr.stepDone(step); stop && stepErr == nil {
 				ack.Error = res.failure.Reason // a budget ran out with this model turn
 				_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
@@ -631,4 +715,12 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// reset forgets what was written (a reused child's next task starts with
+// an empty tail).
+func (t *tailBuffer) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = t.buf[:0]
 }

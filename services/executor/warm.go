@@ -272,8 +272,48 @@ func (s *Service) startChild(ctx context.Context, taskID string) (*process, erro
 
 // claim makes ctx's end kill the warm child p, as a spawn under ctx would.
 func (p *process) claim(ctx context.Context) {
-	release := p.release
-	stop := context.AfterFunc(ctx, release)
-	p.release = func() { stop(); release() }
+	if p.own == nil {
+		p.own = p.release
+	}
+	own := p.own
+	stop := context.AfterFunc(ctx, own)
+	p.unlink = stop
+	p.release = func() { stop(); own() }
 	p.warm = true
+}
+
+// evictWarm ends one idle warm child, if there is one (to make room for a
+// parked one, reuse.go).
+func (s *Service) evictWarm() {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	n := len(w.idle)
+	if n == 0 {
+		w.mu.Unlock()
+		return
+	}
+	p := w.idle[n-1]
+	w.idle[n-1] = nil
+	w.idle = w.idle[:n-1]
+	w.mu.Unlock()
+	w.discarded.Add(1)
+	go p.cleanup()
+}
+
+// warmIdle is how many warm children are idle now.
+func (s *Service) warmIdle() int {
+	s.mu.Lock()
+	w := s.warm
+	s.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.idle)
 }

@@ -17,6 +17,10 @@
 //     (where the time goes: submit, queue, dispatch, the child's first
 //     model turn, each step's checkpoint, the completion, the watcher);
 //
+//   - with -reuse (on by default), throughput and concurrency 1 again with
+//     AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same
+//     org and agent);
+//
 //   - in flight (-inflight tasks, a slow model: -latency): a second server
 //     with capacity for all of them; SubmitTask and GetTask p50/p99 while
 //     they are in flight, and the peak PSS of the server and the children.
@@ -69,6 +73,7 @@ func main() {
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
 		infProf  = flag.String("inflight-profile", "", "write a CPU profile of the server taken while GetTask/SubmitTask are measured with the tasks in flight (the -get-for window) to this file")
+		reuse    = flag.Bool("reuse", true, "run the throughput and concurrency-1 phases again with AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same agent)")
 	)
 	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
 	flag.Parse()
@@ -88,7 +93,7 @@ func main() {
 	}
 	fmt.Printf("ambench: %d tasks, concurrency %d, %d CPUs, %s/%s\n", *n, *c, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	if *server != "" {
-		res, err := loadServer(*server, *n, *c, *warmup)
+		res, err := loadServer(*server, 0, *n, *c, *warmup)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %v\n", err)
 			os.Exit(1)
@@ -113,18 +118,41 @@ func main() {
 		fmt.Printf("spawn ceiling: %.0f spawns/s (a tiny static child, %d at a time, %d spawns)\n", ceiling, *spawnPar, *spawnN)
 	}
 	for _, kind := range kinds {
-		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs)
+		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs, false)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %s: %v\n", kind, err)
 			os.Exit(1)
 		}
 		fmt.Println(res)
+		if res.cpu != "" {
+			fmt.Println(res.cpu)
+		}
 		if ceiling > 0 {
 			tps := float64(res.n) / res.elapsed.Seconds()
 			fmt.Printf("  throughput: %.0f tasks/s against a spawn ceiling of %.0f/s: ratio %.1f%%\n", tps, ceiling, 100*tps/ceiling)
 		}
 		if *c1 > 0 {
 			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)
+		}
+		if *reuse {
+			rr, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, "", 0, true)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "ambench: %s: with reuse: %v\n", kind, err)
+				os.Exit(1)
+			}
+			tps := float64(rr.n) / rr.elapsed.Seconds()
+			fmt.Printf("  with AGENTMESH_CHILD_REUSE=agent: %.0f tasks/s", tps)
+			if ceiling > 0 {
+				fmt.Printf(" (ratio %.1f%%)", 100*tps/ceiling)
+			}
+			fmt.Printf(", submit→completed p50=%s p99=%s, failed=%d", ms(rr.p50), ms(rr.p99), rr.failed)
+			if *c1 > 0 {
+				fmt.Printf("; concurrency 1 p50=%s p99=%s", ms(rr.c1p50), ms(rr.c1p99))
+			}
+			fmt.Println()
+			if rr.cpu != "" {
+				fmt.Println("  " + rr.cpu)
+			}
 		}
 		if *inflight > 0 {
 			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor, *infProf)
@@ -149,6 +177,7 @@ type result struct {
 	peakPSSKiB         int64 // server, sampled during the load
 	kidsPSSKiB         int64 // all children together, sampled
 	c1p50, c1p99       time.Duration
+	cpu                string // where the CPU went (cpuSplit), if measured
 }
 
 func (r result) String() string {
@@ -254,13 +283,16 @@ func (s *srv) fail(err error) error {
 	return fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
 }
 
-func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int) (result, error) {
+func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int, reuse bool) (result, error) {
 	dir, err := os.MkdirTemp("", "ambench-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
 	extra := []string{"AGENTMESH_CAPACITY=" + strconv.Itoa(capacity)}
+	if reuse {
+		extra = append(extra, "AGENTMESH_CHILD_REUSE=agent")
+	}
 	if profile != "" {
 		dbg, err := freePort()
 		if err != nil {
@@ -282,7 +314,7 @@ func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profS
 			profErr <- fetchProfile(s.debug, profile, profSecs)
 		}()
 	}
-	res, err := loadServer(s.addr, n, c, warmup)
+	res, err := loadServer(s.addr, s.cmd.Process.Pid, n, c, warmup)
 	srvKiB, kidsKiB, _, _ := mem.Stop()
 	if err != nil {
 		return result{}, s.fail(err)
@@ -381,8 +413,9 @@ func fetchProfile(addr, path string, seconds int) error {
 	return f.Close()
 }
 
-// loadServer runs the warm-up and the measured load against addr.
-func loadServer(addr string, n, c, warmup int) (result, error) {
+// loadServer runs the warm-up and the measured load against addr; with
+// the server's pid (0: not ours) it also says where the CPU went.
+func loadServer(addr string, pid, n, c, warmup int) (result, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return result{}, err
@@ -398,11 +431,19 @@ func loadServer(addr string, n, c, warmup int) (result, error) {
 			return result{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	var cpu0 cpuTimes
+	if pid > 0 {
+		cpu0 = readCPU(pid)
+	}
 	start := time.Now()
 	lat, failed, err := load(tasks, n, c)
 	elapsed := time.Since(start)
 	if err != nil {
 		return result{}, err
+	}
+	var split string
+	if pid > 0 {
+		split = cpuSplit(readCPU(pid).sub(cpu0), n, elapsed)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration {
@@ -414,6 +455,7 @@ func loadServer(addr string, n, c, warmup int) (result, error) {
 	return result{
 		store: "external", n: n, c: c, failed: failed, elapsed: elapsed,
 		p50: pct(0.50), p95: pct(0.95), p99: pct(0.99), max: lat[len(lat)-1],
+		cpu: split,
 	}, nil
 }
 

@@ -72,13 +72,35 @@ func RunIfChild() {
 	os.Exit(Main(os.Stdin, os.Stdout))
 }
 
-// Main runs one task's agent loop over in and out and returns the exit code.
+// Main runs an agent loop over in and out and returns the exit code.
 // Diagnostics go to stderr, whose tail the executor keeps for its reports.
+//
+// A Start marked reusable (see reuse.go) makes the child, after its Final,
+// clear what the task left, send Ready and serve the next Start it reads;
+// the end of its stdin ends it.
 func Main(in io.Reader, out io.Writer) int {
 	sandbox.EnterOrExit() // confine this process before reading anything (a no-op unsandboxed)
 	prewarm()             // while a warm child waits for its task, not after
-	l := &loop{r: childproto.NewReader(in), w: childproto.NewWriter(out)}
-	err := l.run()
+	r, w := childproto.NewReader(in), childproto.NewWriter(out)
+	var start *childv1.Start
+	for {
+		l := &loop{r: r, w: w, start: start}
+		err := l.run()
+		if err != nil || !l.start.GetReusable() {
+			return exitCode(err)
+		}
+		if start, err = nextTask(r, w); err != nil {
+			if errors.Is(err, io.EOF) {
+				return ExitOK
+			}
+			fmt.Fprintf(os.Stderr, "agentmesh child: %v\n", err)
+			return ExitFailed
+		}
+	}
+}
+
+// exitCode is Main's exit code for how a task's loop ended.
+func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
@@ -115,13 +137,15 @@ type loop struct {
 }
 
 func (l *loop) run() error {
-	f, err := l.r.Read()
-	if err != nil {
-		return fmt.Errorf("read start: %w", err)
-	}
-	l.start = f.GetStart()
 	if l.start == nil {
-		return fmt.Errorf("first frame is %s, want start", childproto.Kind(f))
+		f, err := l.r.Read()
+		if err != nil {
+			return fmt.Errorf("read start: %w", err)
+		}
+		l.start = f.GetStart()
+		if l.start == nil {
+			return fmt.Errorf("first frame is %s, want start", childproto.Kind(f))
+		}
 	}
 	ts, err := tools.Resolve(l.start.Tools)
 	if err != nil {

@@ -40,6 +40,7 @@ type Frame struct {
 	//	*Frame_Final
 	//	*Frame_Failure
 	//	*Frame_ToolsDiscovered
+	//	*Frame_Ready
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -172,6 +173,15 @@ func (x *Frame) GetToolsDiscovered() *ToolsDiscovered {
 	return nil
 }
 
+func (x *Frame) GetReady() *Ready {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_Ready); ok {
+			return x.Ready
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -218,6 +228,12 @@ type Frame_ToolsDiscovered struct {
 	ToolsDiscovered *ToolsDiscovered `protobuf:"bytes,15,opt,name=tools_discovered,json=toolsDiscovered,proto3,oneof"`
 }
 
+type Frame_Ready struct {
+	// After a reusable task's Final: the child has cleared what the task
+	// left and waits for the next Start.
+	Ready *Ready `protobuf:"bytes,260,opt,name=ready,proto3,oneof"`
+}
+
 func (*Frame_Start) isFrame_Kind() {}
 
 func (*Frame_ModelResponse) isFrame_Kind() {}
@@ -238,6 +254,47 @@ func (*Frame_Failure) isFrame_Kind() {}
 
 func (*Frame_ToolsDiscovered) isFrame_Kind() {}
 
+func (*Frame_Ready) isFrame_Kind() {}
+
+// Ready says a reusable child has cleared what its task left (its other
+// processes killed, /workspace, /tmp and /dev/shm emptied) and may be
+// handed the next task of the same org and agent.
+type Ready struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ready) Reset() {
+	*x = Ready{}
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ready) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ready) ProtoMessage() {}
+
+func (x *Ready) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ready.ProtoReflect.Descriptor instead.
+func (*Ready) Descriptor() ([]byte, []int) {
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{1}
+}
+
 // Message is one chat message of the agent's conversation.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -253,7 +310,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[1]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +322,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[1]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +335,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{1}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Message) GetRole() string {
@@ -329,7 +386,7 @@ type ToolSpec struct {
 
 func (x *ToolSpec) Reset() {
 	*x = ToolSpec{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[2]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +398,7 @@ func (x *ToolSpec) String() string {
 func (*ToolSpec) ProtoMessage() {}
 
 func (x *ToolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[2]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +411,7 @@ func (x *ToolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolSpec.ProtoReflect.Descriptor instead.
 func (*ToolSpec) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{2}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolSpec) GetName() string {
@@ -398,14 +455,20 @@ type Start struct {
 	// stdio MCP servers the child starts inside its sandbox.
 	McpServers []*v1.McpServer `protobuf:"bytes,10,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	// The workspace directory (the child's working directory).
-	Workspace     string `protobuf:"bytes,11,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Workspace string `protobuf:"bytes,11,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// The child may be handed another task of the same org and agent after
+	// this one (AGENTMESH_CHILD_REUSE=agent): after its Final it kills every
+	// other process of its PID namespace, empties /workspace, /tmp and
+	// /dev/shm, sends Ready and waits for the next Start or the end of its
+	// stdin. When clearing fails it exits instead.
+	Reusable      bool `protobuf:"varint,260,opt,name=reusable,proto3" json:"reusable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[3]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +480,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[3]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +493,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{3}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Start) GetTaskId() string {
@@ -510,6 +573,13 @@ func (x *Start) GetWorkspace() string {
 	return ""
 }
 
+func (x *Start) GetReusable() bool {
+	if x != nil {
+		return x.Reusable
+	}
+	return false
+}
+
 type ModelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -521,7 +591,7 @@ type ModelRequest struct {
 
 func (x *ModelRequest) Reset() {
 	*x = ModelRequest{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[4]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +603,7 @@ func (x *ModelRequest) String() string {
 func (*ModelRequest) ProtoMessage() {}
 
 func (x *ModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[4]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +616,7 @@ func (x *ModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRequest.ProtoReflect.Descriptor instead.
 func (*ModelRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelRequest) GetId() int64 {
@@ -586,7 +656,7 @@ type ModelResponse struct {
 
 func (x *ModelResponse) Reset() {
 	*x = ModelResponse{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[5]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +668,7 @@ func (x *ModelResponse) String() string {
 func (*ModelResponse) ProtoMessage() {}
 
 func (x *ModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[5]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +681,7 @@ func (x *ModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelResponse.ProtoReflect.Descriptor instead.
 func (*ModelResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelResponse) GetId() int64 {
@@ -674,7 +744,7 @@ type ToolRequest struct {
 
 func (x *ToolRequest) Reset() {
 	*x = ToolRequest{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[6]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +756,7 @@ func (x *ToolRequest) String() string {
 func (*ToolRequest) ProtoMessage() {}
 
 func (x *ToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[6]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +769,7 @@ func (x *ToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequest.ProtoReflect.Descriptor instead.
 func (*ToolRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolRequest) GetId() int64 {
@@ -729,7 +799,7 @@ type ToolResponse struct {
 
 func (x *ToolResponse) Reset() {
 	*x = ToolResponse{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[7]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +811,7 @@ func (x *ToolResponse) String() string {
 func (*ToolResponse) ProtoMessage() {}
 
 func (x *ToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[7]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +824,7 @@ func (x *ToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResponse.ProtoReflect.Descriptor instead.
 func (*ToolResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolResponse) GetId() int64 {
@@ -803,7 +873,7 @@ type StepRecord struct {
 
 func (x *StepRecord) Reset() {
 	*x = StepRecord{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[8]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +885,7 @@ func (x *StepRecord) String() string {
 func (*StepRecord) ProtoMessage() {}
 
 func (x *StepRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[8]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +898,7 @@ func (x *StepRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRecord.ProtoReflect.Descriptor instead.
 func (*StepRecord) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepRecord) GetStep() *v1.Step {
@@ -858,7 +928,7 @@ type StepAck struct {
 
 func (x *StepAck) Reset() {
 	*x = StepAck{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +940,7 @@ func (x *StepAck) String() string {
 func (*StepAck) ProtoMessage() {}
 
 func (x *StepAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[9]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +953,7 @@ func (x *StepAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepAck.ProtoReflect.Descriptor instead.
 func (*StepAck) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepAck) GetIndex() int32 {
@@ -933,7 +1003,7 @@ type ToolsDiscovered struct {
 
 func (x *ToolsDiscovered) Reset() {
 	*x = ToolsDiscovered{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1015,7 @@ func (x *ToolsDiscovered) String() string {
 func (*ToolsDiscovered) ProtoMessage() {}
 
 func (x *ToolsDiscovered) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[10]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1028,7 @@ func (x *ToolsDiscovered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsDiscovered.ProtoReflect.Descriptor instead.
 func (*ToolsDiscovered) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolsDiscovered) GetTools() []*ToolSpec {
@@ -977,7 +1047,7 @@ type Final struct {
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1059,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[11]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1072,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Final) GetAnswer() string {
@@ -1023,7 +1093,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1105,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_child_v1_child_proto_msgTypes[12]
+	mi := &file_agentmesh_child_v1_child_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1118,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_child_v1_child_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Failure) GetReason() string {
@@ -1069,7 +1139,7 @@ var File_agentmesh_child_v1_child_proto protoreflect.FileDescriptor
 
 const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\x94\x05\n" +
+	"\x1eagentmesh/child/v1/child.proto\x12\x12agentmesh.child.v1\x1a\x17agentmesh/v1/task.proto\"\xc8\x05\n" +
 	"\x05Frame\x121\n" +
 	"\x05start\x18\x01 \x01(\v2\x19.agentmesh.child.v1.StartH\x00R\x05start\x12J\n" +
 	"\x0emodel_response\x18\x02 \x01(\v2!.agentmesh.child.v1.ModelResponseH\x00R\rmodelResponse\x12G\n" +
@@ -1081,8 +1151,10 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\x04step\x18\f \x01(\v2\x1e.agentmesh.child.v1.StepRecordH\x00R\x04step\x121\n" +
 	"\x05final\x18\r \x01(\v2\x19.agentmesh.child.v1.FinalH\x00R\x05final\x127\n" +
 	"\afailure\x18\x0e \x01(\v2\x1b.agentmesh.child.v1.FailureH\x00R\afailure\x12P\n" +
-	"\x10tools_discovered\x18\x0f \x01(\v2#.agentmesh.child.v1.ToolsDiscoveredH\x00R\x0ftoolsDiscoveredB\x06\n" +
-	"\x04kind\"\xa4\x01\n" +
+	"\x10tools_discovered\x18\x0f \x01(\v2#.agentmesh.child.v1.ToolsDiscoveredH\x00R\x0ftoolsDiscovered\x122\n" +
+	"\x05ready\x18\x84\x02 \x01(\v2\x19.agentmesh.child.v1.ReadyH\x00R\x05readyB\x06\n" +
+	"\x04kind\"\a\n" +
+	"\x05Ready\"\xa4\x01\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x125\n" +
@@ -1094,7 +1166,7 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\x95\x03\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xb2\x03\n" +
 	"\x05Start\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12#\n" +
@@ -1108,7 +1180,8 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\vmcp_servers\x18\n" +
 	" \x03(\v2\x17.agentmesh.v1.McpServerR\n" +
 	"mcpServers\x12\x1c\n" +
-	"\tworkspace\x18\v \x01(\tR\tworkspace\"\x8b\x01\n" +
+	"\tworkspace\x18\v \x01(\tR\tworkspace\x12\x1b\n" +
+	"\breusable\x18\x84\x02 \x01(\bR\breusable\"\x8b\x01\n" +
 	"\fModelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x127\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1b.agentmesh.child.v1.MessageR\bmessages\x122\n" +
@@ -1160,55 +1233,57 @@ func file_agentmesh_child_v1_child_proto_rawDescGZIP() []byte {
 	return file_agentmesh_child_v1_child_proto_rawDescData
 }
 
-var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_agentmesh_child_v1_child_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_agentmesh_child_v1_child_proto_goTypes = []any{
 	(*Frame)(nil),           // 0: agentmesh.child.v1.Frame
-	(*Message)(nil),         // 1: agentmesh.child.v1.Message
-	(*ToolSpec)(nil),        // 2: agentmesh.child.v1.ToolSpec
-	(*Start)(nil),           // 3: agentmesh.child.v1.Start
-	(*ModelRequest)(nil),    // 4: agentmesh.child.v1.ModelRequest
-	(*ModelResponse)(nil),   // 5: agentmesh.child.v1.ModelResponse
-	(*ToolRequest)(nil),     // 6: agentmesh.child.v1.ToolRequest
-	(*ToolResponse)(nil),    // 7: agentmesh.child.v1.ToolResponse
-	(*StepRecord)(nil),      // 8: agentmesh.child.v1.StepRecord
-	(*StepAck)(nil),         // 9: agentmesh.child.v1.StepAck
-	(*ToolsDiscovered)(nil), // 10: agentmesh.child.v1.ToolsDiscovered
-	(*Final)(nil),           // 11: agentmesh.child.v1.Final
-	(*Failure)(nil),         // 12: agentmesh.child.v1.Failure
-	(*v1.ToolCall)(nil),     // 13: agentmesh.v1.ToolCall
-	(*v1.Step)(nil),         // 14: agentmesh.v1.Step
-	(*v1.McpServer)(nil),    // 15: agentmesh.v1.McpServer
-	(*v1.Usage)(nil),        // 16: agentmesh.v1.Usage
-	(v1.ToolDecision)(0),    // 17: agentmesh.v1.ToolDecision
+	(*Ready)(nil),           // 1: agentmesh.child.v1.Ready
+	(*Message)(nil),         // 2: agentmesh.child.v1.Message
+	(*ToolSpec)(nil),        // 3: agentmesh.child.v1.ToolSpec
+	(*Start)(nil),           // 4: agentmesh.child.v1.Start
+	(*ModelRequest)(nil),    // 5: agentmesh.child.v1.ModelRequest
+	(*ModelResponse)(nil),   // 6: agentmesh.child.v1.ModelResponse
+	(*ToolRequest)(nil),     // 7: agentmesh.child.v1.ToolRequest
+	(*ToolResponse)(nil),    // 8: agentmesh.child.v1.ToolResponse
+	(*StepRecord)(nil),      // 9: agentmesh.child.v1.StepRecord
+	(*StepAck)(nil),         // 10: agentmesh.child.v1.StepAck
+	(*ToolsDiscovered)(nil), // 11: agentmesh.child.v1.ToolsDiscovered
+	(*Final)(nil),           // 12: agentmesh.child.v1.Final
+	(*Failure)(nil),         // 13: agentmesh.child.v1.Failure
+	(*v1.ToolCall)(nil),     // 14: agentmesh.v1.ToolCall
+	(*v1.Step)(nil),         // 15: agentmesh.v1.Step
+	(*v1.McpServer)(nil),    // 16: agentmesh.v1.McpServer
+	(*v1.Usage)(nil),        // 17: agentmesh.v1.Usage
+	(v1.ToolDecision)(0),    // 18: agentmesh.v1.ToolDecision
 }
 var file_agentmesh_child_v1_child_proto_depIdxs = []int32{
-	3,  // 0: agentmesh.child.v1.Frame.start:type_name -> agentmesh.child.v1.Start
-	5,  // 1: agentmesh.child.v1.Frame.model_response:type_name -> agentmesh.child.v1.ModelResponse
-	7,  // 2: agentmesh.child.v1.Frame.tool_response:type_name -> agentmesh.child.v1.ToolResponse
-	9,  // 3: agentmesh.child.v1.Frame.step_ack:type_name -> agentmesh.child.v1.StepAck
-	4,  // 4: agentmesh.child.v1.Frame.model_request:type_name -> agentmesh.child.v1.ModelRequest
-	6,  // 5: agentmesh.child.v1.Frame.tool_request:type_name -> agentmesh.child.v1.ToolRequest
-	8,  // 6: agentmesh.child.v1.Frame.step:type_name -> agentmesh.child.v1.StepRecord
-	11, // 7: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
-	12, // 8: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
-	10, // 9: agentmesh.child.v1.Frame.tools_discovered:type_name -> agentmesh.child.v1.ToolsDiscovered
-	13, // 10: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
-	14, // 11: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
-	2,  // 12: agentmesh.child.v1.Start.executor_tools:type_name -> agentmesh.child.v1.ToolSpec
-	15, // 13: agentmesh.child.v1.Start.mcp_servers:type_name -> agentmesh.v1.McpServer
-	1,  // 14: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
-	2,  // 15: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
-	1,  // 16: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
-	16, // 17: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
-	13, // 18: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
-	14, // 19: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
-	17, // 20: agentmesh.child.v1.StepAck.decision:type_name -> agentmesh.v1.ToolDecision
-	2,  // 21: agentmesh.child.v1.ToolsDiscovered.tools:type_name -> agentmesh.child.v1.ToolSpec
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	4,  // 0: agentmesh.child.v1.Frame.start:type_name -> agentmesh.child.v1.Start
+	6,  // 1: agentmesh.child.v1.Frame.model_response:type_name -> agentmesh.child.v1.ModelResponse
+	8,  // 2: agentmesh.child.v1.Frame.tool_response:type_name -> agentmesh.child.v1.ToolResponse
+	10, // 3: agentmesh.child.v1.Frame.step_ack:type_name -> agentmesh.child.v1.StepAck
+	5,  // 4: agentmesh.child.v1.Frame.model_request:type_name -> agentmesh.child.v1.ModelRequest
+	7,  // 5: agentmesh.child.v1.Frame.tool_request:type_name -> agentmesh.child.v1.ToolRequest
+	9,  // 6: agentmesh.child.v1.Frame.step:type_name -> agentmesh.child.v1.StepRecord
+	12, // 7: agentmesh.child.v1.Frame.final:type_name -> agentmesh.child.v1.Final
+	13, // 8: agentmesh.child.v1.Frame.failure:type_name -> agentmesh.child.v1.Failure
+	11, // 9: agentmesh.child.v1.Frame.tools_discovered:type_name -> agentmesh.child.v1.ToolsDiscovered
+	1,  // 10: agentmesh.child.v1.Frame.ready:type_name -> agentmesh.child.v1.Ready
+	14, // 11: agentmesh.child.v1.Message.tool_calls:type_name -> agentmesh.v1.ToolCall
+	15, // 12: agentmesh.child.v1.Start.history:type_name -> agentmesh.v1.Step
+	3,  // 13: agentmesh.child.v1.Start.executor_tools:type_name -> agentmesh.child.v1.ToolSpec
+	16, // 14: agentmesh.child.v1.Start.mcp_servers:type_name -> agentmesh.v1.McpServer
+	2,  // 15: agentmesh.child.v1.ModelRequest.messages:type_name -> agentmesh.child.v1.Message
+	3,  // 16: agentmesh.child.v1.ModelRequest.tools:type_name -> agentmesh.child.v1.ToolSpec
+	2,  // 17: agentmesh.child.v1.ModelResponse.message:type_name -> agentmesh.child.v1.Message
+	17, // 18: agentmesh.child.v1.ModelResponse.usage:type_name -> agentmesh.v1.Usage
+	14, // 19: agentmesh.child.v1.ToolRequest.call:type_name -> agentmesh.v1.ToolCall
+	15, // 20: agentmesh.child.v1.StepRecord.step:type_name -> agentmesh.v1.Step
+	18, // 21: agentmesh.child.v1.StepAck.decision:type_name -> agentmesh.v1.ToolDecision
+	3,  // 22: agentmesh.child.v1.ToolsDiscovered.tools:type_name -> agentmesh.child.v1.ToolSpec
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_child_v1_child_proto_init() }
@@ -1227,6 +1302,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 		(*Frame_Final)(nil),
 		(*Frame_Failure)(nil),
 		(*Frame_ToolsDiscovered)(nil),
+		(*Frame_Ready)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1234,7 +1310,7 @@ func file_agentmesh_child_v1_child_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_child_v1_child_proto_rawDesc), len(file_agentmesh_child_v1_child_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

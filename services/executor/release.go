@@ -1,0 +1,196 @@
+package executor
+
+// Releasing the child while the model thinks (Config.ReleaseAfter,
+// AGENTMESH_RELEASE_AFTER).
+//
+// An agent child spends most of its life waiting for a model answer: the
+// executor makes the call (the child has no network), the child only waits
+// for the response frame. While it waits it holds ~2.5–3 MiB and a process;
+// with a thousand tasks in flight on a slow model that is gigabytes held by
+// processes doing nothing. When a model call has not answered within
+// ReleaseAfter and the child holds nothing its checkpointed steps do not,
+// the executor ends the child (and removes its sandbox) and lets the call
+// go on; when the answer comes, a fresh child (from the warm pool when one
+// is idle) is started with the attempt's steps as its history, rebuilds the
+// conversation from them (the same replay a resumed attempt does), asks for
+// the same turn, and is handed the answer already received: the model is
+// never asked twice, no step is recorded twice, and the attempt, its lease,
+// its budgets and its wall time are unchanged. One task may so use several
+// children one after the other; a child still serves one task only.
+//
+// A child holds something of its own, and is never released, when
+//   - it started stdio MCP servers (their sessions live in its sandbox), or
+//   - a tool ran inside it in this attempt, except the utility tools that
+//     leave nothing behind (echo, current_time): code_run, shell and the
+//     fs_* tools write to its workspace and /tmp, a tmpfs that dies with it.
+// Tools the executor runs (web_fetch, sql_query, HTTP MCP, delegation) leave
+// nothing in the child.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/pkg/tools"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultReleaseAfter is how long a model call runs before its waiting
+// child is released, by default: longer than most tool-free turns of a
+// fast model, shorter than a slow model's turn.
+const DefaultReleaseAfter = 2 * time.Second
+
+// ParseReleaseAfter parses AGENTMESH_RELEASE_AFTER: "" is the default, "0"
+// never releases, otherwise a duration of at least 10ms. It returns
+// Config.ReleaseAfter's value (0 default, -1 off).
+func ParseReleaseAfter(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	if s == "0" {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 10*time.Millisecond {
+		return 0, fmt.Errorf("release after %q: want a duration of at least 10ms (or 0 = never)", s)
+	}
+	return d, nil
+}
+
+// releaseAfter is the delay cfg asks for (0: never release).
+func releaseAfter(cfg Config) time.Duration {
+	switch {
+	case cfg.ReleaseAfter < 0:
+		return 0
+	case cfg.ReleaseAfter == 0:
+		return DefaultReleaseAfter
+	}
+	return cfg.ReleaseAfter
+}
+
+// ReleaseStats counts the children released while their model call ran,
+// and the children that took over from them.
+type ReleaseStats struct {
+	Released int64
+	Resumed  int64
+}
+
+// ReleaseStats returns what releasing did so far.
+func (s *Service) ReleaseStats() ReleaseStats {
+	return ReleaseStats{Released: s.released.Load(), Resumed: s.resumed.Load()}
+}
+
+// leavesNothing reports whether the child-run tool name leaves no state in
+// the child (a built-in utility tool without risk).
+func leavesNothing(name string) bool {
+	for _, t := range tools.Builtin() {
+		if t.Name == name {
+			return t.Runs == tools.InChild && t.Category == tools.CategoryUtility && t.Risk == tools.RiskNone
+		}
+	}
+	return false
+}
+
+// releasable tracks whether the child serving an attempt may be released.
+type releasable struct {
+	after time.Duration // 0: never
+	// held: the child holds state of its own (a stdio MCP server, a tool
+	// that ran in it).
+	held bool
+	// steps are the attempt's checkpointed steps so far: the history a
+	// child that takes over starts from.
+	steps []*agentmeshv1.Step
+}
+
+func newReleasable(after time.Duration, start *childv1.Start) *releasable {
+	return &releasable{
+		after: after,
+		held:  len(start.GetMcpServers()) > 0,
+		steps: append([]*agentmeshv1.Step(nil), start.GetHistory()...),
+	}
+}
+
+// can reports whether the child may be released now.
+func (r *releasable) can() bool { return r.after > 0 && !r.held }
+
+// recorded notes a checkpointed step, and whether the tool call it allows
+// runs in the child and leaves something there.
+func (r *releasable) recorded(step *agentmeshv1.Step, v verdict) {
+	r.steps = append(r.steps, step)
+	if step.GetKind() != agentmeshv1.StepKind_STEP_KIND_TOOL_CALL || v.inExecutor {
+		return
+	}
+	switch v.decision {
+	case agentmeshv1.ToolDecision_TOOL_DECISION_ALLOWED, agentmeshv1.ToolDecision_TOOL_DECISION_APPROVED:
+		if !leavesNothing(step.GetToolName()) {
+			r.held = true
+		}
+	}
+}
+
+// takeOver is the Start a child taking over the attempt gets: the first
+// one's, with the steps checkpointed since as its history.
+func (r *releasable) takeOver(start *childv1.Start) *childv1.Start {
+	next := proto.CloneOf(start)
+	next.History = r.steps
+	return next
+}
+
+// awaitModel makes the model call of req. When rel allows it and the call
+// has not answered within rel.after, it ends the child p (which waits
+// for nothing but this answer) and removes its sandbox, then waits for the
+// answer: released reports that, and the caller starts a child to take
+// over.
+func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest, rel *releasable, p *process) (resp *childv1.ModelResponse, stop *serveResult, released bool) {
+	if !rel.can() {
+		resp, stop = s.modelTurn(ctx, task, attempt, mr, req)
+		return resp, stop, false
+	}
+	type answer struct {
+		resp *childv1.ModelResponse
+		stop *serveResult
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, stop := s.modelTurn(ctx, task, attempt, mr, req)
+		done <- answer{resp, stop}
+	}()
+	t := time.NewTimer(rel.after)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.resp, a.stop, false
+	case <-t.C:
+	}
+	p.cleanup()
+	s.released.Add(1)
+	metrics.ChildrenReleased.Inc()
+	s.log.Debug("agent process released while its model call runs", "task", task.GetId(), "attempt", attempt, "pid", p.pid)
+	a := <-done
+	return a.resp, a.stop, true
+}
+
+// takeOver starts the child that goes on with an attempt whose child was
+// released: it replays start's history and asks for the pending turn.
+func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, start *childv1.Start) (*process, error) {
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	p, err := s.startChildFor(ctx, task)
+	if err != nil {
+		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
+	}
+	_, w := p.frames()
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
+	}
+	s.resumed.Add(1)
+	metrics.ChildrenTakenOver.Inc()
+	return p, nil
+}

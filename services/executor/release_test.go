@@ -1,0 +1,159 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// counterValue reads a Prometheus counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// startExecutorSvc starts the executor and returns it (for its stats).
+func (e *env) startExecutorSvc() *executor.Service {
+	e.t.Helper()
+	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log})
+	if err != nil {
+		e.t.Fatalf("executor.New: %v", err)
+	}
+	runService(e.t, ex.Run)
+	return ex
+}
+
+// While a slow model call runs, the child waiting for it is ended (no
+// agent process is alive); when the answer comes a fresh child replays
+// the steps and goes on with the answer already received: every model
+// turn is asked once, every step recorded once, in the same attempt.
+func TestChildReleasedWhileTheModelThinks(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ReleaseAfter = 100 * time.Millisecond
+	model := e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "let me echo", "delay_ms": 3000, "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+	  {"content": "done: {{last_tool_result}}", "delay_ms": 3000}
+	]}]}`)
+	ex := e.startExecutorSvc()
+	released0, takenOver0 := counterValue(t, metrics.ChildrenReleased), counterValue(t, metrics.ChildrenTakenOver)
+
+	task := e.submit("released")
+	for turn := range 2 {
+		// The model is asked turn N and has not answered it: its child is
+		// gone.
+		poll.Until(t, 30*time.Second, func() error {
+			if model.RequestsAt(turn) == 0 {
+				return fmt.Errorf("model turn %d not asked yet", turn)
+			}
+			if c := children(t); len(c) != 0 {
+				return fmt.Errorf("agent processes %v alive while model turn %d runs", c, turn)
+			}
+			if st := ex.ReleaseStats(); st.Released != int64(turn+1) {
+				return fmt.Errorf("release stats %+v during turn %d", st, turn)
+			}
+			return nil
+		})
+		if n := model.RequestsAt(turn + 1); n != 0 {
+			t.Fatalf("turn %d asked before turn %d's answer was used", turn+1, turn)
+		}
+	}
+	got := e.waitStatus(task.Id, taskstate.Completed, 60*time.Second)
+
+	if got.Result != "done: released" {
+		t.Errorf("result %q, want %q", got.Result, "done: released")
+	}
+	if got.Attempt != 1 {
+		t.Errorf("attempt %d, want 1 (releasing a child is not a retry)", got.Attempt)
+	}
+	for turn := range 2 {
+		if n := model.RequestsAt(turn); n != 1 {
+			t.Errorf("model turn %d asked %d times, want once", turn, n)
+		}
+	}
+	var kinds []agentmeshv1.StepKind
+	seen := map[int32]bool{}
+	for _, st := range steps(e.history(task.Id)) {
+		if seen[st.Index] {
+			t.Errorf("step %d recorded twice", st.Index)
+		}
+		seen[st.Index] = true
+		kinds = append(kinds, st.Kind)
+		if st.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN && st.GetUsage().GetTotalTokens() == 0 {
+			t.Errorf("model turn step %d without the usage of its call", st.Index)
+		}
+	}
+	want := []agentmeshv1.StepKind{agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT, agentmeshv1.StepKind_STEP_KIND_MODEL_TURN}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("steps %v, want %v", kinds, want)
+	}
+	if st := ex.ReleaseStats(); st.Released != 2 || st.Resumed != 2 {
+		t.Errorf("release stats %+v, want 2 released and 2 taken over", st)
+	}
+	if r, o := counterValue(t, metrics.ChildrenReleased)-released0, counterValue(t, metrics.ChildrenTakenOver)-takenOver0; r != 2 || o != 2 {
+		t.Errorf("metrics: %v released, %v taken over; want 2 and 2", r, o)
+	}
+}
+
+// A child a tool wrote files in holds its workspace (a tmpfs that dies
+// with it): it is kept through a slow model call, and the file the first
+// tool wrote is there for the second.
+func TestChildHoldingItsWorkspaceIsKept(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ReleaseAfter = 50 * time.Millisecond
+	model := e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "write", "tool_calls": [{"name": "fs_write", "arguments": {"path": "note.txt", "content": "kept {{input}}"}}]},
+	  {"content": "read", "delay_ms": 1500, "tool_calls": [{"name": "fs_read", "arguments": {"path": "note.txt"}}]},
+	  {"content": "got: {{last_tool_result}}"}
+	]}]}`)
+	ex := e.startExecutorSvc()
+	a := &agentmeshv1.Agent{Name: "writer", SystemPrompt: "You keep notes.", Tools: []string{"fs_write", "fs_read"}}
+	task := e.submitAgent(a, "notes")
+	got := e.waitStatus(task.Id, taskstate.Completed, 60*time.Second)
+
+	if !strings.Contains(got.Result, "kept notes") {
+		t.Errorf("result %q: the file written before the slow turn is gone", got.Result)
+	}
+	for turn := range 3 {
+		if n := model.RequestsAt(turn); n != 1 {
+			t.Errorf("model turn %d asked %d times, want once", turn, n)
+		}
+	}
+	// Turn 0 may have been released (nothing was written yet); turn 1,
+	// after fs_write, must not have been.
+	if st := ex.ReleaseStats(); st.Released > 1 {
+		t.Errorf("release stats %+v: the child was released after a tool wrote to its workspace", st)
+	}
+}
+
+func TestParseReleaseAfter(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"", 0, false}, {"0", -1, false}, {"500ms", 500 * time.Millisecond, false}, {" 3s ", 3 * time.Second, false},
+		{"5ms", 0, true}, {"-1s", 0, true}, {"soon", 0, true}, {"10", 0, true},
+	} {
+		got, err := executor.ParseReleaseAfter(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("ParseReleaseAfter(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
