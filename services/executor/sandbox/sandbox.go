@@ -1014,7 +1014,11 @@ func (t *Task) Cleanup() {
 	for _, d := range uniq(t.pidsDir, t.memDir, t.cpuDir) {
 		_ = removeCgroup(d)
 	}
-	removeWorkspace(t.dir)
+	if t.sb.cfg.Level == None {
+		removeWorkspace(t.dir)
+	} else {
+		removeSandboxedWorkspace(t.dir)
+	}
 	if t.sb.uids != nil && t.uid != 0 && (t.pidsDir == "" || len(procs(t.pidsDir)) == 0) {
 		t.sb.uids.put(t.uid)
 	}
@@ -1047,6 +1051,16 @@ func removeWorkspace(dir string) {
 	}
 	_ = os.RemoveAll(dir)
 }
+
+// removeSandboxedWorkspace removes the workspace of a sandboxed task
+// without reading the executor's mount table: nothing a sandboxed task
+// mounts can appear in the executor's mount namespace. Its child is
+// started with CLONE_NEWUSER|CLONE_NEWNS, so its mount namespace is less
+// privileged than the executor's and the kernel reduces every shared
+// mount in it to a slave (no propagation back; mount_namespaces(7)), and
+// Enter makes the whole tree private before it mounts anything. Reading
+// /proc/self/mountinfo per task was a fifth of the teardown's time.
+func removeSandboxedWorkspace(dir string) { _ = os.RemoveAll(dir) }
 
 // killTree SIGKILLs every process in a cgroup and its children.
 func killTree(dir string) {

@@ -364,22 +364,35 @@ func BenchmarkSpawn(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			sb := bc.sb()
-			var ready time.Duration
+			// The phases of one child: Prepare (workspace, cgroups),
+			// start until the child says ready, its exit, and Cleanup
+			// (kill leftovers, counters, rmdirs, workspace removal).
+			var prepare, ready, exit, cleanup time.Duration
 			for b.Loop() {
 				began := time.Now()
 				task, err := sb.Prepare("bench")
 				if err != nil {
 					b.Fatal(err)
 				}
+				prepared := time.Now()
+				prepare += prepared.Sub(began)
 				cmd, r := start(b, task, "ready")
 				if l, _ := r.ReadString('\n'); l != "ready\n" {
 					b.Fatalf("child said %q", l)
 				}
-				ready += time.Since(began)
+				isReady := time.Now()
+				ready += isReady.Sub(began)
 				_ = cmd.Wait()
+				exited := time.Now()
+				exit += exited.Sub(isReady)
 				task.Cleanup()
+				cleanup += time.Since(exited)
 			}
-			b.ReportMetric(float64(ready.Microseconds())/float64(b.N)/1000, "ms-to-ready/op")
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) / 1000 }
+			b.ReportMetric(per(ready), "ms-to-ready/op")
+			b.ReportMetric(per(prepare), "ms-prepare/op")
+			b.ReportMetric(per(exit), "ms-exit/op")
+			b.ReportMetric(per(cleanup), "ms-cleanup/op")
 		})
 	}
 }
