@@ -1,11 +1,9 @@
 package spawner
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -81,14 +79,7 @@ func TestSpawnerAndChildrenRunAtNice(t *testing.T) {
 			t.Errorf("spawner thread %d runs at nice %d, want %d", tid, n, want)
 		}
 	}
-	in, out, errw, _ := stdio(t)
-	cmd := exec.Command("/bin/sleep", "1000")
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startSleep(t, c)
 	defer func() { _ = p.Kill(); _, _ = p.Wait() }()
 	if n := niceOf(t, filepath.Join("/proc", strconv.Itoa(p.Pid), "stat")); n != want {
 		t.Errorf("child runs at nice %d, want %d", n, want)

@@ -81,14 +81,7 @@ func TestSpawnPlainChild(t *testing.T) {
 // Kill ends a running child (its process group) and the status says so.
 func TestSpawnKill(t *testing.T) {
 	c := startClient(t)
-	in, out, errw, _ := stdio(t)
-	cmd := exec.Command("/bin/sleep", "1000")
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startSleep(t, c)
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -207,14 +200,7 @@ func TestClose(t *testing.T) {
 // by Close, and its children die with it.
 func TestCloseKillsStuckSpawner(t *testing.T) {
 	c := startClient(t)
-	in, out, errw, _ := stdio(t)
-	cmd := exec.Command("/bin/sleep", "1000")
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
-	p, err := c.Start(context.Background(), cmd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startSleep(t, c)
 	pid := c.Pid()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -237,4 +223,18 @@ func TestCloseKillsStuckSpawner(t *testing.T) {
 		return fmt.Errorf("the stuck spawner's child %d survived Close", p.Pid)
 	})
 
+}
+
+// startSleep has the spawner start a long sleep (the test kills it).
+func startSleep(t *testing.T, c *Client) *Proc {
+	t.Helper()
+	in, out, errw, _ := stdio(t)
+	cmd := exec.Command("/bin/sleep", "1000")
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
+	p, err := c.Start(context.Background(), cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
