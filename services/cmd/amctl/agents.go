@@ -279,14 +279,8 @@ func (c *cli) agentUpdate(ctx context.Context, args []string) error {
 func (c *cli) agentGet(ctx context.Context, args []string) error {
 	fs := c.flags("agents get", "NAME [--version N]", "Show an agent, or an earlier version of it.")
 	version := fs.Int64("version", 0, "this version of the agent (0 = the latest)")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "agents get", "NAME")
 	if err != nil {
-		return err
-	}
-	if err := exactly("agents get", pos, "NAME"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
@@ -397,14 +391,8 @@ func (c *cli) agentList(ctx context.Context, args []string) error {
 
 func (c *cli) agentDelete(ctx context.Context, args []string) error {
 	fs := c.flags("agents delete", "NAME", "Delete an agent. Tasks already accepted keep running.")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "agents delete", "NAME")
 	if err != nil {
-		return err
-	}
-	if err := exactly("agents delete", pos, "NAME"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)

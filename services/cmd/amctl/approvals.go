@@ -82,14 +82,8 @@ func (c *cli) approvalDecide(ctx context.Context, args []string, approve bool) e
 	}
 	fs := c.flags("approvals "+verb, "ID [--comment TEXT]", "Decide a pending tool call.")
 	comment := fs.String("comment", "", "why (shown to the model when rejecting)")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "approvals "+verb, "ID")
 	if err != nil {
-		return err
-	}
-	if err := exactly("approvals "+verb, pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)

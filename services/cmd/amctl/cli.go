@@ -301,6 +301,19 @@ func exactly(cmd string, pos []string, names ...string) error {
 	return nil
 }
 
+// parseConnect parses args with fs, wants exactly the positional
+// arguments names (cmd names the command in the error), and connects.
+func (c *cli) parseConnect(fs *cmdFlags, args []string, cmd string, names ...string) ([]string, error) {
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := exactly(cmd, pos, names...); err != nil {
+		return nil, err
+	}
+	return pos, c.connect()
+}
+
 // connect opens the client connection (lazily: a bad server shows at the
 // first call).
 func (c *cli) connect() error {

@@ -131,14 +131,8 @@ func (c *cli) proposalList(ctx context.Context, args []string) error {
 
 func (c *cli) proposalShow(ctx context.Context, args []string) error {
 	fs := c.flags("proposals show", "ID", "Show a proposal: why, the drafted agent, the decision.")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "proposals show", "ID")
 	if err != nil {
-		return err
-	}
-	if err := exactly("proposals show", pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
@@ -184,14 +178,8 @@ func (c *cli) proposalApprove(ctx context.Context, args []string) error {
 	fs := c.flags("proposals approve", "ID [--permanent] [--comment TEXT]", "Approve a proposed agent: the task runs on it.")
 	permanent := fs.Bool("permanent", false, "save the agent to your org's catalogue (otherwise it serves this task and its sub-tasks only)")
 	comment := fs.String("comment", "", "why, recorded with the decision")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "proposals approve", "ID")
 	if err != nil {
-		return err
-	}
-	if err := exactly("proposals approve", pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)

@@ -168,14 +168,8 @@ func (c *cli) skillUpdate(ctx context.Context, args []string) error {
 			"settings for tasks accepted from then on.")
 	sf := newSkillFlags(fs.FlagSet)
 	expected := fs.Int64("expected-version", 0, "apply only if the stored version equals this")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "skills update", "NAME")
 	if err != nil {
-		return err
-	}
-	if err := exactly("skills update", pos, "NAME"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
@@ -206,14 +200,8 @@ func (c *cli) skillUpdate(ctx context.Context, args []string) error {
 
 func (c *cli) skillGet(ctx context.Context, args []string) error {
 	fs := c.flags("skills get", "NAME", "Show a skill: your org's of that name, else the shared one.")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "skills get", "NAME")
 	if err != nil {
-		return err
-	}
-	if err := exactly("skills get", pos, "NAME"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
@@ -301,14 +289,8 @@ func (c *cli) skillList(ctx context.Context, args []string) error {
 
 func (c *cli) skillDelete(ctx context.Context, args []string) error {
 	fs := c.flags("skills delete", "NAME", "Delete a skill no agent offers.")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "skills delete", "NAME")
 	if err != nil {
-		return err
-	}
-	if err := exactly("skills delete", pos, "NAME"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)

@@ -215,14 +215,8 @@ func (c *cli) list(ctx context.Context, args []string) error {
 func (c *cli) cancel(ctx context.Context, args []string) error {
 	fs := c.flags("cancel", "ID [--reason R]", "Cancel a task that has not finished.")
 	reason := fs.String("reason", "", "why (recorded on the task)")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "cancel", "ID")
 	if err != nil {
-		return err
-	}
-	if err := exactly("cancel", pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	cctx, cancel := c.call(ctx)
@@ -267,14 +261,8 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 func (c *cli) history(ctx context.Context, args []string) error {
 	fs := c.flags("history", "ID [--after SEQ]", "Show a task's recorded events in order.")
 	after := fs.Int64("after", 0, "only events after this seq")
-	pos, err := c.parse(fs, args)
+	pos, err := c.parseConnect(fs, args, "history", "ID")
 	if err != nil {
-		return err
-	}
-	if err := exactly("history", pos, "ID"); err != nil {
-		return err
-	}
-	if err := c.connect(); err != nil {
 		return err
 	}
 	all := &agentmeshv1.GetTaskHistoryResponse{}
