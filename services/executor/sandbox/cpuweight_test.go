@@ -14,17 +14,18 @@ import (
 // cpu cgroup is inside it (so the weight governs the agents together
 // against the executor).
 func TestTasksRunInTheLowerWeightGroup(t *testing.T) {
-	sb := strict(t, sandbox.Config{CPUShares: 64})
+	// A group of the test's own: the node's "agentmesh" group is shared
+	// with every executor started meanwhile (other test packages run in
+	// parallel), and each writes its weight when it starts.
+	sb := strict(t, sandbox.Config{CPUShares: 64, CgroupName: "agentmesh-weight-" + strconv.Itoa(os.Getpid())})
 	group := sb.AgentsCPUGroup()
 	if group == "" {
 		t.Fatal("no agents' cpu group with strict isolation")
 	}
-	file, want, reset := "cpu.shares", "64", "1024"
+	file, want := "cpu.shares", "64"
 	if _, err := os.Stat(filepath.Join(group, file)); err != nil {
-		file, want, reset = "cpu.weight", "3", "39" // 1 + (shares-2)*9999/262142
+		file, want = "cpu.weight", "3" // 1 + (shares-2)*9999/262142
 	}
-	// The group is the node's: leave it with the default weight.
-	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(group, file), []byte(reset), 0) })
 	b, err := os.ReadFile(filepath.Join(group, file))
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +37,15 @@ func TestTasksRunInTheLowerWeightGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer task.Cleanup()
+	t.Cleanup(func() {
+		task.Cleanup()
+		// Leave no group behind: the executor's base, then the group,
+		// under each controller (the kernel removes empty cgroups only).
+		for _, dir := range task.Cgroups() {
+			_ = os.Remove(filepath.Dir(dir))
+			_ = os.Remove(filepath.Dir(filepath.Dir(dir)))
+		}
+	})
 	inside := false
 	for _, dir := range task.Cgroups() {
 		if strings.HasPrefix(dir, group+"/") {
