@@ -269,9 +269,49 @@ func (w *waiters) of(parent string) []string {
 	return out
 }
 
-// listWaiting serves ListTasks with WaitingOn from the reverse index.
-func (s *Store) listWaiting(q store.TaskQuery, after string, n int) ([]*agentmeshv1.Task, string) {
-	ids := s.waiting.of(q.WaitingOn)
+// children is a reverse index of the task index: parent id → the ids of
+// its sub-tasks (any status), so that settling a finished task (the look-up
+// of its unfinished sub-tasks) and listing a parent's sub-tasks do not scan
+// every task: before it each task's end scanned all of them.
+type children struct {
+	mu sync.Mutex
+	m  map[string]map[string]struct{}
+}
+
+func (c *children) change(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if oldLive && old != nil && old.ParentTaskId != "" && (!newLive || cur == nil || cur.ParentTaskId != old.ParentTaskId) {
+		if set := c.m[old.ParentTaskId]; set != nil {
+			delete(set, id)
+			if len(set) == 0 {
+				delete(c.m, old.ParentTaskId)
+			}
+		}
+	}
+	if newLive && cur != nil && cur.ParentTaskId != "" {
+		set := c.m[cur.ParentTaskId]
+		if set == nil {
+			set = map[string]struct{}{}
+			c.m[cur.ParentTaskId] = set
+		}
+		set[id] = struct{}{}
+	}
+}
+
+func (c *children) of(parent string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.m[parent]))
+	for id := range c.m[parent] {
+		out = append(out, id)
+	}
+	return out
+}
+
+// listAmong serves ListTasks from the ids a reverse index gave (WaitingOn,
+// ParentTaskID): the matching ones, newest first, one page.
+func (s *Store) listAmong(ids []string, q store.TaskQuery, after string, n int) ([]*agentmeshv1.Task, string) {
 	slices.Sort(ids)
 	slices.Reverse(ids)
 	var out []*agentmeshv1.Task

@@ -106,6 +106,7 @@ type Store struct {
 	replicas int
 	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
 	waiting  waiters            // parent → waiting tasks (graph.go)
+	children children           // parent → sub-tasks (graph.go)
 
 	skillStore // skills and agent versions (skills.go)
 }
@@ -134,9 +135,13 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
 		memory:     opts.Memory, replicas: opts.Replicas,
-		waiting: waiters{m: map[string]map[string]struct{}{}},
+		waiting:  waiters{m: map[string]map[string]struct{}{}},
+		children: children{m: map[string]map[string]struct{}{}},
 	}
-	s.taskIndex.onChange = s.waiting.change
+	s.taskIndex.onChange = func(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
+		s.waiting.change(id, old, cur, oldLive, newLive)
+		s.children.change(id, old, cur, oldLive, newLive)
+	}
 	bucket := func(name, desc string) (jetstream.KeyValue, error) {
 		if !slices.Contains(subjects.StoreBuckets, name) {
 			// Only declared buckets are in the state identity's permissions.
@@ -735,8 +740,12 @@ func (s *Store) ListTasks(_ context.Context, q store.TaskQuery) ([]*agentmeshv1.
 		return nil, "", err
 	}
 	n := store.PageSize(q.PageSize)
-	if q.WaitingOn != "" {
-		out, next := s.listWaiting(q, after, n)
+	switch {
+	case q.WaitingOn != "":
+		out, next := s.listAmong(s.waiting.of(q.WaitingOn), q, after, n)
+		return out, next, nil
+	case q.ParentTaskID != "":
+		out, next := s.listAmong(s.children.of(q.ParentTaskID), q, after, n)
 		return out, next, nil
 	}
 	var out []*agentmeshv1.Task

@@ -3,6 +3,8 @@ package kvstore_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -205,4 +207,55 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("DecodeAgent: got %v, want an internal error", err)
 		}
 	})
+}
+
+// BenchmarkSubtasksAmongMany is what settling each finished task reads:
+// the unfinished sub-tasks of one parent, with many other tasks in the
+// store (AGENTMESH_BENCH_TASKS, default 10,000).
+//
+//	go test -run '^$' -bench SubtasksAmongMany ./services/state/kvstore/
+func BenchmarkSubtasksAmongMany(b *testing.B) {
+	ctx := context.Background()
+	nc := natstest.Connect(b, natstest.Start(b))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := kvstore.Open(ctx, js, names, kvstore.Options{Memory: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("AGENTMESH_BENCH_TASKS")); err == nil && v > 0 {
+		n = v
+	}
+	var parent string
+	for i := range n {
+		task := &agentmeshv1.Task{Org: "org", Agent: "agent", Input: "x"}
+		if i == n/2 {
+			task.Input = "the parent"
+		}
+		got, _, _, err := s.CreateTask(ctx, task)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == n/2 {
+			parent = got.Id
+		}
+	}
+	for range 3 {
+		if _, _, _, err := s.CreateTask(ctx, &agentmeshv1.Task{Org: "org", Agent: "agent", Input: "a sub-task", ParentTaskId: parent}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := store.TaskQuery{Org: "org", ParentTaskID: parent, PageSize: store.MaxPageSize,
+		Statuses: []agentmeshv1.TaskStatus{taskstate.Created, taskstate.Queued, taskstate.Assigned, taskstate.Running, taskstate.Blocked}}
+	b.ResetTimer()
+	for b.Loop() {
+		kids, _, err := s.ListTasks(ctx, q)
+		if err != nil || len(kids) != 3 {
+			b.Fatalf("ListTasks: %d sub-tasks, %v; want 3", len(kids), err)
+		}
+	}
 }

@@ -31,6 +31,7 @@ var graphTests = []struct {
 	{"UpdateTask", testUpdateTask},
 	{"UpdateDependsOn", testUpdateDependsOn},
 	{"DeleteTask", testDeleteTask},
+	{"SubtasksOfAParent", testSubtasksOfAParent},
 	{"TimingAndScan", testTimingAndScan},
 }
 
@@ -409,6 +410,60 @@ func testDeleteTask(t *testing.T, s store.Store) {
 	again, _, created, err := s.CreateTask(ctx, newTask("org", "agent", "key-1"))
 	if err != nil || !created || again.Id == task.Id {
 		t.Errorf("create with the deleted task's key: %v created=%v %v, want a new task", again, created, err)
+	}
+}
+
+// The sub-tasks of a parent (ParentTaskID, what settling a finished task
+// reads) are listed newest first, a page at a time, filtered by status,
+// and follow the tasks' changes and deletions; other tasks never appear.
+func testSubtasksOfAParent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	parent := create(t, s, newTask("org", "agent", ""))
+	other := create(t, s, newTask("org", "agent", ""))
+	var kids []string
+	for range 3 {
+		k := newTask("org", "agent", "")
+		k.ParentTaskId = parent.Id
+		kids = append(kids, create(t, s, k).Id)
+		o := newTask("org", "agent", "") // another parent's, in between
+		o.ParentTaskId = other.Id
+		create(t, s, o)
+	}
+	list := func(q store.TaskQuery) []string {
+		t.Helper()
+		var out []string
+		for {
+			got, next, err := s.ListTasks(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ids(got)...)
+			if next == "" {
+				return out
+			}
+			q.PageToken = next
+		}
+	}
+	newest := []string{kids[2], kids[1], kids[0]}
+	if got := list(store.TaskQuery{ParentTaskID: parent.Id, PageSize: 2}); fmt.Sprint(got) != fmt.Sprint(newest) {
+		t.Errorf("sub-tasks in pages of 2: %v, want %v", got, newest)
+	}
+	finish(t, s, kids[1], taskstate.Completed, "r")
+	active := store.TaskQuery{ParentTaskID: parent.Id, Statuses: []agentmeshv1.TaskStatus{taskstate.Queued, taskstate.Running}}
+	if got := list(active); fmt.Sprint(got) != fmt.Sprint([]string{kids[2], kids[0]}) {
+		t.Errorf("unfinished sub-tasks: %v, want %v", got, []string{kids[2], kids[0]})
+	}
+	if err := s.DeleteTask(ctx, kids[1]); err != nil {
+		t.Fatalf("DeleteTask: %v", err)
+	}
+	if got := list(store.TaskQuery{ParentTaskID: parent.Id}); fmt.Sprint(got) != fmt.Sprint([]string{kids[2], kids[0]}) {
+		t.Errorf("sub-tasks after a deletion: %v, want %v", got, []string{kids[2], kids[0]})
+	}
+	if got := list(store.TaskQuery{ParentTaskID: parent.Id, Org: "another"}); len(got) != 0 {
+		t.Errorf("another org sees the sub-tasks %v", got)
+	}
+	if got := list(store.TaskQuery{ParentTaskID: kids[0]}); len(got) != 0 {
+		t.Errorf("a task without sub-tasks lists %v", got)
 	}
 }
 
