@@ -252,6 +252,34 @@ func (n Names) TaskEvents(org, taskID string) string {
 // TaskEventsOfType matches one event type across all tasks of all orgs.
 func (n Names) TaskEventsOfType(typ string) string { return n.prefix + ".evt.*.task.*." + typ }
 
+// TaskOf returns the task id of a task event's or token's subject
+// (<p>.evt.<org>.task.<id>.<type>, <p>.live.<org>.task.<id>.token),
+// so that a reader can pass over the events of tasks it does not follow
+// without decoding them; ok is false for any other subject.
+func TaskOf(subject string) (id string, ok bool) {
+	rest, _, ok := cutLast(subject)
+	if !ok {
+		return "", false
+	}
+	rest, id, ok = cutLast(rest)
+	if !ok || id == "" {
+		return "", false
+	}
+	if _, task, ok := cutLast(rest); !ok || task != "task" {
+		return "", false
+	}
+	return id, true
+}
+
+// cutLast splits s at its last '.'.
+func cutLast(s string) (before, last string, ok bool) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
 // TaskEventsAll matches every task event of every org.
 func (n Names) TaskEventsAll() string { return n.prefix + ".evt.*.task.>" }
 

@@ -72,3 +72,22 @@ func FuzzValidToken(f *testing.F) {
 		}
 	})
 }
+
+func TestTaskOf(t *testing.T) {
+	for _, n := range []Names{Must("am"), Must("mem.x")} {
+		for _, subj := range []string{
+			n.TaskEvent("acme", "T1", StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_QUEUED)),
+			n.TaskEvent("", "T1", EventStep),
+			n.TaskTokens("acme", "T1"),
+		} {
+			if id, ok := TaskOf(subj); !ok || id != "T1" {
+				t.Errorf("TaskOf(%q) = %q, %v; want T1", subj, id, ok)
+			}
+		}
+		for _, subj := range []string{n.AgentEvent("acme", "writer"), n.Events(), "task", "a.task..queued", ""} {
+			if id, ok := TaskOf(subj); ok {
+				t.Errorf("TaskOf(%q) = %q, want not a task's subject", subj, id)
+			}
+		}
+	}
+}

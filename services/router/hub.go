@@ -126,6 +126,17 @@ func (h *hub) unsubscribe() {
 
 // deliver hands one message to the watchers of its task.
 func (h *hub) deliver(m *nats.Msg) {
+	// Most events are of tasks nobody here watches: pass them over
+	// undecoded (the router sees every event of every task). A watcher
+	// that registers just after this reads the history after registering.
+	if id, ok := subjects.TaskOf(m.Subject); ok {
+		h.mu.Lock()
+		watched := len(h.watchers[id]) > 0
+		h.mu.Unlock()
+		if !watched {
+			return
+		}
+	}
 	ev := new(agentmeshv1.TaskEvent)
 	if err := bus.DecodeEvent(m.Data, ev); err != nil {
 		h.s.log.Warn("malformed task event set aside", "subject", m.Subject, "err", err)
