@@ -17,7 +17,7 @@ COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath \
+    go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
       -o /out/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
 
