@@ -157,6 +157,13 @@ func New(cfg Config) (*Fetcher, error) {
 // behalf — e.g. HTTP MCP servers, whose URLs come from an agent's
 // configuration. It keeps connections alive and sets no overall deadline
 // (callers bound each call with their context).
+//
+// It keeps up to ServiceIdleConnsPerHost idle connections to each host:
+// an executor runs up to its capacity of model calls to one endpoint at
+// once, and with net/http's default of 2 every call beyond two ended by
+// closing its connection and the next one dialled (and, over TLS, shook
+// hands) again — over HTTP/1.1, as a local model server (Ollama, vLLM)
+// speaks.
 func (f *Fetcher) ServiceClient() *http.Client {
 	tr := &http.Transport{
 		Proxy:                  nil,
@@ -165,9 +172,14 @@ func (f *Fetcher) ServiceClient() *http.Client {
 		TLSHandshakeTimeout:    10 * time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 		IdleConnTimeout:        90 * time.Second,
+		MaxIdleConnsPerHost:    ServiceIdleConnsPerHost,
 	}
 	return &http.Client{Transport: tr, CheckRedirect: f.checkRedirect}
 }
+
+// ServiceIdleConnsPerHost bounds the idle connections ServiceClient keeps
+// to one host (a model endpoint, an HTTP MCP server).
+const ServiceIdleConnsPerHost = 128
 
 // Args are web_fetch's arguments (see the spec in pkg/tools).
 type Args struct {
