@@ -273,6 +273,13 @@ func spawnConcurrency() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
 // spawner starts it (Config.Spawner fork-server, see package spawner), or
 // the executor itself (direct).
 func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
+	return s.spawnIn(ctx, taskID, false)
+}
+
+// spawnIn is spawn; with background the child starts with its cpu cgroup
+// at the background weight (see sandbox.Task.SetBackground): the warm
+// pool's children, until a task claims one.
+func (s *Service) spawnIn(ctx context.Context, taskID string, background bool) (*process, error) {
 	if s.spawnGate != nil {
 		waited := time.Now()
 		select {
@@ -288,6 +295,12 @@ func (s *Service) spawn(ctx context.Context, taskID string) (*process, error) {
 	sb, err := s.sb.Prepare(taskID)
 	if err != nil {
 		return nil, fmt.Errorf("create task sandbox: %w", err)
+	}
+	if background {
+		if err := sb.SetBackground(true); err != nil {
+			sb.Cleanup()
+			return nil, err
+		}
 	}
 	lang := os.Getenv("LANG")
 	if lang == "" {

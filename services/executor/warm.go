@@ -175,7 +175,7 @@ var warmSeq atomic.Int64
 // does not kill a claimed child, and a claim links it to its task's.
 func (w *warmPool) spawnOne() (*process, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := w.s.spawn(ctx, fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1)))
+	p, err := w.s.spawnIn(ctx, fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1)), true)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -184,8 +184,9 @@ func (w *warmPool) spawnOne() (*process, error) {
 	return p, nil
 }
 
-// take hands out the oldest idle warm child (nil when there is none) and
-// wakes the refillers. A child found dead is discarded.
+// take hands out the oldest idle warm child (nil when there is none),
+// brought from the background CPU weight it started with to the default
+// one, and wakes the refillers. A child found dead is discarded.
 func (w *warmPool) take() *process {
 	defer w.wake()
 	for {
@@ -210,6 +211,11 @@ func (w *warmPool) take() *process {
 			w.s.log.Warn("warm pool: a warm agent process ended while idle; discarded", "pid", p.pid, "stderr", strings.TrimSpace(p.stderr.String()))
 			go p.cleanup()
 			continue
+		}
+		if p.sb != nil {
+			if err := p.sb.SetBackground(false); err != nil {
+				w.s.log.Warn("warm pool: the claimed agent process keeps the background CPU weight", "pid", p.pid, "err", err)
+			}
 		}
 		w.hits.Add(1)
 		return p

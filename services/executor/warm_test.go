@@ -420,3 +420,46 @@ func TestWarmDeathHelper(t *testing.T) {
 	w.mu.Unlock()
 	select {} // until killed
 }
+
+// cpuWeight reads the weight of the task cgroup of p (cpu.shares, or
+// cgroup v2's cpu.weight).
+func cpuWeight(t *testing.T, p *process) string {
+	t.Helper()
+	for _, dir := range p.sb.Cgroups() {
+		for _, f := range []string{"cpu.shares", "cpu.weight"} {
+			if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				return f + "=" + strings.TrimSpace(string(b))
+			}
+		}
+	}
+	t.Fatalf("no cpu weight file in the cgroups %v", p.sb.Cgroups())
+	return ""
+}
+
+// Warm children wait in the background (the lowest CPU weight: a child
+// starting for a later task does not take the CPU from one running a task
+// now) and a claimed one runs at the default weight, as a spawned one.
+func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
+	s := sandboxService(t, sandbox.Config{})
+	w := attachWarmPool(t, s)
+	waitWarmConfined(t, w)
+	w.mu.Lock()
+	idle := slices.Clone(w.idle)
+	w.mu.Unlock()
+	for _, p := range idle {
+		if got := cpuWeight(t, p); got != "cpu.shares=2" && got != "cpu.weight=1" {
+			t.Errorf("idle warm child %d: %s, want the background weight (cpu.shares=2 or cpu.weight=1)", p.pid, got)
+		}
+	}
+	p, err := s.startChild(context.Background(), "claimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.cleanup()
+	if !p.warm {
+		t.Fatal("not a warm child")
+	}
+	if got := cpuWeight(t, p); got != "cpu.shares=1024" && got != "cpu.weight=100" {
+		t.Errorf("claimed warm child %d: %s, want the default weight (cpu.shares=1024 or cpu.weight=100)", p.pid, got)
+	}
+}

@@ -63,3 +63,38 @@ func checkCPUShares(n int64) error {
 	}
 	return nil
 }
+
+// Background weights: a task cgroup in the background gets the CPU only
+// when the agents that run tasks leave it idle (2 cpu.shares against the
+// 1,024 of every other task's; cgroup v2: cpu.weight 1 against 100).
+const (
+	backgroundShares = MinCPUShares
+	backgroundWeight = 1
+	// The kernel's defaults, which every task cgroup starts with.
+	foregroundShares = DefaultCPUShares
+	foregroundWeight = 100
+)
+
+// SetBackground moves the task's cpu cgroup to the background weight, or
+// back to the default one. The warm pool starts its children in the
+// background, so that a child starting for a later task does not take the
+// CPU from the one running a task now, and brings one to the foreground
+// when a task claims it. A weight is not a limit: idle CPU is used all the
+// same. Without a cpu cgroup it does nothing.
+func (t *Task) SetBackground(on bool) error {
+	if t.cpuDir == "" {
+		return nil
+	}
+	if t.sb.cpu.v2 {
+		w := foregroundWeight
+		if on {
+			w = backgroundWeight
+		}
+		return writeFile(t.cpuDir, "cpu.weight", strconv.Itoa(w))
+	}
+	s := int64(foregroundShares)
+	if on {
+		s = backgroundShares
+	}
+	return writeFile(t.cpuDir, "cpu.shares", strconv.FormatInt(s, 10))
+}
