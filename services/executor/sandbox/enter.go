@@ -177,12 +177,20 @@ func Enter() error {
 	if err := newSessionKeyring(); err != nil {
 		return err
 	}
-	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
+	// no_new_privs on every thread. Landlock sets it itself, on every
+	// thread, as it restricts them (go-landlock: an all-threads prctl
+	// before an all-threads restrict, or the kernel's TSYNC from ABI 8);
+	// each all-threads call waits for every thread of the child to run,
+	// which under load is a large part of a spawn's CPU, so it is made
+	// here only when Landlock did not make it.
 	if p.Landlock {
 		if err := restrictFS(p); err != nil {
 			return fmt.Errorf("landlock: %w", err)
+		}
+	}
+	if nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || nnp != 1 {
+		if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
 		}
 	}
 	if p.Seccomp {
@@ -329,8 +337,13 @@ const (
 // all-threads call per capability, about 1 ms per spawn, and adds nothing
 // here.)
 func dropCapabilities() error {
-	if err := ll.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("clear ambient: %w", err)
+	// Every thread has the ambient set the program was started with (no
+	// thread changed it since): when it is empty there is nothing to clear,
+	// and an all-threads call is saved (see Enter).
+	if ambientSet() {
+		if err := ll.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("clear ambient: %w", err)
+		}
 	}
 	if err := clearInheritable(); err != nil {
 		return err
@@ -341,6 +354,21 @@ func dropCapabilities() error {
 		return fmt.Errorf("set securebits: %w", err)
 	}
 	return nil
+}
+
+// ambientSet reports whether this thread holds any ambient capability
+// (true when it cannot tell).
+func ambientSet() bool {
+	for c := 0; c < 64; c++ {
+		on, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, uintptr(c), 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			return false // past the kernel's last capability
+		}
+		if err != nil || on != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // The child is PID 1 of its namespace: it adopts every orphan (a daemon a

@@ -124,6 +124,26 @@ func childMode(mode string) int {
 				fmt.Println(strings.Join(strings.Fields(l), " "))
 			}
 		}
+		// Every thread, not only the main one: the walls are set on each.
+		threads, _ := os.ReadDir("/proc/self/task")
+		var noNNP, amb, noSeccomp int
+		for _, th := range threads {
+			st, _ := os.ReadFile("/proc/self/task/" + th.Name() + "/status")
+			for _, l := range strings.Split(string(st), "\n") {
+				f := strings.Fields(l)
+				switch {
+				case len(f) != 2:
+				case f[0] == "NoNewPrivs:" && f[1] != "1":
+					noNNP++
+				case f[0] == "CapAmb:" && strings.Trim(f[1], "0") != "":
+					amb++
+				case f[0] == "Seccomp:" && f[1] != "2":
+					noSeccomp++
+				}
+			}
+		}
+		fmt.Printf("several threads: %v\n", len(threads) > 1)
+		fmt.Printf("threads without no_new_privs: %d, with ambient capabilities: %d, without seccomp: %d\n", noNNP, amb, noSeccomp)
 		out, err := exec.Command("sh", "-c", "grep -E '^(CapEff|CapPrm)' /proc/self/status | tr -s '\t ' ' '").CombinedOutput()
 		fmt.Print(string(out))
 		report("exec sh", err)
@@ -215,6 +235,7 @@ func TestConfinedChild(t *testing.T) {
 		"pid: 1", "hostname: sandbox", "write workspace: ALLOWED", "write outside: denied", "read secret: denied",
 		"read system: ALLOWED", "processes: 1", "CapInh: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1",
 		"CapPrm: 0000000000000000", "CapEff: 0000000000000000", "exec sh: ALLOWED",
+		"several threads: true", "threads without no_new_privs: 0, with ambient capabilities: 0, without seccomp: 0",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q", want)
