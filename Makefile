@@ -46,11 +46,6 @@ IMAGE = agentmesh:dev
 # The local plugins of buf.gen.yaml resolve through PATH: the pinned ones come first.
 TOOLPATH := $(TOOLBIN):$(PATH)
 LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION)
-# Static binaries without gRPC's x/net/trace (grpcnotrace): the agent child
-# starts once per task, and so built it is 16 MiB instead of 21, skips the
-# dynamic loader and libc, and costs ~1 ms less CPU and 15% less memory
-# per child (docs/benchmarks.md). The Dockerfile builds the same way.
-BUILD_TAGS := grpcnotrace
 
 # install_tools SPEC...: `go install` each module/cmd@version whose binary in
 # $(TOOLBIN) is missing or reports another module version (`go version -m`).
@@ -146,7 +141,7 @@ dev: ## run everything in one process: embedded NATS + store, scripted model, gR
 .PHONY: build
 build: ## build bin/agentmesh, bin/agentmesh-agent (the agent child) and bin/amctl (-trimpath, version VERSION)
 	@mkdir -p bin
-	CGO_ENABLED=0 go build -trimpath -tags $(BUILD_TAGS) -ldflags "$(LDFLAGS)" -o bin/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
 
 .PHONY: image
 image: ## build the container image IMAGE (needs a Docker engine)
