@@ -10,10 +10,11 @@
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-# cgo, as `make build`: measured with 1,000 tasks in flight, a static
-# (CGO_ENABLED=0) server answered SubmitTask/GetTask with a ~50% higher p99
-# (docs/benchmarks.md, 2026-11-23). The runtime stage is the same Debian
-# release, so the binaries find the glibc they were linked against.
+# As `make build`: the server with cgo (measured with 1,000 tasks in flight, a
+# static one answered SubmitTask/GetTask with a ~50% higher p99), the agent
+# child static and without gRPC's x/net/trace (smaller, quicker to start);
+# docs/benchmarks.md, 2026-11-23. The runtime stage is the same Debian
+# release, so the server finds the glibc it was linked against.
 ENV CGO_ENABLED=1 GOFLAGS=-buildvcs=false
 COPY go.mod go.sum go.work ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -23,7 +24,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
       -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
-      -o /out/ ./services/cmd/agentmesh ./services/cmd/agentmesh-agent ./services/cmd/amctl
+      -o /out/ ./services/cmd/agentmesh ./services/cmd/amctl \
+ && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace \
+      -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
+      -o /out/ ./services/cmd/agentmesh-agent
 
 FROM debian:bookworm-slim
 RUN apt-get update \
