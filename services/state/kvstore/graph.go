@@ -226,87 +226,72 @@ func (s *Store) ScanTasks(_ context.Context, q store.TaskQuery, fn func(*agentme
 	return nil
 }
 
-// waiters is a reverse index of the task index: parent id → the ids of
-// blocked tasks waiting on it, so the resolver's look-up of a parent's
-// dependents does not scan every task.
-type waiters struct {
-	mu sync.Mutex
-	m  map[string]map[string]struct{}
+// reverse is a reverse index of the task index: a key (a parent's id) →
+// the ids of the tasks keys gives for it, so that a look-up by the key
+// does not scan every task. keys names the keys a live task is under.
+type reverse struct {
+	mu   sync.Mutex
+	m    map[string]map[string]struct{}
+	keys func(*agentmeshv1.Task) []string
 }
 
-func (w *waiters) change(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func newReverse(keys func(*agentmeshv1.Task) []string) *reverse {
+	return &reverse{m: map[string]map[string]struct{}{}, keys: keys}
+}
+
+// change follows a change of the task index (its onChange).
+func (r *reverse) change(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if oldLive && old != nil {
-		for _, p := range old.WaitingOn {
-			if set := w.m[p]; set != nil {
+		for _, k := range r.keys(old) {
+			if set := r.m[k]; set != nil {
 				delete(set, id)
 				if len(set) == 0 {
-					delete(w.m, p)
+					delete(r.m, k)
 				}
 			}
 		}
 	}
-	if newLive && cur != nil && cur.Status == taskstate.Blocked {
-		for _, p := range cur.WaitingOn {
-			set := w.m[p]
+	if newLive && cur != nil {
+		for _, k := range r.keys(cur) {
+			set := r.m[k]
 			if set == nil {
 				set = map[string]struct{}{}
-				w.m[p] = set
+				r.m[k] = set
 			}
 			set[id] = struct{}{}
 		}
 	}
 }
 
-func (w *waiters) of(parent string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]string, 0, len(w.m[parent]))
-	for id := range w.m[parent] {
+func (r *reverse) of(key string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.m[key]))
+	for id := range r.m[key] {
 		out = append(out, id)
 	}
 	return out
 }
 
-// children is a reverse index of the task index: parent id → the ids of
-// its sub-tasks (any status), so that settling a finished task (the look-up
-// of its unfinished sub-tasks) and listing a parent's sub-tasks do not scan
-// every task: before it each task's end scanned all of them.
-type children struct {
-	mu sync.Mutex
-	m  map[string]map[string]struct{}
+// waitingOn keys a blocked task under the parents it waits on (the
+// resolver's look-up of a parent's dependents).
+func waitingOn(t *agentmeshv1.Task) []string {
+	if t.Status != taskstate.Blocked {
+		return nil
+	}
+	return t.WaitingOn
 }
 
-func (c *children) change(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if oldLive && old != nil && old.ParentTaskId != "" && (!newLive || cur == nil || cur.ParentTaskId != old.ParentTaskId) {
-		if set := c.m[old.ParentTaskId]; set != nil {
-			delete(set, id)
-			if len(set) == 0 {
-				delete(c.m, old.ParentTaskId)
-			}
-		}
+// subtaskOf keys a task under its parent, whatever its status: settling an
+// ended task looks up its unfinished sub-tasks (before this index each
+// task's end scanned every task), and ListTasks lists a parent's.
+func subtaskOf(t *agentmeshv1.Task) []string {
+	if t.ParentTaskId == "" {
+		return nil
 	}
-	if newLive && cur != nil && cur.ParentTaskId != "" {
-		set := c.m[cur.ParentTaskId]
-		if set == nil {
-			set = map[string]struct{}{}
-			c.m[cur.ParentTaskId] = set
-		}
-		set[id] = struct{}{}
-	}
-}
-
-func (c *children) of(parent string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.m[parent]))
-	for id := range c.m[parent] {
-		out = append(out, id)
-	}
-	return out
+	return []string{t.ParentTaskId}
 }
 
 // listAmong serves ListTasks from the ids a reverse index gave (WaitingOn,

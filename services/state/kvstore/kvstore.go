@@ -105,8 +105,8 @@ type Store struct {
 	memory   bool // the buckets' storage (graph.go creates one more)
 	replicas int
 	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
-	waiting  waiters            // parent → waiting tasks (graph.go)
-	children children           // parent → sub-tasks (graph.go)
+	waiting  *reverse           // parent → the blocked tasks waiting on it (graph.go)
+	children *reverse           // parent → its sub-tasks (graph.go)
 
 	skillStore // skills and agent versions (skills.go)
 }
@@ -135,8 +135,8 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
 		memory:     opts.Memory, replicas: opts.Replicas,
-		waiting:  waiters{m: map[string]map[string]struct{}{}},
-		children: children{m: map[string]map[string]struct{}{}},
+		waiting:  newReverse(waitingOn),
+		children: newReverse(subtaskOf),
 	}
 	s.taskIndex.onChange = func(id string, old, cur *agentmeshv1.Task, oldLive, newLive bool) {
 		s.waiting.change(id, old, cur, oldLive, newLive)
