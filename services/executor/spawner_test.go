@@ -279,6 +279,9 @@ func procCPU(pid int, sp *spawner.Client) time.Duration {
 		}
 		s := string(b)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 {
+			return 0
+		}
 		var ticks int64
 		for _, i := range []int{11, 12, 13, 14} { // fields 14-17 of stat, after pid and comm
 			n, _ := strconv.ParseInt(f[i], 10, 64)
