@@ -34,6 +34,9 @@ type intent struct {
 	approvals []agentmeshv1.ApprovalStatus
 	// result, failure: whether Result / FailureKind may be set.
 	result, failure bool
+	// steps: whether the request may carry steps to checkpoint with the
+	// move (fenced intents only).
+	steps bool
 	// kinds, when set, are the only failure kinds the intent may record.
 	kinds []agentmeshv1.FailureKind
 	// proposals: the proposal decisions the request must carry (none:
@@ -60,7 +63,7 @@ var intents = []intent{
 		failure: true, kinds: []agentmeshv1.FailureKind{agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST}},
 	// executor
 	{op: subjects.StateStart, from: []agentmeshv1.TaskStatus{taskstate.Assigned}, to: taskstate.Running, fenced: true},
-	{op: subjects.StateComplete, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Completed, fenced: true, result: true},
+	{op: subjects.StateComplete, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Completed, fenced: true, result: true, steps: true},
 	{op: subjects.StateFail, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Failed, fenced: true, failure: true},
 	{op: subjects.StateBlock, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Blocked, fenced: true,
 		approvals: []agentmeshv1.ApprovalStatus{approvalPending}},
@@ -91,6 +94,8 @@ func (in intent) check(req *busv1.TransitionRequest) error {
 		return bus.FieldError("result", "%s records no result", in.op)
 	case req.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED && !in.failure:
 		return bus.FieldError("failure_kind", "%s records no failure", in.op)
+	case len(req.Steps) > 0 && !in.steps:
+		return bus.FieldError("steps", "%s checkpoints no steps", in.op)
 	case in.kinds != nil && !slices.Contains(in.kinds, req.FailureKind):
 		return bus.FieldError("failure_kind", "%s records only a failure of kind %v", in.op, in.kinds)
 	}

@@ -503,11 +503,26 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 			return nil, err
 		}
 	}
-	t, ev, err := s.store.Transition(ctx, store.Transition{
+	tr := store.Transition{
 		TaskID: req.TaskId, From: req.From, To: req.To, Attempt: req.Attempt, NextAttempt: req.NextAttempt,
 		Reason: req.Reason, Result: req.Result, Node: req.Node,
 		Approval: req.Approval, FailureKind: req.FailureKind, Isolation: req.Isolation, Proposal: req.Proposal,
-	})
+	}
+	if len(req.Steps) > 0 {
+		// The steps and the move in one write (the intent allowed them).
+		if err := checkSteps("steps", req.Steps, func(i int) string { return fmt.Sprintf("steps[%d]", i) }); err != nil {
+			return nil, err
+		}
+		t, evs, err := s.store.Checkpoint(ctx, req.TaskId, req.Attempt, req.Steps, &tr)
+		if err != nil {
+			return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
+		}
+		ev := evs[len(evs)-1]
+		observe(t, ev)
+		s.publishEvents(ctx, evs...)
+		return &busv1.TransitionResponse{Task: t, Event: ev, StepEvents: evs[:len(evs)-1]}, nil
+	}
+	t, ev, err := s.store.Transition(ctx, tr)
 	if err != nil {
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
 	}
@@ -519,6 +534,29 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 	return &busv1.TransitionResponse{Task: t, Event: ev}, nil
 }
 
+// MaxStepsPerWrite bounds the steps one request checkpoints together.
+const MaxStepsPerWrite = 16
+
+// checkSteps refuses a list of steps to write together that is too long,
+// holds no step, or whose indexes do not increase; list names the list in
+// the request, field its step i.
+func checkSteps(list string, steps []*agentmeshv1.Step, field func(i int) string) error {
+	if len(steps) > MaxStepsPerWrite {
+		return bus.FieldError(list, "%d steps; at most %d in one write", len(steps), MaxStepsPerWrite)
+	}
+	for i, st := range steps {
+		switch {
+		case st == nil:
+			return bus.FieldError(field(i), "a step is required")
+		case st.Index < 0:
+			return bus.FieldError(field(i)+".index", "must not be negative")
+		case i > 0 && st.Index <= steps[i-1].Index:
+			return bus.FieldError(field(i)+".index", "step indexes must increase (%d after %d)", st.Index, steps[i-1].Index)
+		}
+	}
+	return nil
+}
+
 func (s *Service) appendStep(ctx context.Context, req *busv1.AppendStepRequest) (*busv1.AppendStepResponse, error) {
 	switch {
 	case req.TaskId == "":
@@ -528,12 +566,29 @@ func (s *Service) appendStep(ctx context.Context, req *busv1.AppendStepRequest) 
 	case req.Step == nil:
 		return nil, bus.FieldError("step", "a step is required")
 	}
-	_, ev, err := s.store.AppendStep(ctx, req.TaskId, req.Attempt, req.Step)
-	if err != nil {
-		return nil, fmt.Errorf("append step to task %s: %w", req.TaskId, err)
+	if len(req.MoreSteps) == 0 {
+		_, ev, err := s.store.AppendStep(ctx, req.TaskId, req.Attempt, req.Step)
+		if err != nil {
+			return nil, fmt.Errorf("append step to task %s: %w", req.TaskId, err)
+		}
+		s.publishEvents(ctx, ev)
+		return &busv1.AppendStepResponse{Event: ev}, nil
 	}
-	s.publishEvents(ctx, ev)
-	return &busv1.AppendStepResponse{Event: ev}, nil
+	steps := append([]*agentmeshv1.Step{req.Step}, req.MoreSteps...)
+	if err := checkSteps("more_steps", steps, func(i int) string {
+		if i == 0 {
+			return "step"
+		}
+		return fmt.Sprintf("more_steps[%d]", i-1)
+	}); err != nil {
+		return nil, err
+	}
+	_, evs, err := s.store.Checkpoint(ctx, req.TaskId, req.Attempt, steps, nil)
+	if err != nil {
+		return nil, fmt.Errorf("append steps to task %s: %w", req.TaskId, err)
+	}
+	s.publishEvents(ctx, evs...)
+	return &busv1.AppendStepResponse{Event: evs[0], MoreEvents: evs[1:]}, nil
 }
 
 // usage sums the tokens and cost of an org's tasks created in a range.

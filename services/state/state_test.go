@@ -232,6 +232,34 @@ func TestEventsInOrder(t *testing.T) {
 	}
 }
 
+// The executor's combined writes — a model turn with its tool call, the
+// answer's turn with the completion — are recorded as the separate
+// requests were: each event once, in order, on its own subject.
+func TestCombinedWritesEventsInOrder(t *testing.T) {
+	r := startKV(t)
+	c := collect(t, r.nc, names.TaskEventsOfType(">"))
+	created := mustCall(t, r.nc, subjects.StateCreateTask, newTask("org"), &busv1.CreateTaskResponse{})
+	id := created.Task.Id
+	mustCall(t, r.nc, subjects.StateDispatch, &busv1.TransitionRequest{TaskId: id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true}, &busv1.TransitionResponse{})
+	mustCall(t, r.nc, subjects.StateStart, &busv1.TransitionRequest{TaskId: id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "n1"}, &busv1.TransitionResponse{})
+	turn := func(i int32) *agentmeshv1.Step {
+		return &agentmeshv1.Step{Index: i, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Usage: &agentmeshv1.Usage{TotalTokens: 3}}
+	}
+	two := mustCall(t, r.nc, subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: id, Attempt: 1, Step: turn(0),
+		MoreSteps: []*agentmeshv1.Step{{Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolName: "t"}}}, &busv1.AppendStepResponse{})
+	if two.Event.GetSeq() != 5 || len(two.MoreEvents) != 1 || two.MoreEvents[0].GetSeq() != 6 {
+		t.Errorf("two steps: got %v and %v, want seqs 5 and 6", two.Event, two.MoreEvents)
+	}
+	done := mustCall(t, r.nc, subjects.StateComplete, &busv1.TransitionRequest{TaskId: id, From: taskstate.Running, To: taskstate.Completed, Attempt: 1,
+		Result: "done", Steps: []*agentmeshv1.Step{turn(2)}}, &busv1.TransitionResponse{})
+	if done.Task.GetStatus() != taskstate.Completed || done.Task.GetStepCount() != 3 || done.Task.GetUsage().GetTotalTokens() != 6 ||
+		done.Event.GetSeq() != 8 || len(done.StepEvents) != 1 || done.StepEvents[0].GetSeq() != 7 {
+		t.Errorf("completion with its step: got %v, step events %v", done.Task, done.StepEvents)
+	}
+	tokens := []string{"created", "queued", "assigned", "running", subjects.EventStep, subjects.EventStep, subjects.EventStep, "completed"}
+	checkEvents(t, c.wait(t, len(tokens)), "org", id, tokens)
+}
+
 func TestErrorCodes(t *testing.T) {
 	r := startKV(t)
 	task := mustCall(t, r.nc, subjects.StateCreateTask, newTask("org-a"), &busv1.CreateTaskResponse{}).Task
@@ -270,6 +298,20 @@ func TestErrorCodes(t *testing.T) {
 		{"stale attempt", subjects.StateStart, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Assigned, Attempt: 3}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
 		{"step without attempt", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Step: &agentmeshv1.Step{}}, &busv1.AppendStepResponse{}, bus.ErrInvalidArgument, "attempt"},
 		{"step of a queued task", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Attempt: 1, Step: &agentmeshv1.Step{}}, &busv1.AppendStepResponse{}, bus.ErrFailedPrecondition, ""},
+		{"steps whose indexes do not increase", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Attempt: 1, Step: &agentmeshv1.Step{Index: 2},
+			MoreSteps: []*agentmeshv1.Step{{Index: 3}, {Index: 3}}}, &busv1.AppendStepResponse{}, bus.ErrInvalidArgument, "more_steps[1].index"},
+		{"a negative step index", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Attempt: 1, Step: &agentmeshv1.Step{Index: -1},
+			MoreSteps: []*agentmeshv1.Step{{Index: 2}}}, &busv1.AppendStepResponse{}, bus.ErrInvalidArgument, "step.index"},
+		{"too many steps in one write", subjects.StateAppendStep, &busv1.AppendStepRequest{TaskId: task.Id, Attempt: 1, Step: &agentmeshv1.Step{},
+			MoreSteps: make([]*agentmeshv1.Step, state.MaxStepsPerWrite)}, &busv1.AppendStepResponse{}, bus.ErrInvalidArgument, "more_steps"},
+		{"fail with steps", subjects.StateFail, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1,
+			Steps: []*agentmeshv1.Step{{Index: 0}}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "steps"},
+		{"requeue with steps", subjects.StateRequeue, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1,
+			Steps: []*agentmeshv1.Step{{Index: 0}}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "steps"},
+		{"complete with steps out of order", subjects.StateComplete, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1,
+			Steps: []*agentmeshv1.Step{{Index: 3}, {Index: 1}}}, &busv1.TransitionResponse{}, bus.ErrInvalidArgument, "steps[1].index"},
+		{"complete with steps of a queued task", subjects.StateComplete, &busv1.TransitionRequest{TaskId: task.Id, From: taskstate.Running, Attempt: 1,
+			Steps: []*agentmeshv1.Step{{Index: 0}}}, &busv1.TransitionResponse{}, bus.ErrFailedPrecondition, ""},
 		{"history with negative cursor", subjects.StateHistory, &busv1.HistoryRequest{TaskId: task.Id, AfterSeq: -1}, &busv1.HistoryResponse{}, bus.ErrInvalidArgument, "after_seq"},
 		{"list with a bad token", subjects.StateListTasks, &busv1.ListTasksRequest{PageToken: "***"}, &busv1.ListTasksResponse{}, bus.ErrInvalidArgument, "page_token"},
 		{"list with a bad status", subjects.StateListTasks, &busv1.ListTasksRequest{Statuses: []agentmeshv1.TaskStatus{42}}, &busv1.ListTasksResponse{}, bus.ErrInvalidArgument, "statuses"},

@@ -24,16 +24,16 @@ import (
 
 // entryWrite is one planned task write.
 type entryWrite struct {
-	ev       *agentmeshv1.TaskEvent
-	evData   []byte
-	after    uint64 // stream sequence of the task's last event
+	ev       *agentmeshv1.TaskEvent // the last of the write's events
+	evData   []byte                 // the history record of all of them
+	after    uint64                 // stream sequence of the task's last event
 	next     *agentmeshv1.Task
 	nextData []byte
 	rev      uint64 // KV revision the write was planned against
 }
 
-func newEntryWrite(ev *agentmeshv1.TaskEvent, after uint64, next *agentmeshv1.Task, rev uint64) (*entryWrite, error) {
-	evData, err := marshal(ev)
+func newEntryWrite(evs []*agentmeshv1.TaskEvent, after uint64, next *agentmeshv1.Task, rev uint64) (*entryWrite, error) {
+	evData, err := EncodeRecord(evs)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func newEntryWrite(ev *agentmeshv1.TaskEvent, after uint64, next *agentmeshv1.Ta
 	if err != nil {
 		return nil, err
 	}
-	return &entryWrite{ev: ev, evData: evData, after: after, next: next, nextData: nextData, rev: rev}, nil
+	return &entryWrite{ev: evs[len(evs)-1], evData: evData, after: after, next: next, nextData: nextData, rev: rev}, nil
 }
 
 // flush commits a group of writes; one outcome per write: nil (recorded),

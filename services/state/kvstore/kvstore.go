@@ -7,7 +7,10 @@
 //	                       agent's key is its name, an org's "<org>.<name>"
 //	<P>_STORE_IDEMPOTENCY  KV: hash(org, idempotency key) → task id
 //	<P>_STORE_HISTORY      stream: each task's events, in order, on
-//	                       StoreHistory(id), one message per event
+//	                       StoreHistory(id), one message per write: one
+//	                       event, or several written together (a
+//	                       checkpoint with its completion; see
+//	                       EncodeRecord)
 //
 // What a write does is decided by the shared planning in package store; this
 // package only persists it. The history is the record: a write appends its
@@ -55,6 +58,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -345,6 +349,61 @@ func DecodeEvent(b []byte) (*agentmeshv1.TaskEvent, error) {
 	return ev, nil
 }
 
+// A history record holds the events of one write. A record of one event
+// is the event's protobuf encoding, as it always was; a record of several
+// starts with a zero byte — never the first byte of an encoded event (no
+// field is numbered 0) — followed by each event's encoding, each preceded
+// by its length (a protobuf varint).
+const recordOfMany = 0x00
+
+// EncodeRecord encodes the events of one write as a history record.
+func EncodeRecord(evs []*agentmeshv1.TaskEvent) ([]byte, error) {
+	if len(evs) == 1 {
+		return marshal(evs[0])
+	}
+	b := []byte{recordOfMany}
+	for _, ev := range evs {
+		data, err := marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		b = protowire.AppendBytes(b, data)
+	}
+	return b, nil
+}
+
+// DecodeRecord decodes a history record: its events, in order, their seqs
+// consecutive.
+func DecodeRecord(b []byte) ([]*agentmeshv1.TaskEvent, error) {
+	if len(b) == 0 || b[0] != recordOfMany {
+		ev, err := DecodeEvent(b)
+		if err != nil {
+			return nil, err
+		}
+		return []*agentmeshv1.TaskEvent{ev}, nil
+	}
+	var evs []*agentmeshv1.TaskEvent
+	for rest := b[1:]; len(rest) > 0; {
+		data, n := protowire.ConsumeBytes(rest)
+		if n < 0 {
+			return nil, kvError("decode record", protowire.ParseError(n))
+		}
+		rest = rest[n:]
+		ev, err := DecodeEvent(data)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) > 0 && ev.Seq != evs[len(evs)-1].Seq+1 {
+			return nil, kvError("decode record", fmt.Errorf("event %d follows %d", ev.Seq, evs[len(evs)-1].Seq))
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		return nil, kvError("decode record", fmt.Errorf("a record without events"))
+	}
+	return evs, nil
+}
+
 func marshal(m proto.Message) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -518,16 +577,22 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 	if err != nil {
 		return nil, 0, 0, kvError("task "+id+": read history head", err)
 	}
-	hev, err := DecodeEvent(last.Data)
+	rec, err := DecodeRecord(last.Data)
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	hev := rec[len(rec)-1]
 	switch {
 	case hev.Seq < cur.LastEventSeq:
 		return nil, 0, 0, kvError("task "+id, fmt.Errorf("history ends at %d, record is at %d", hev.Seq, cur.LastEventSeq))
 	case hev.Seq > cur.LastEventSeq:
-		missing := []*agentmeshv1.TaskEvent{hev}
-		if hev.Seq > cur.LastEventSeq+1 {
+		// A record's events go in together, so an entry is never inside
+		// one; skip what it holds anyway.
+		missing := rec
+		for len(missing) > 0 && missing[0].Seq <= cur.LastEventSeq {
+			missing = missing[1:]
+		}
+		if rec[0].Seq > cur.LastEventSeq+1 {
 			missing, err = s.history(ctx, id, cur.LastEventSeq, int(hev.Seq-cur.LastEventSeq))
 			if err != nil {
 				return nil, 0, 0, err
@@ -564,13 +629,23 @@ func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, erro
 // group commit (groupcommit.go), with the writes of other tasks waiting at
 // the same moment.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	next, evs, err := s.writeEvents(ctx, id, store.OneEvent(plan))
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, evs[0], nil
+}
+
+// writeEvents is write for a plan of one or more events: they go into one
+// history record, so they are recorded together or not at all.
+func (s *Store) writeEvents(ctx context.Context, id string, plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
 	trust := true
 	for range maxRetries {
 		cur, rev, after, known, err := s.loadForWrite(ctx, id, trust)
 		if err != nil {
 			return nil, nil, err
 		}
-		next, ev, err := plan(cur)
+		next, evs, err := plan(cur)
 		if err != nil && known {
 			trust = false // the index may be behind: decide on a fresh read
 			continue
@@ -578,7 +653,7 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		if err != nil {
 			return nil, nil, err
 		}
-		w, err := newEntryWrite(ev, after, next, rev)
+		w, err := newEntryWrite(evs, after, next, rev)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -590,7 +665,7 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		if err != nil {
 			return nil, nil, err
 		}
-		return next, ev, nil
+		return next, evs, nil
 	}
 	return nil, nil, bus.Errorf(bus.CodeConflict, "task %s: too much contention, retry", id)
 }
@@ -634,11 +709,18 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 // AppendStep checkpoints a step (see store.Store). It is idempotent on
 // (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	write := func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		return s.write(ctx, taskID, plan)
+	t, evs, err := s.Checkpoint(ctx, taskID, attempt, []*agentmeshv1.Step{step}, nil)
+	if err != nil {
+		return nil, nil, err
 	}
-	return store.AppendStepOnce(ctx, s.History, taskID, attempt, step, write, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		return store.PlanStep(cur, attempt, step, s.now())
+	return t, evs[0], nil
+}
+
+// Checkpoint appends steps, then tr, in one history record (see
+// store.Store).
+func (s *Store) Checkpoint(ctx context.Context, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *store.Transition) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+	return store.CheckpointOnce(ctx, s.History, taskID, attempt, steps, tr, s.now, func(plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+		return s.writeEvents(ctx, taskID, plan)
 	})
 }
 
@@ -669,13 +751,15 @@ func (s *Store) history(ctx context.Context, taskID string, afterSeq int64, limi
 			return nil, kvError("read history of "+taskID, err)
 		}
 		for _, m := range msgs {
-			from, seen = m.seq+1, seen+1
-			ev, err := DecodeEvent(m.data)
+			evs, err := DecodeRecord(m.data)
 			if err != nil {
 				return nil, err
 			}
-			if ev.Seq > afterSeq && len(out) < limit {
-				out = append(out, ev)
+			from, seen = m.seq+1, seen+int64(len(evs))
+			for _, ev := range evs {
+				if ev.Seq > afterSeq && len(out) < limit {
+					out = append(out, ev)
+				}
 			}
 		}
 		if !more || len(msgs) == 0 {

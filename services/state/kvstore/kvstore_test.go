@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -131,6 +132,74 @@ func TestRollForward(t *testing.T) {
 	}
 }
 
+// A record of several events (a checkpoint with its completion) that a
+// crashed writer left ahead of the KV entry is rolled forward whole, and
+// a second process reads it back as the events it holds.
+func TestRollForwardRecordOfMany(t *testing.T) {
+	ctx := context.Background()
+	nc := natstest.Connect(t, natstest.Start(t))
+	s, js := openOn(t, nc)
+	task, _, _, err := s.CreateTask(ctx, &agentmeshv1.Task{Org: "o", Agent: "a"})
+	if err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	task = mustMove(t, s, store.Transition{TaskID: task.Id, To: taskstate.Assigned, NextAttempt: true})
+	task = mustMove(t, s, store.Transition{TaskID: task.Id, To: taskstate.Running, Attempt: 1})
+	// Written by Checkpoint (the store's own path): one record.
+	if _, _, err := s.Checkpoint(ctx, task.Id, 1, []*agentmeshv1.Step{
+		{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "calls a tool"},
+		{Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolName: "t"},
+	}, nil); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	// What a crashed writer left: a record of a step and the completion in
+	// the history only.
+	rec, err := kvstore.EncodeRecord([]*agentmeshv1.TaskEvent{
+		{TaskId: task.Id, Seq: 7, Type: agentmeshv1.EventType_EVENT_TYPE_STEP, Time: timestamppb.Now(), Status: taskstate.Running,
+			Attempt: 1, Org: "o", Step: &agentmeshv1.Step{Index: 2, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "the answer"}},
+		{TaskId: task.Id, Seq: 8, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Time: timestamppb.Now(),
+			FromStatus: taskstate.Running, Status: taskstate.Completed, Attempt: 1, Org: "o", Result: "42"},
+	})
+	if err != nil {
+		t.Fatalf("EncodeRecord: %v", err)
+	}
+	if _, err := js.Publish(ctx, names.StoreHistory(task.Id), rec); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	s2, _ := openOn(t, nc)
+	got, err := s2.GetTask(ctx, task.Id)
+	if err != nil {
+		t.Fatalf("GetTask: %v", err)
+	}
+	if got.Status != taskstate.Completed || got.LastEventSeq != 8 || got.StepCount != 3 || got.Result != "42" {
+		t.Errorf("rolled forward: got %s seq %d, %d steps, result %q; want completed 8, 3, 42",
+			taskstate.Name(got.Status), got.LastEventSeq, got.StepCount, got.Result)
+	}
+	hist, err := s2.History(ctx, task.Id, 5, 0)
+	if err != nil {
+		t.Fatalf("History: %v", err)
+	}
+	var seqs []int64
+	for _, ev := range hist {
+		seqs = append(seqs, ev.Seq)
+	}
+	if !slices.Equal(seqs, []int64{6, 7, 8}) || hist[0].GetStep().GetIndex() != 1 || hist[1].GetStep().GetContent() != "the answer" {
+		t.Errorf("history after seq 5: got seqs %v (%v), want 6 7 8: the tool call, the answer, the completion", seqs, hist)
+	}
+	if part, err := s2.History(ctx, task.Id, 0, 6); err != nil || len(part) != 6 || part[5].Seq != 6 {
+		t.Errorf("history limited to 6 events: got %d events, %v", len(part), err)
+	}
+}
+
+func mustMove(t *testing.T, s *kvstore.Store, tr store.Transition) *agentmeshv1.Task {
+	t.Helper()
+	got, _, err := s.Transition(context.Background(), tr)
+	if err != nil {
+		t.Fatalf("Transition to %s: %v", taskstate.Name(tr.To), err)
+	}
+	return got
+}
+
 // The KV entry, the history and both indexes survive a restart of the
 // server on the same directory.
 func TestRestart(t *testing.T) {
@@ -189,10 +258,30 @@ func FuzzDecode(f *testing.F) {
 	ev, _ := proto.Marshal(&agentmeshv1.TaskEvent{TaskId: "x", Seq: 3, Type: agentmeshv1.EventType_EVENT_TYPE_STEP})
 	task, _ := proto.Marshal(&agentmeshv1.Task{Id: "x", LastEventSeq: 2})
 	agent, _ := proto.Marshal(&agentmeshv1.Agent{Name: "a", Skills: []string{"go"}})
-	for _, b := range [][]byte{nil, {0xff}, ev, task, agent} {
+	many, _ := kvstore.EncodeRecord([]*agentmeshv1.TaskEvent{{TaskId: "x", Seq: 3}, {TaskId: "x", Seq: 4}})
+	for _, b := range [][]byte{nil, {0xff}, {0x00}, {0x00, 0x05}, ev, task, agent, many} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if evs, err := kvstore.DecodeRecord(b); err == nil {
+			if len(evs) == 0 || evs[0].Seq <= 0 {
+				t.Fatalf("DecodeRecord accepted %v", evs)
+			}
+			for i := 1; i < len(evs); i++ {
+				if evs[i].Seq != evs[i-1].Seq+1 {
+					t.Fatalf("DecodeRecord accepted seqs %d then %d", evs[i-1].Seq, evs[i].Seq)
+				}
+			}
+			again, err := kvstore.EncodeRecord(evs)
+			if err != nil {
+				t.Fatalf("EncodeRecord of a decoded record: %v", err)
+			}
+			if back, err := kvstore.DecodeRecord(again); err != nil || len(back) != len(evs) {
+				t.Fatalf("re-encoded record: %d events, %v; want %d", len(back), err, len(evs))
+			}
+		} else if !errors.Is(err, bus.ErrInternal) {
+			t.Fatalf("DecodeRecord: got %v, want an internal error", err)
+		}
 		if ev, err := kvstore.DecodeEvent(b); err == nil {
 			if ev.Seq <= 0 {
 				t.Fatalf("DecodeEvent accepted seq %d", ev.Seq)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/state/store"
@@ -39,6 +40,20 @@ WITH u AS (
 INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, $5, $8, $9, $10 FROM u`
 
+// writeManySQL is writeSQL for a write of several events ($8, $9, $10 and
+// $20: their types, times, data and seqs, as arrays).
+const writeManySQL = `
+WITH u AS (
+  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
+    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
+    priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
+  WHERE id = $1 AND last_event_seq = $2
+  RETURNING id
+)
+INSERT INTO task_events (task_id, seq, type, time, data)
+SELECT u.id, e.seq, e.type, e.time, e.data
+FROM u, unnest($20::bigint[], $8::smallint[], $9::timestamptz[], $10::bytea[]) AS e(seq, type, time, data)`
+
 // rowWrite is one planned task write: its statement (writeSQL, or
 // createSQL for a new task) and arguments. A statement that changes no row
 // is errLostRace.
@@ -48,22 +63,36 @@ type rowWrite struct {
 	args []any
 }
 
-func newRowWrite(prevSeq int64, next *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) (rowWrite, error) {
+func newRowWrite(prevSeq int64, next *agentmeshv1.Task, evs ...*agentmeshv1.TaskEvent) (rowWrite, error) {
 	data, err := marshal(next)
 	if err != nil {
 		return rowWrite{}, err
 	}
-	evData, err := marshal(ev)
-	if err != nil {
-		return rowWrite{}, err
-	}
 	g := graphCols(next)
-	return rowWrite{id: next.Id, sql: writeSQL, args: []any{
+	args := []any{
 		next.Id, prevSeq, int16(next.Status), next.Attempt, next.LastEventSeq, next.UpdatedAt.AsTime(), data,
-		int16(ev.Type), ev.Time.AsTime(), evData,
+		nil, nil, nil, // the event's columns
 		next.GetUsage().GetPromptTokens(), next.GetUsage().GetCompletionTokens(), next.GetUsage().GetTotalTokens(), next.GetUsage().GetCostUsd(),
 		g[0], g[1], g[2], g[3], g[4],
-	}}, nil
+	}
+	if len(evs) == 1 {
+		ev := evs[0]
+		evData, err := marshal(ev)
+		if err != nil {
+			return rowWrite{}, err
+		}
+		args[7], args[8], args[9] = int16(ev.Type), ev.Time.AsTime(), evData
+		return rowWrite{id: next.Id, sql: writeSQL, args: args}, nil
+	}
+	seqs, types, times, datas := make([]int64, len(evs)), make([]int16, len(evs)), make([]time.Time, len(evs)), make([][]byte, len(evs))
+	for i, ev := range evs {
+		if datas[i], err = marshal(ev); err != nil {
+			return rowWrite{}, err
+		}
+		seqs[i], types[i], times[i] = ev.Seq, int16(ev.Type), ev.Time.AsTime()
+	}
+	args[7], args[8], args[9] = types, times, datas
+	return rowWrite{id: next.Id, sql: writeManySQL, args: append(args, seqs)}, nil
 }
 
 // flush commits a group of writes; one outcome per write: nil (committed),

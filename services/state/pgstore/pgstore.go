@@ -298,6 +298,16 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 // plus the event insert through the group commit (groupcommit.go), with
 // the writes of other tasks waiting at the same moment.
 func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	next, evs, err := s.writeEvents(ctx, id, store.OneEvent(plan))
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, evs[0], nil
+}
+
+// writeEvents is write for a plan of one or more events: one statement
+// updates the row and inserts them all.
+func (s *Store) writeEvents(ctx context.Context, id string, plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
 	for range maxRetries {
 		cur, cached := s.cache.get(id), true
 		if cur == nil {
@@ -307,7 +317,7 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 			}
 			cached = false
 		}
-		next, ev, err := plan(cur)
+		next, evs, err := plan(cur)
 		if err != nil && cached {
 			// The cached row may be behind: decide on a fresh read.
 			s.cache.forget(id)
@@ -316,14 +326,14 @@ func (s *Store) write(ctx context.Context, id string, plan func(cur *agentmeshv1
 		if err != nil {
 			return nil, nil, err
 		}
-		w, err := newRowWrite(cur.LastEventSeq, next, ev)
+		w, err := newRowWrite(cur.LastEventSeq, next, evs...)
 		if err != nil {
 			return nil, nil, err
 		}
 		err = s.group.Do(ctx, w)
 		if err == nil {
 			s.cache.put(next)
-			return next, ev, nil
+			return next, evs, nil
 		}
 		if !errors.Is(err, errLostRace) {
 			return nil, nil, dbError("write task "+id, err)
@@ -346,11 +356,17 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 // AppendStep checkpoints a step (see store.Store). It is idempotent on
 // (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	write := func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		return s.write(ctx, taskID, plan)
+	t, evs, err := s.Checkpoint(ctx, taskID, attempt, []*agentmeshv1.Step{step}, nil)
+	if err != nil {
+		return nil, nil, err
 	}
-	return store.AppendStepOnce(ctx, s.History, taskID, attempt, step, write, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		return store.PlanStep(cur, attempt, step, s.now())
+	return t, evs[0], nil
+}
+
+// Checkpoint appends steps, then tr, in one statement (see store.Store).
+func (s *Store) Checkpoint(ctx context.Context, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *store.Transition) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+	return store.CheckpointOnce(ctx, s.History, taskID, attempt, steps, tr, s.now, func(plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+		return s.writeEvents(ctx, taskID, plan)
 	})
 }
 

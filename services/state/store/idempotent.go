@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -71,29 +73,83 @@ func CommittedStep(ctx context.Context, history HistoryFunc, cur *agentmeshv1.Ta
 	return nil, nil
 }
 
-// AppendStepOnce runs a store's AppendStep write loop with the idempotency
-// check: write runs plan with compare-and-set, re-running it on conflict.
-func AppendStepOnce(ctx context.Context, history HistoryFunc, taskID string, attempt int32, step *agentmeshv1.Step,
-	write func(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error),
-	plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error),
-) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+// WritePlan plans a write of one or more events against the task as it
+// is: the task after them and the events, in order.
+type WritePlan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error)
+
+// CheckpointOnce runs a store's write loop for Checkpoint with the
+// idempotency check: write runs the plan with compare-and-set, re-running
+// it on conflict. The plan appends a step event for each step not yet in
+// the history (CommittedStep), then tr's status event when tr is set. When
+// every step is committed already and there is no transition, nothing is
+// written. It returns the task and one event per step (committed earlier
+// or now), then tr's event.
+func CheckpointOnce(ctx context.Context, history HistoryFunc, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *Transition,
+	now func() time.Time, write func(plan WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error),
+) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+	if len(steps) == 0 && tr == nil {
+		return nil, nil, bus.FieldError("step", "a step is required")
+	}
 	var (
-		dup     *agentmeshv1.TaskEvent
+		found   []*agentmeshv1.TaskEvent // by step: committed before, or nil
 		dupTask *agentmeshv1.Task
 	)
-	t, ev, err := write(func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		got, err := CommittedStep(ctx, history, cur, attempt, step)
+	t, written, err := write(func(cur *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+		found = make([]*agentmeshv1.TaskEvent, len(steps))
+		at := now()
+		next, evs := cur, make([]*agentmeshv1.TaskEvent, 0, len(steps)+1)
+		for i, step := range steps {
+			got, err := CommittedStep(ctx, history, cur, attempt, step)
+			if err != nil {
+				return nil, nil, err
+			}
+			if got != nil {
+				found[i] = got
+				continue
+			}
+			var ev *agentmeshv1.TaskEvent
+			if next, ev, err = PlanStep(next, attempt, step, at); err != nil {
+				return nil, nil, err
+			}
+			evs = append(evs, ev)
+		}
+		if tr != nil {
+			var ev *agentmeshv1.TaskEvent
+			var err error
+			if next, ev, err = PlanTransition(next, *tr, at); err != nil {
+				return nil, nil, err
+			}
+			evs = append(evs, ev)
+		}
+		if len(evs) == 0 {
+			dupTask = proto.Clone(cur).(*agentmeshv1.Task)
+			return nil, nil, ErrStepCommitted
+		}
+		return next, evs, nil
+	})
+	if errors.Is(err, ErrStepCommitted) {
+		return dupTask, found, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]*agentmeshv1.TaskEvent, 0, len(steps)+1)
+	for _, ev := range found {
+		if ev == nil {
+			ev, written = written[0], written[1:]
+		}
+		out = append(out, ev)
+	}
+	return t, append(out, written...), nil
+}
+
+// OneEvent adapts a plan of one event to a WritePlan.
+func OneEvent(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)) WritePlan {
+	return func(cur *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+		next, ev, err := plan(cur)
 		if err != nil {
 			return nil, nil, err
 		}
-		if got != nil {
-			dup, dupTask = got, proto.Clone(cur).(*agentmeshv1.Task)
-			return nil, nil, ErrStepCommitted
-		}
-		return plan(cur)
-	})
-	if errors.Is(err, ErrStepCommitted) {
-		return dupTask, dup, nil
+		return next, []*agentmeshv1.TaskEvent{ev}, nil
 	}
-	return t, ev, err
 }

@@ -53,6 +53,11 @@ func (i instrumented) AppendStep(ctx context.Context, id string, attempt int32, 
 	return i.s.AppendStep(ctx, id, attempt, step)
 }
 
+func (i instrumented) Checkpoint(ctx context.Context, id string, attempt int32, steps []*agentmeshv1.Step, tr *Transition) (t *agentmeshv1.Task, evs []*agentmeshv1.TaskEvent, err error) {
+	defer func(start time.Time) { observe("checkpoint", start, err) }(time.Now())
+	return i.s.Checkpoint(ctx, id, attempt, steps, tr)
+}
+
 func (i instrumented) History(ctx context.Context, id string, after int64, limit int) (evs []*agentmeshv1.TaskEvent, err error) {
 	defer func(start time.Time) { observe("history", start, err) }(time.Now())
 	return i.s.History(ctx, id, after, limit)

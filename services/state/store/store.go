@@ -44,6 +44,13 @@ type Store interface {
 	// attempt with step.Index, it returns the task and that event and
 	// appends nothing (see CommittedStep).
 	AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
+	// Checkpoint appends steps of a running task's attempt, in order, then
+	// applies tr when it is set, in one write: all of it is committed or
+	// none. Each step is idempotent as in AppendStep (one committed by an
+	// earlier try is returned, not appended again), so a retry of a
+	// checkpoint whose answer was lost appends only what is missing. It
+	// returns the task and one event per step, then tr's event.
+	Checkpoint(ctx context.Context, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *Transition) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error)
 	// History returns the task's events with seq > afterSeq, oldest first,
 	// at most limit (0 means MaxPageSize). not_found for an unknown task.
 	History(ctx context.Context, taskID string, afterSeq int64, limit int) ([]*agentmeshv1.TaskEvent, error)

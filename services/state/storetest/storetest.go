@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentSteps", testConcurrentSteps},
 		{"AppendStep", testAppendStep},
 		{"StepIdempotent", testStepIdempotent},
+		{"Checkpoint", testCheckpoint},
 		{"History", testHistory},
 		{"ListTasksFilters", testListFilters},
 		{"ListTasksPagination", testListPagination},

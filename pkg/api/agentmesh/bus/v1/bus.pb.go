@@ -489,7 +489,8 @@ func (x *ListTasksResponse) GetNextPageToken() string {
 }
 
 // TransitionRequest asks to move a task to another status. It is applied
-// with compare-and-set and appends exactly one event.
+// with compare-and-set and appends exactly one event (after the steps it
+// carries, if any).
 type TransitionRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -516,7 +517,12 @@ type TransitionRequest struct {
 	// A person's decision on the proposal the task waits for (the router's
 	// proposal intents): status approved, approved_permanent or rejected;
 	// the approved agent; decided_by, comment.
-	Proposal      *v1.Proposal `protobuf:"bytes,190,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	Proposal *v1.Proposal `protobuf:"bytes,190,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// Steps of the attempt to checkpoint before the move, in the same store
+	// write: all of it is recorded or none (the executor's completion
+	// carries the model turn that gave the answer). Only the fenced intent
+	// to completed accepts them; each is idempotent as in AppendStep.
+	Steps         []*v1.Step `protobuf:"bytes,270,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,10 +648,20 @@ func (x *TransitionRequest) GetProposal() *v1.Proposal {
 	return nil
 }
 
+func (x *TransitionRequest) GetSteps() []*v1.Step {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 type TransitionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
-	Event         *v1.TaskEvent          `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Event *v1.TaskEvent          `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// The events of the request's steps, in order (a step already
+	// committed by an earlier try is returned, not appended again).
+	StepEvents    []*v1.TaskEvent `protobuf:"bytes,3,rep,name=step_events,json=stepEvents,proto3" json:"step_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,13 +710,25 @@ func (x *TransitionResponse) GetEvent() *v1.TaskEvent {
 	return nil
 }
 
-// AppendStepRequest checkpoints one agent step of a running task.
+func (x *TransitionResponse) GetStepEvents() []*v1.TaskEvent {
+	if x != nil {
+		return x.StepEvents
+	}
+	return nil
+}
+
+// AppendStepRequest checkpoints one agent step of a running task, or
+// several in one store write (all of them or none).
 type AppendStepRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Fencing token: must equal the task's attempt.
-	Attempt       int32    `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Step          *v1.Step `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	Attempt int32    `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Step    *v1.Step `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	// Further steps checkpointed after step, in the same write (the
+	// executor sends a model turn with the first tool call it asked for).
+	// Step indexes must increase.
+	MoreSteps     []*v1.Step `protobuf:"bytes,4,rep,name=more_steps,json=moreSteps,proto3" json:"more_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,9 +784,18 @@ func (x *AppendStepRequest) GetStep() *v1.Step {
 	return nil
 }
 
+func (x *AppendStepRequest) GetMoreSteps() []*v1.Step {
+	if x != nil {
+		return x.MoreSteps
+	}
+	return nil
+}
+
 type AppendStepResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *v1.TaskEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *v1.TaskEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// The events of more_steps, in order.
+	MoreEvents    []*v1.TaskEvent `protobuf:"bytes,2,rep,name=more_events,json=moreEvents,proto3" json:"more_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -796,6 +833,13 @@ func (*AppendStepResponse) Descriptor() ([]byte, []int) {
 func (x *AppendStepResponse) GetEvent() *v1.TaskEvent {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *AppendStepResponse) GetMoreEvents() []*v1.TaskEvent {
+	if x != nil {
+		return x.MoreEvents
 	}
 	return nil
 }
@@ -1972,7 +2016,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\rupdated_after\x18@ \x01(\v2\x1a.google.protobuf.TimestampR\fupdatedAfter\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\x04\n" +
 	"\x11TransitionRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12,\n" +
 	"\x04from\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x04from\x12(\n" +
@@ -1987,16 +2031,23 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	" \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
 	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
 	"\tisolation\x18( \x01(\tR\tisolation\x123\n" +
-	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"k\n" +
+	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12)\n" +
+	"\x05steps\x18\x8e\x02 \x03(\v2\x12.agentmesh.v1.StepR\x05steps\"\xa5\x01\n" +
 	"\x12TransitionResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12-\n" +
-	"\x05event\x18\x02 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\"n\n" +
+	"\x05event\x18\x02 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\x128\n" +
+	"\vstep_events\x18\x03 \x03(\v2\x17.agentmesh.v1.TaskEventR\n" +
+	"stepEvents\"\xa1\x01\n" +
 	"\x11AppendStepRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12&\n" +
-	"\x04step\x18\x03 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"C\n" +
+	"\x04step\x18\x03 \x01(\v2\x12.agentmesh.v1.StepR\x04step\x121\n" +
+	"\n" +
+	"more_steps\x18\x04 \x03(\v2\x12.agentmesh.v1.StepR\tmoreSteps\"}\n" +
 	"\x12AppendStepResponse\x12-\n" +
-	"\x05event\x18\x01 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\"n\n" +
+	"\x05event\x18\x01 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\x128\n" +
+	"\vmore_events\x18\x02 \x03(\v2\x17.agentmesh.v1.TaskEventR\n" +
+	"moreEvents\"n\n" +
 	"\x0eHistoryRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
@@ -2129,8 +2180,8 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*v1.Approval)(nil),           // 34: agentmesh.v1.Approval
 	(v1.FailureKind)(0),           // 35: agentmesh.v1.FailureKind
 	(*v1.Proposal)(nil),           // 36: agentmesh.v1.Proposal
-	(*v1.TaskEvent)(nil),          // 37: agentmesh.v1.TaskEvent
-	(*v1.Step)(nil),               // 38: agentmesh.v1.Step
+	(*v1.Step)(nil),               // 37: agentmesh.v1.Step
+	(*v1.TaskEvent)(nil),          // 38: agentmesh.v1.TaskEvent
 	(*v1.Usage)(nil),              // 39: agentmesh.v1.Usage
 	(*v1.Agent)(nil),              // 40: agentmesh.v1.Agent
 	(*v1.Routing)(nil),            // 41: agentmesh.v1.Routing
@@ -2152,33 +2203,37 @@ var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	34, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
 	35, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
 	36, // 14: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
-	30, // 15: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	37, // 16: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	38, // 17: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	37, // 18: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	37, // 19: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	31, // 20: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	32, // 21: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 22: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	39, // 23: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	40, // 24: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	40, // 25: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 26: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 27: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	40, // 28: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	40, // 29: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
-	25, // 30: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	41, // 31: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
-	36, // 32: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
-	30, // 33: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	32, // 34: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	29, // 35: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	42, // 36: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	37, // 15: agentmesh.bus.v1.TransitionRequest.steps:type_name -> agentmesh.v1.Step
+	30, // 16: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	38, // 17: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	38, // 18: agentmesh.bus.v1.TransitionResponse.step_events:type_name -> agentmesh.v1.TaskEvent
+	37, // 19: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	37, // 20: agentmesh.bus.v1.AppendStepRequest.more_steps:type_name -> agentmesh.v1.Step
+	38, // 21: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	38, // 22: agentmesh.bus.v1.AppendStepResponse.more_events:type_name -> agentmesh.v1.TaskEvent
+	38, // 23: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	31, // 24: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	32, // 25: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 26: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	39, // 27: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	40, // 28: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	40, // 29: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 30: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 31: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	40, // 32: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	40, // 33: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	25, // 34: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
+	41, // 35: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
+	36, // 36: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
+	30, // 37: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	32, // 38: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	29, // 39: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	42, // 40: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }
