@@ -154,13 +154,20 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 		"state." + subjects.StateCreateTask: 1,
 		"state." + subjects.StateDispatch:   1,
 		"state." + subjects.StateStart:      1,
-		"state." + subjects.StateAppendStep: 4, // the script's two model turns and the tool call's two steps
+		// The script's first model turn with its tool call, and the call's
+		// result; the answer's turn goes with the completion.
+		"state." + subjects.StateAppendStep: 2,
 		"state." + subjects.StateComplete:   1,
 	}
 	for op, n := range want {
 		if d.requests[op] > n {
 			t.Errorf("%s: %d requests for one task, want at most %d", op, d.requests[op], n)
 		}
+	}
+	// The embedded store's history: created and queued, assigned,
+	// running, the two checkpoints, the answer with the completion.
+	if n := d.publishes[names.StoreHistoryStream()]; n > 7 {
+		t.Errorf("%d history records for one task, want at most 7 (steps written together)", n)
 	}
 	if n := d.requests["state."+subjects.StateGetTask]; n > 0 {
 		t.Errorf("the task was read %d times on its hot path (nobody watched or polled it); want 0", n)

@@ -53,6 +53,9 @@ func testChild() int {
 	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
 		return resumeLiar(f.GetStart())
 	}
+	if strings.Contains(f.GetStart().GetInput(), DieAfterTurnMarker) {
+		return dieAfterTurn(f.GetStart().GetInput())
+	}
 	if in := f.GetStart().GetInput(); strings.Contains(in, LieUsageMarker) || strings.Contains(in, LieResultMarker) {
 		return lyingChild(in)
 	}
@@ -134,4 +137,30 @@ func resumeLiar(start *childv1.Start) int {
 	}
 	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: "decision " + ack.GetDecision().String() + ": " + ack.GetMessage()}}})
 	return 0
+}
+
+// DieAfterTurnMarker: the child asks the model, reports the turn (with a
+// tool call), reads the turn's ack and dies before it reports the call.
+const DieAfterTurnMarker = "DIE-AFTER-TURN"
+
+func dieAfterTurn(input string) int {
+	w := childproto.NewWriter(os.Stdout)
+	r := childproto.NewReader(os.Stdin)
+	msgs := []*childv1.Message{{Role: "user", Content: input}}
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{Id: 1, Messages: msgs}}}); err != nil {
+		return 3
+	}
+	f, err := r.Read()
+	if err != nil || f.GetModelResponse() == nil {
+		return 3
+	}
+	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
+		Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: f.GetModelResponse().GetMessage().GetContent(),
+		ToolCalls: []*agentmeshv1.ToolCall{{Id: "call_0", Name: "echo", Arguments: `{"text":"x"}`}},
+	}}}})
+	if f, err := r.Read(); err != nil || f.GetStepAck() == nil {
+		return 3
+	}
+	os.Stderr.WriteString("panic: simulated crash after a model turn\n")
+	return 2
 }

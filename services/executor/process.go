@@ -147,7 +147,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 			p.cleanup()
 			cancel()
 		}
-		return outcome{kind: outCompleted, result: res.final.Answer}
+		return outcome{kind: outCompleted, result: res.final.Answer, steps: res.steps}
 	}
 	defer p.cleanup()
 	status := p.wait(res.last)
@@ -156,7 +156,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	case res.blocked:
 		return outcome{kind: outGone, reason: res.blockedOn}
 	case res.final != nil:
-		return outcome{kind: outCompleted, result: res.final.Answer}
+		return outcome{kind: outCompleted, result: res.final.Answer, steps: res.steps}
 	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
 		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
 	case res.takeOverErr != nil && ctx.Err() == nil:
@@ -556,6 +556,23 @@ type serveResult struct {
 	// takeOverErr: no child could take over from one released while its
 	// model call ran.
 	takeOverErr error
+	// steps: with final, the model turn that gave the answer, acked and not
+	// yet written: the completion records it (finish).
+	steps []*agentmeshv1.Step
+}
+
+// deferrable tells whether a model turn may wait to be written with the
+// step after it. A turn that asks for sub-tasks is written at once: their
+// spawns start as soon as it is recorded (delegator.prefetch), and they
+// must not start from an answer the store does not hold.
+func deferrable(turn *agentmeshv1.Step) bool {
+	for _, c := range turn.GetToolCalls() {
+		switch c.GetName() {
+		case delegation.ToolCallAgent, delegation.ToolCallModel, delegation.ToolWaitTasks:
+			return false
+		}
+	}
+	return true
 }
 
 // serve answers the child's frames in order until it sends Final or
@@ -575,9 +592,32 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// child that took over to ask for again.
 	var held *childv1.ModelResponse
 	rel := newReleasable(releaseAfter(s.cfg), start)
+	// deferred is a model turn acked to the child and not yet written: it
+	// is checkpointed together with the step that follows it (the first
+	// tool call it asked for) or with the completion (it gave the answer),
+	// one store write and one request instead of two. Any other frame, and
+	// the child's end, writes it first, so it is durable before anything
+	// that depends on it happens: a tool runs, the model is called again,
+	// the task ends (docs/architecture.md, "Checkpoints written together").
+	var deferred *agentmeshv1.Step
+	flush := func() error {
+		if deferred == nil {
+			return nil
+		}
+		step := deferred
+		if err := s.appendSteps(ctx, task.Id, attempt, step); err != nil {
+			return err
+		}
+		deferred = nil
+		rel.recorded(step, verdict{})
+		return nil
+	}
 	for {
 		f, err := r.Read()
 		if err != nil {
+			if ferr := flush(); ferr != nil {
+				s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", ferr)
+			}
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {
 				return serveResult{}
 			}
@@ -588,6 +628,13 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		}
 		if _, ok := f.Kind.(*childv1.Frame_ModelRequest); held != nil && !ok {
 			return serveResult{protoErr: fmt.Errorf("a child taking over sent %s before asking for its model turn", childproto.Kind(f))}
+		}
+		switch f.Kind.(type) {
+		case *childv1.Frame_Step, *childv1.Frame_Final:
+		default:
+			if err := flush(); err != nil {
+				return serveResult{stepErr: err}
+			}
 		}
 		switch k := f.Kind.(type) {
 		case *childv1.Frame_ModelRequest:
@@ -652,11 +699,33 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				step.Usage, step.Model = observed.GetUsage(), observed.GetModel()
 				observed = nil
 			}
-			stepErr := s.appendStep(ctx, task.Id, attempt, step)
+			res, stop := mr.stepDone(step)
+			if step.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN && !stop && deferred == nil && deferrable(step) {
+				deferred = step
+				if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}}); err != nil {
+					if ferr := flush(); ferr != nil {
+						s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", ferr)
+					}
+					return serveResult{}
+				}
+				continue
+			}
+			steps := []*agentmeshv1.Step{step}
+			if deferred != nil {
+				if step.Index <= deferred.Index {
+					return serveResult{protoErr: fmt.Errorf("step %d after step %d: step indexes must increase", step.Index, deferred.Index)}
+				}
+				steps = []*agentmeshv1.Step{deferred, step}
+			}
+			stepErr := s.appendSteps(ctx, task.Id, attempt, steps...)
 			if stepErr == nil {
+				if deferred != nil {
+					rel.recorded(deferred, verdict{})
+					deferred = nil
+				}
 				rel.recorded(step, v)
 			}
-			if res, stop := mr.stepDone(step); stop && stepErr == nil {
+			if stop && stepErr == nil {
 				ack.Error = res.failure.Reason // a budget ran out with this model turn
 				_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
 				return res
@@ -698,7 +767,11 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				return serveResult{protoErr: err}
 			}
 		case *childv1.Frame_Final:
-			return serveResult{final: k.Final, last: true}
+			res := serveResult{final: k.Final, last: true}
+			if deferred != nil {
+				res.steps = []*agentmeshv1.Step{deferred} // written with the completion
+			}
+			return res
 		case *childv1.Frame_Failure:
 			return mr.failed(k.Failure)
 		default:

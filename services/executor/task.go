@@ -169,6 +169,9 @@ type outcome struct {
 	reason string // failed, requeue
 	// failKind says why a task failed, for programs (BUDGET, MODEL, ...).
 	failKind agentmeshv1.FailureKind
+	// steps not yet checkpointed, written with the completion (the model
+	// turn that gave the answer).
+	steps []*agentmeshv1.Step
 }
 
 type outcomeKind int
@@ -195,7 +198,7 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		_ = msg.Ack()
 		return
 	case outCompleted:
-		tr, op = &busv1.TransitionRequest{To: statusCompleted, Result: out.result}, subjects.StateComplete
+		tr, op = &busv1.TransitionRequest{To: statusCompleted, Result: out.result, Steps: out.steps}, subjects.StateComplete
 		log.Info("task completed")
 	case outFailed:
 		tr, op = &busv1.TransitionRequest{To: statusFailed, Reason: out.reason, FailureKind: out.failKind}, subjects.StateFail
@@ -220,7 +223,14 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		_ = msg.Ack()
 	default:
 		// The work comes back, the task is re-queued and resumes from its
-		// checkpoints (a final answer already checkpointed is not redone).
+		// checkpoints (a final answer already checkpointed is not redone):
+		// the answer's model turn, if it went with the completion, is
+		// checkpointed on its own first, as long as it takes.
+		if len(out.steps) > 0 {
+			if serr := s.appendSteps(ctx, r.key.task, r.key.attempt, out.steps...); serr != nil {
+				log.Error("the answer's model turn not checkpointed either", "err", serr)
+			}
+		}
 		log.Error("outcome not recorded; the work will be redelivered", "err", err)
 		_ = msg.Nak()
 	}
@@ -301,19 +311,21 @@ func (s *Service) transition(ctx context.Context, op string, req *busv1.Transiti
 	return &resp, nil
 }
 
-// appendStep checkpoints a step. Step writes are idempotent on (task,
-// attempt, step index), so a checkpoint that got no answer — the state
-// service restarting, NATS reconnecting, Postgres down — is sent again with
-// backoff until state answers: the model's answer or the tool's result the
-// step records is never paid for again. It stops at once when the attempt
-// is fenced (failed_precondition: stale, cancelled, finished) and when ctx
-// ends (the attempt's wall time, a cancel, shutdown).
-func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) error {
-	req := &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: step}
+// appendSteps checkpoints steps, in one write when there are several.
+// Step writes are idempotent on (task, attempt, step index), so a
+// checkpoint that got no answer — the state service restarting, NATS
+// reconnecting, Postgres down — is sent again with backoff until state
+// answers: the model's answer or the tool's result the step records is
+// never paid for again. It stops at once when the attempt is fenced
+// (failed_precondition: stale, cancelled, finished) and when ctx ends (the
+// attempt's wall time, a cancel, shutdown).
+func (s *Service) appendSteps(ctx context.Context, taskID string, attempt int32, steps ...*agentmeshv1.Step) error {
+	req := &busv1.AppendStepRequest{TaskId: taskID, Attempt: attempt, Step: steps[0], MoreSteps: steps[1:]}
+	last := steps[len(steps)-1]
 	tries := 0
 	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
 		if tries++; tries == 2 || tries%20 == 0 {
-			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", step.GetIndex(), "try", tries)
+			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", last.GetIndex(), "try", tries)
 		}
 		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
 		defer cancel()
@@ -321,7 +333,7 @@ func (s *Service) appendStep(ctx context.Context, taskID string, attempt int32, 
 		return bus.Request(ctx, s.nc, s.names.State(subjects.StateAppendStep), req, &resp)
 	})
 	if err != nil {
-		return fmt.Errorf("checkpoint step %d of task %s: %w", step.GetIndex(), taskID, err)
+		return fmt.Errorf("checkpoint step %d of task %s: %w", last.GetIndex(), taskID, err)
 	}
 	return nil
 }

@@ -21,9 +21,11 @@
 // is blocked and the child stops; a later attempt replays the conversation
 // and presents the call again). Then report the TOOL_RESULT step and add
 // the observation to the conversation. Every step waits for its StepAck,
-// so it is checkpointed before the next begins; an ack with an error (the
-// task was cancelled, blocked, or this attempt is stale) ends the child
-// quietly.
+// so it is checkpointed before anything that depends on it happens (the
+// executor may ack a model turn before writing it, and then writes it with
+// the next step or the completion, or first when any other frame comes);
+// an ack with an error (the task was cancelled, blocked, or this attempt is
+// stale) ends the child quietly.
 package child
 
 import (
