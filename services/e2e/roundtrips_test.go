@@ -169,6 +169,9 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 	if n := d.publishes[names.StoreHistoryStream()]; n > 7 {
 		t.Errorf("%d history records for one task, want at most 7 (steps written together)", n)
 	}
+	if n := d.requests["state."+subjects.StateGetAgent]; n > 0 {
+		t.Errorf("the named agent was read %d times for the second task; want 0 (the registry caches it)", n)
+	}
 	if n := d.requests["state."+subjects.StateGetTask]; n > 0 {
 		t.Errorf("the task was read %d times on its hot path (nobody watched or polled it); want 0", n)
 	}

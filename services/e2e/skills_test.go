@@ -153,3 +153,39 @@ func TestMatchCandidateCacheFollowsAgentChanges(t *testing.T) {
 		return nil
 	})
 }
+
+// The registry caches the agent a name resolves to, so a task submitted to
+// a named agent costs no agent read; a change through the registry shows
+// at once, one past it once its agent event arrives, and an org's own
+// agent created under a shared agent's name takes over the name for that
+// org.
+func TestNamedAgentCacheFollowsAgentChanges(t *testing.T) {
+	e := start(t, opts{})
+	e.createAgentWith(t, &agentmeshv1.Agent{Name: "namer", SystemPrompt: "v1", Tools: []string{"echo"}})
+	prompt := func() string {
+		return e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "hi", Agent: "namer"}).GetAgentSpec().GetSystemPrompt()
+	}
+	if got := prompt(); got != "v1" {
+		t.Fatalf("first task's prompt %q, want v1", got)
+	}
+	if _, err := e.agents.UpdateAgent(ctxT(t), &agentmeshv1.UpdateAgentRequest{Agent: &agentmeshv1.Agent{
+		Name: "namer", SystemPrompt: "v2", Tools: []string{"echo"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := prompt(); got != "v2" {
+		t.Fatalf("after an update through the registry: prompt %q, want v2", got)
+	}
+	// Past the registry: state's own agent.put, as another replica would.
+	c := dialAs(t, e, subjects.ServiceRegistry)
+	names := subjects.Must("")
+	if err := bus.Request(ctxT(t), c.nc, names.State(subjects.StatePutAgent), &busv1.PutAgentRequest{
+		Agent: &agentmeshv1.Agent{Name: "namer", Org: "default", SystemPrompt: "v3", Tools: []string{"echo"}}}, &busv1.PutAgentResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, func() error {
+		if got := prompt(); got != "v3" {
+			return fmt.Errorf("prompt %q, want v3", got)
+		}
+		return nil
+	})
+}

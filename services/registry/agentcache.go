@@ -15,7 +15,8 @@ import (
 
 // The candidate cache: the agents an org sees for a set of required
 // skills (the store's skill filter, one listing per skill), kept so that
-// matching the same skills again costs no listing. An entry is dropped
+// matching the same skills again costs no listing, and the agent a name
+// resolves to, so a task submitted to a named agent costs no agent read. An entry is dropped
 // when an agent of its org changes (a shared agent's change drops every
 // org's): at once for changes made through this registry, and on the
 // agent event (<p>.evt.<org>.agent.<name>, followed from the events
@@ -55,6 +56,13 @@ func newCandidateCache(ttl time.Duration) *candidateCache {
 
 func keyOf(org string, required []string) candidateKey {
 	return candidateKey{org, strings.Join(required, "\x00")}
+}
+
+// namedKey is the key of the agent a named match resolves to for org (its
+// own, else the shared one): a skills key never starts with \x01 (skill
+// names are lower-case words).
+func namedKey(org, name string) candidateKey {
+	return candidateKey{org, "\x01" + name}
 }
 
 // get returns the cached candidates and the generation to put with.

@@ -196,6 +196,25 @@ func Score(agents []*agentmeshv1.Agent, stats []*busv1.AgentStats, required []st
 
 // ---- the bus side ----
 
+// namedAgent returns the agent named name as org sees it (its own, else
+// the shared one), from the candidate cache when it holds it.
+func (s *Service) namedAgent(ctx context.Context, org, name string) (*agentmeshv1.Agent, error) {
+	k := namedKey(org, name)
+	cached, gen, ok := s.cands.get(k, time.Now())
+	if ok {
+		return cached[0], nil
+	}
+	var resp busv1.GetAgentResponse
+	if err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: name, Org: org}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Agent == nil {
+		return nil, fmt.Errorf("agent %q: state answered without it", name)
+	}
+	s.cands.put(k, []*agentmeshv1.Agent{resp.Agent}, gen, time.Now())
+	return resp.Agent, nil
+}
+
 // candidates lists, through the store's skill filter, the org's agents
 // and the shared ones offering any of the required skills; an org's own
 // agent hides a shared one of the same name.

@@ -386,16 +386,15 @@ func (s *Service) match(ctx context.Context, req *busv1.MatchRequest) (*busv1.Ma
 		if len(req.RequiredSkills) > 0 {
 			return nil, bus.FieldError("agent", "give an agent or required skills, not both")
 		}
-		var resp busv1.GetAgentResponse
-		err := s.stateReq(ctx, subjects.StateGetAgent, &busv1.GetAgentRequest{Name: req.Agent, Org: req.Org}, &resp)
+		agent, err := s.namedAgent(ctx, req.Org, req.Agent)
 		if errors.Is(err, bus.ErrNotFound) {
 			return nil, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "agent", Message: fmt.Sprintf("no agent named %q", req.Agent)}
 		}
 		if err != nil {
 			return nil, err
 		}
-		return &busv1.MatchResponse{Agent: resp.Agent, Candidates: []*busv1.MatchCandidate{{Agent: resp.Agent.Name, Score: 1}},
-			Routing: &agentmeshv1.Routing{Method: MethodNamed, Chosen: resp.Agent.Name, Weights: s.weights.Proto(), DecidedAt: timestamppb.Now()}}, nil
+		return &busv1.MatchResponse{Agent: agent, Candidates: []*busv1.MatchCandidate{{Agent: agent.Name, Score: 1}},
+			Routing: &agentmeshv1.Routing{Method: MethodNamed, Chosen: agent.Name, Weights: s.weights.Proto(), DecidedAt: timestamppb.Now()}}, nil
 	}
 	required := agentspec.NormalizeSkills(req.RequiredSkills)
 	if err := agentspec.Skills("required_skills", required); err != nil {
