@@ -68,6 +68,12 @@ type Options struct {
 	Replicas int
 	// Memory keeps everything in memory (tests that do not restart).
 	Memory bool
+	// SoleWriter says this process is the store's only writer (agentmesh
+	// dev: one state service in the process that embeds NATS). GetTask then
+	// answers from the in-memory index when it holds the task at the head
+	// this process wrote, without reading the KV entry: with no other
+	// writer the index is the entry.
+	SoleWriter bool
 }
 
 const (
@@ -108,9 +114,11 @@ type Store struct {
 
 	memory   bool // the buckets' storage (graph.go creates one more)
 	replicas int
-	graphKV  jetstream.KeyValue // the graphs bucket (graph.go)
-	waiting  *reverse           // parent → the blocked tasks waiting on it (graph.go)
-	children *reverse           // parent → its sub-tasks (graph.go)
+	// soleWriter: see Options.SoleWriter.
+	soleWriter bool
+	graphKV    jetstream.KeyValue // the graphs bucket (graph.go)
+	waiting    *reverse           // parent → the blocked tasks waiting on it (graph.go)
+	children   *reverse           // parent → its sub-tasks (graph.go)
 
 	skillStore // skills and agent versions (skills.go)
 }
@@ -138,7 +146,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		taskIndex:  newIndex[*agentmeshv1.Task](),
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
-		memory:     opts.Memory, replicas: opts.Replicas,
+		memory:     opts.Memory, replicas: opts.Replicas, soleWriter: opts.SoleWriter,
 		waiting:  newReverse(waitingOn),
 		children: newReverse(subtaskOf),
 	}
@@ -619,6 +627,13 @@ func (s *Store) load(ctx context.Context, id string, trustHead bool) (*agentmesh
 
 // GetTask returns the task or not_found.
 func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, error) {
+	if s.soleWriter {
+		if t, _, ok := s.taskIndex.getRev(id); ok {
+			if h, ok := s.getHead(id); ok && h.seq == t.LastEventSeq {
+				return proto.Clone(t).(*agentmeshv1.Task), nil
+			}
+		}
+	}
 	t, _, _, err := s.load(ctx, id, true)
 	return t, err
 }

@@ -348,3 +348,50 @@ func BenchmarkSubtasksAmongMany(b *testing.B) {
 		}
 	}
 }
+
+// A sole writer answers GetTask from its index when it holds the task at
+// the head it wrote, without reading the KV entry; a store that may have
+// other writers reads the entry. Shown with the bus gone: the sole writer
+// still answers, the other cannot.
+func TestSoleWriterReadsItsIndex(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sole, err := kvstore.Open(ctx, js, names, kvstore.Options{SoleWriter: true})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { sole.Close() })
+	shared, _ := openOn(t, nc)
+
+	task, _, _, err := sole.CreateTask(ctx, &agentmeshv1.Task{Org: "o", Agent: "a", Title: "mine"})
+	if err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	task = mustMove(t, sole, store.Transition{TaskID: task.Id, To: taskstate.Assigned, NextAttempt: true})
+	got, err := sole.GetTask(ctx, task.Id)
+	if err != nil || !proto.Equal(got, task) {
+		t.Fatalf("GetTask of the sole writer: %v, %v; want %v", got, err, task)
+	}
+	got.Title = "changed by the caller" // a copy: the index is not the caller's
+	if again, _ := sole.GetTask(ctx, task.Id); again.GetTitle() != "mine" {
+		t.Fatalf("the index changed with the caller's copy: title %q", again.GetTitle())
+	}
+	if _, err := shared.GetTask(ctx, task.Id); err != nil {
+		t.Fatalf("GetTask of the other store: %v", err)
+	}
+
+	nc.Close()
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if got, err := sole.GetTask(short, task.Id); err != nil || !proto.Equal(got, task) {
+		t.Errorf("GetTask of the sole writer with the bus gone: %v, %v; want the task from its index", got, err)
+	}
+	if _, err := shared.GetTask(short, task.Id); err == nil {
+		t.Errorf("GetTask of a store with other writers answered with the bus gone; it must read the entry")
+	}
+}
