@@ -164,10 +164,10 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 			t.Errorf("%s: %d requests for one task, want at most %d", op, d.requests[op], n)
 		}
 	}
-	// The embedded store's history: created and queued, assigned,
+	// The embedded store's history: created with queued, assigned,
 	// running, the two checkpoints, the answer with the completion.
-	if n := d.publishes[names.StoreHistoryStream()]; n > 7 {
-		t.Errorf("%d history records for one task, want at most 7 (steps written together)", n)
+	if n := d.publishes[names.StoreHistoryStream()]; n > 6 {
+		t.Errorf("%d history records for one task, want at most 6 (events of one write in one record)", n)
 	}
 	if n := d.requests["state."+subjects.StateGetAgent]; n > 0 {
 		t.Errorf("the named agent was read %d times for the second task; want 0 (the registry caches it)", n)

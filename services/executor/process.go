@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
+	"google.golang.org/protobuf/proto"
 )
 
 // StderrTail is how much of a child's stderr is kept for error reports.
@@ -561,11 +562,19 @@ type serveResult struct {
 	steps []*agentmeshv1.Step
 }
 
+// maxTogether bounds the steps written in one request: larger ones go on
+// their own, so no request is larger than it was before steps were written
+// together (the bus's message limit).
+const maxTogether = 256 << 10
+
 // deferrable tells whether a model turn may wait to be written with the
-// step after it. A turn that asks for sub-tasks is written at once: their
+// step after it. A large turn is written at once. A turn that asks for sub-tasks is written at once: their
 // spawns start as soon as it is recorded (delegator.prefetch), and they
 // must not start from an answer the store does not hold.
 func deferrable(turn *agentmeshv1.Step) bool {
+	if proto.Size(turn) > maxTogether {
+		return false
+	}
 	for _, c := range turn.GetToolCalls() {
 		switch c.GetName() {
 		case delegation.ToolCallAgent, delegation.ToolCallModel, delegation.ToolWaitTasks:
@@ -709,6 +718,11 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 					return serveResult{}
 				}
 				continue
+			}
+			if deferred != nil && proto.Size(deferred)+proto.Size(step) > maxTogether {
+				if err := flush(); err != nil { // each on its own, as large as before
+					return serveResult{stepErr: err}
+				}
 			}
 			steps := []*agentmeshv1.Step{step}
 			if deferred != nil {

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -123,5 +124,26 @@ func TestDeferredTurnWrittenWhenTheChildDies(t *testing.T) {
 	}
 	if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || len(turns[0].ToolCalls) != 1 {
 		t.Fatalf("model turns in the history: %v, want the dead child's one turn (attempt 1, index 0, its tool call); %s", turns, w)
+	}
+}
+
+// A model turn too large to share a request is written on its own at once,
+// so no checkpoint request grows past what one step needs.
+func TestLargeTurnWrittenAlone(t *testing.T) {
+	e := newEnv(t)
+	big := strings.Repeat("long thought. ", 300<<10/14)
+	e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "` + big + `", "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
+	  {"content": "done"}
+	]}]}`)
+	w := watchStepWrites(t, e)
+	e.startExecutor()
+	task := e.submit("large")
+	got := e.waitStatus(task.Id, taskstate.Completed, 60*time.Second)
+	if got.Result != "done" {
+		t.Errorf("result %q", got.Result)
+	}
+	if want := "step writes [[0] [1] [2]], completions with steps [[3]]"; w.String() != want {
+		t.Errorf("got %s, want %s", w, want)
 	}
 }

@@ -103,13 +103,9 @@ func (s *Store) graphs(ctx context.Context) (jetstream.KeyValue, error) {
 
 // insert writes a planned task: its events, then its KV entry.
 func (s *Store) insert(ctx context.Context, task *agentmeshv1.Task, events []*agentmeshv1.TaskEvent) error {
-	var after uint64
-	for _, ev := range events {
-		seq, err := s.appendEvent(ctx, ev, after)
-		if err != nil {
-			return err
-		}
-		after = seq
+	after, err := s.appendRecord(ctx, events, 0)
+	if err != nil {
+		return err
 	}
 	data, err := marshal(task)
 	if err != nil {

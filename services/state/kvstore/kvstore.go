@@ -426,13 +426,15 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// appendEvent records ev after the history message at stream sequence
-// after (0: the task has no history yet). A lost race is bus conflict.
-func (s *Store) appendEvent(ctx context.Context, ev *agentmeshv1.TaskEvent, after uint64) (uint64, error) {
-	data, err := marshal(ev)
+// appendRecord records evs, one history record, after the history message
+// at stream sequence after (0: the task has no history yet). A lost race
+// is bus conflict.
+func (s *Store) appendRecord(ctx context.Context, evs []*agentmeshv1.TaskEvent, after uint64) (uint64, error) {
+	data, err := EncodeRecord(evs)
 	if err != nil {
 		return 0, err
 	}
+	ev := evs[len(evs)-1]
 	msg := nats.NewMsg(s.names.StoreHistory(ev.TaskId))
 	msg.Data = data
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after))
@@ -490,12 +492,8 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 			_ = s.idem.Delete(context.WithoutCancel(ctx), idemKey, jetstream.LastRevision(idemRev))
 		}
 	}
-	s1, err := s.appendEvent(ctx, events[0], 0)
-	if err != nil {
-		release()
-		return nil, nil, false, fmt.Errorf("create task %s: %w", task.Id, err)
-	}
-	s2, err := s.appendEvent(ctx, events[1], s1)
+	// Created and queued (or blocked): one record.
+	last, err := s.appendRecord(ctx, events, 0)
 	if err != nil {
 		release()
 		return nil, nil, false, fmt.Errorf("create task %s: %w", task.Id, err)
@@ -511,7 +509,7 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 		return nil, nil, false, kvError("create task "+task.Id, err)
 	}
 	s.taskIndex.put(task.Id, task, rev)
-	s.setHead(task.Id, head{seq: events[1].Seq, streamSeq: s2}, false)
+	s.setHead(task.Id, head{seq: events[len(events)-1].Seq, streamSeq: last}, false)
 	return task, events, true, nil
 }
 
