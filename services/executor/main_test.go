@@ -53,8 +53,8 @@ func testChild() int {
 	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
 		return resumeLiar(f.GetStart())
 	}
-	if strings.Contains(f.GetStart().GetInput(), DieAfterTurnMarker) {
-		return dieAfterTurn(f.GetStart().GetInput())
+	if in := f.GetStart().GetInput(); strings.Contains(in, DieAfterTurnMarker) || strings.Contains(in, LieAfterTurnMarker) {
+		return dieAfterTurn(in)
 	}
 	if in := f.GetStart().GetInput(); strings.Contains(in, LieUsageMarker) || strings.Contains(in, LieResultMarker) {
 		return lyingChild(in)
@@ -141,7 +141,12 @@ func resumeLiar(start *childv1.Start) int {
 
 // DieAfterTurnMarker: the child asks the model, reports the turn (with a
 // tool call), reads the turn's ack and dies before it reports the call.
-const DieAfterTurnMarker = "DIE-AFTER-TURN"
+// LieAfterTurnMarker: the same, but instead of dying it reports a second
+// model turn it never asked for (a protocol error).
+const (
+	DieAfterTurnMarker = "DIE-AFTER-TURN"
+	LieAfterTurnMarker = "LIE-AFTER-TURN"
+)
 
 func dieAfterTurn(input string) int {
 	w := childproto.NewWriter(os.Stdout)
@@ -160,6 +165,13 @@ func dieAfterTurn(input string) int {
 	}}}})
 	if f, err := r.Read(); err != nil || f.GetStepAck() == nil {
 		return 3
+	}
+	if strings.Contains(input, LieAfterTurnMarker) {
+		_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
+			Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "a turn nobody asked for",
+		}}}})
+		_, _ = r.Read()
+		return 0
 	}
 	os.Stderr.WriteString("panic: simulated crash after a model turn\n")
 	return 2

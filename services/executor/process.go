@@ -614,19 +614,24 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			return nil
 		}
 		step := deferred
+		deferred = nil
 		if err := s.appendSteps(ctx, task.Id, attempt, step); err != nil {
 			return err
 		}
-		deferred = nil
 		rel.recorded(step, verdict{})
 		return nil
 	}
+	// However the conversation ends — the child's exit, a broken pipe, a
+	// protocol error, a refused step — a turn still held is written (the
+	// final answer's goes with the completion instead).
+	defer func() {
+		if err := flush(); err != nil {
+			s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", err)
+		}
+	}()
 	for {
 		f, err := r.Read()
 		if err != nil {
-			if ferr := flush(); ferr != nil {
-				s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", ferr)
-			}
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {
 				return serveResult{}
 			}
@@ -712,9 +717,6 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			if step.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN && !stop && deferred == nil && deferrable(step) {
 				deferred = step
 				if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}}); err != nil {
-					if ferr := flush(); ferr != nil {
-						s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", ferr)
-					}
 					return serveResult{}
 				}
 				continue
@@ -784,6 +786,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			res := serveResult{final: k.Final, last: true}
 			if deferred != nil {
 				res.steps = []*agentmeshv1.Step{deferred} // written with the completion
+				deferred = nil
 			}
 			return res
 		case *childv1.Frame_Failure:

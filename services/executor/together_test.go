@@ -110,20 +110,31 @@ func TestCheckpointsWrittenTogether(t *testing.T) {
 // A model turn acked to the child and waiting for its tool call is still
 // checkpointed when the child dies before reporting the call: the next
 // attempt finds the answer and does not ask the model again.
+// So is one held when the child breaks the protocol.
 func TestDeferredTurnWrittenWhenTheChildDies(t *testing.T) {
-	e := newEnv(t)
-	w := watchStepWrites(t, e)
-	e.startExecutor()
-	task := e.submit(DieAfterTurnMarker)
-	e.waitStatus(task.Id, taskstate.Failed, 60*time.Second)
-	var turns []*agentmeshv1.Step
-	for _, st := range steps(e.history(task.Id)) {
-		if st.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
-			turns = append(turns, st)
-		}
-	}
-	if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || len(turns[0].ToolCalls) != 1 {
-		t.Fatalf("model turns in the history: %v, want the dead child's one turn (attempt 1, index 0, its tool call); %s", turns, w)
+	for _, tc := range []struct{ marker, why string }{
+		{DieAfterTurnMarker, "simulated crash after a model turn"},
+		{LieAfterTurnMarker, "a model turn step without a model call"},
+	} {
+		t.Run(tc.marker, func(t *testing.T) {
+			e := newEnv(t)
+			w := watchStepWrites(t, e)
+			e.startExecutor()
+			task := e.submit(tc.marker)
+			got := e.waitStatus(task.Id, taskstate.Failed, 60*time.Second)
+			if !strings.Contains(got.Error, tc.why) {
+				t.Errorf("error %q, want it to say %q", got.Error, tc.why)
+			}
+			var turns []*agentmeshv1.Step
+			for _, st := range steps(e.history(task.Id)) {
+				if st.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
+					turns = append(turns, st)
+				}
+			}
+			if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || len(turns[0].ToolCalls) != 1 {
+				t.Fatalf("model turns in the history: %v, want the child's one real turn (attempt 1, index 0, its tool call); %s", turns, w)
+			}
+		})
 	}
 }
 
