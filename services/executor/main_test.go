@@ -86,15 +86,10 @@ func lyingChild(input string) int {
 		ack()
 		return 1
 	}
-	msgs := []*childv1.Message{{Role: "user", Content: input}}
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{Id: 1, Messages: msgs}}}); err != nil {
+	resp := askModel(w, r, input)
+	if resp == nil {
 		return 3
 	}
-	f, err := r.Read()
-	if err != nil || f.GetModelResponse() == nil {
-		return 3
-	}
-	resp := f.GetModelResponse()
 	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
 		Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: resp.GetMessage().GetContent(),
 		Usage: &agentmeshv1.Usage{}, Model: "free-model",
@@ -151,16 +146,12 @@ const (
 func dieAfterTurn(input string) int {
 	w := childproto.NewWriter(os.Stdout)
 	r := childproto.NewReader(os.Stdin)
-	msgs := []*childv1.Message{{Role: "user", Content: input}}
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{Id: 1, Messages: msgs}}}); err != nil {
-		return 3
-	}
-	f, err := r.Read()
-	if err != nil || f.GetModelResponse() == nil {
+	resp := askModel(w, r, input)
+	if resp == nil {
 		return 3
 	}
 	_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
-		Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: f.GetModelResponse().GetMessage().GetContent(),
+		Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: resp.GetMessage().GetContent(),
 		ToolCalls: []*agentmeshv1.ToolCall{{Id: "call_0", Name: "echo", Arguments: `{"text":"x"}`}},
 	}}}})
 	if f, err := r.Read(); err != nil || f.GetStepAck() == nil {
@@ -175,4 +166,18 @@ func dieAfterTurn(input string) int {
 	}
 	os.Stderr.WriteString("panic: simulated crash after a model turn\n")
 	return 2
+}
+
+// askModel sends one model request with input as the user's message and
+// returns the answer, or nil when the executor sent something else.
+func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1.ModelResponse {
+	msgs := []*childv1.Message{{Role: "user", Content: input}}
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{Id: 1, Messages: msgs}}}); err != nil {
+		return nil
+	}
+	f, err := r.Read()
+	if err != nil {
+		return nil
+	}
+	return f.GetModelResponse()
 }

@@ -27,29 +27,26 @@ import (
 // errLostRace says a write's compare-and-set matched no row.
 var errLostRace = errors.New("lost a compare-and-set race")
 
-// writeSQL updates the task row if its last_event_seq is still the one the
-// write was planned against, and inserts the event only then.
-const writeSQL = `
+// updateIfUnchanged updates the task row if its last_event_seq is still
+// the one the write was planned against; the statements below insert the
+// write's events only then.
+const updateIfUnchanged = `
 WITH u AS (
   UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
     prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
     priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
   WHERE id = $1 AND last_event_seq = $2
   RETURNING id
-)
+)`
+
+// writeSQL is a write of one event ($8, $9, $10: its type, time, data).
+const writeSQL = updateIfUnchanged + `
 INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, $5, $8, $9, $10 FROM u`
 
-// writeManySQL is writeSQL for a write of several events ($8, $9, $10 and
-// $20: their types, times, data and seqs, as arrays).
-const writeManySQL = `
-WITH u AS (
-  UPDATE tasks SET status = $3, attempt = $4, last_event_seq = $5, updated_at = $6, data = $7,
-    prompt_tokens = $11, completion_tokens = $12, total_tokens = $13, cost_usd = $14,
-    priority = $15, tags = $16, parent_task_id = $17, waiting_on = $18, finished_at = $19
-  WHERE id = $1 AND last_event_seq = $2
-  RETURNING id
-)
+// writeManySQL is a write of several events ($8, $9, $10 and $20: their
+// types, times, data and seqs, as arrays).
+const writeManySQL = updateIfUnchanged + `
 INSERT INTO task_events (task_id, seq, type, time, data)
 SELECT u.id, e.seq, e.type, e.time, e.data
 FROM u, unnest($20::bigint[], $8::smallint[], $9::timestamptz[], $10::bytea[]) AS e(seq, type, time, data)`

@@ -356,11 +356,7 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*agentmesh
 // AppendStep checkpoints a step (see store.Store). It is idempotent on
 // (task, attempt, step index): a retry of a committed step returns it.
 func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, step *agentmeshv1.Step) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	t, evs, err := s.Checkpoint(ctx, taskID, attempt, []*agentmeshv1.Step{step}, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return t, evs[0], nil
+	return store.AppendStepBy(ctx, s.Checkpoint, taskID, attempt, step)
 }
 
 // Checkpoint appends steps, then tr, in one statement (see store.Store).

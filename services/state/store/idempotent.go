@@ -153,3 +153,14 @@ func OneEvent(plan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.
 		return next, []*agentmeshv1.TaskEvent{ev}, nil
 	}
 }
+
+// AppendStepBy is AppendStep for a store whose Checkpoint does the work.
+func AppendStepBy(ctx context.Context, checkpoint func(ctx context.Context, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *Transition) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error),
+	taskID string, attempt int32, step *agentmeshv1.Step,
+) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	t, evs, err := checkpoint(ctx, taskID, attempt, []*agentmeshv1.Step{step}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, evs[0], nil
+}
