@@ -568,9 +568,10 @@ type serveResult struct {
 const maxTogether = 256 << 10
 
 // deferrable tells whether a model turn may wait to be written with the
-// step after it. A large turn is written at once. A turn that asks for sub-tasks is written at once: their
-// spawns start as soon as it is recorded (delegator.prefetch), and they
-// must not start from an answer the store does not hold.
+// step after it. A large turn is written at once, and so is a turn that
+// asks for sub-tasks: their spawns start as soon as it is recorded
+// (delegator.prefetch), and must not start from an answer the store does
+// not hold.
 func deferrable(turn *agentmeshv1.Step) bool {
 	if proto.Size(turn) > maxTogether {
 		return false
