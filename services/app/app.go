@@ -630,7 +630,26 @@ func runService(ctx context.Context, name string, args []string) error {
 			log.Warn("no AGENTMESH_POSTGRES_URL: using the embedded JetStream store")
 			var js jetstream.JetStream
 			if js, err = jetstream.New(nc); err == nil {
-				st, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas})
+				// JetStream may not be ready yet (a server starting, an
+				// account being enabled): try again rather than exit.
+				for try := 1; ; try++ {
+					var kv *kvstore.Store
+					kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas})
+					if err == nil {
+						st = kv
+						break
+					}
+					if !kvstore.Unreachable(err) || ctx.Err() != nil {
+						break
+					}
+					if try == 1 || try%10 == 0 {
+						log.Warn("embedded store not ready; trying again", "err", err, "try", try)
+					}
+					select {
+					case <-ctx.Done():
+					case <-time.After(min(time.Duration(try)*100*time.Millisecond, 2*time.Second)):
+					}
+				}
 			}
 		}
 		if err != nil {

@@ -21,6 +21,11 @@ func kvError(op string, err error) error {
 	return store.Internal(op, err)
 }
 
+// Unreachable reports whether err says JetStream could not be reached or
+// is not ready yet (no responders, a timeout, a closed or reconnecting
+// connection, JetStream not enabled yet): worth trying again.
+func Unreachable(err error) bool { return unreachable(err) }
+
 func unreachable(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||

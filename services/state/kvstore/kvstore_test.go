@@ -3,6 +3,7 @@ package kvstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -393,5 +394,26 @@ func TestSoleWriterReadsItsIndex(t *testing.T) {
 	}
 	if _, err := shared.GetTask(short, task.Id); err == nil {
 		t.Errorf("GetTask of a store with other writers answered with the bus gone; it must read the entry")
+	}
+}
+
+// Unreachable: what the state service tries again when it opens the store
+// (JetStream not enabled yet on a server still starting), and what it
+// does not.
+func TestUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("kvstore: bucket X: %w", jetstream.ErrJetStreamNotEnabled), true},
+		{fmt.Errorf("kvstore: bucket X: %w", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}), true},
+		{fmt.Errorf("kvstore: %w", nats.ErrNoResponders), true},
+		{fmt.Errorf("kvstore: %w", nats.ErrTimeout), true},
+		{errors.New("kvstore: bucket X: invalid config"), false},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamNameInUse}, false},
+	} {
+		if got := kvstore.Unreachable(tc.err); got != tc.want {
+			t.Errorf("Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
