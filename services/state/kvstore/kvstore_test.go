@@ -77,6 +77,7 @@ func TestRollForward(t *testing.T) {
 		t.Fatalf("CreateTask: %v", err)
 	}
 	// What a crashed writer left: events 3 and 4 in the history only.
+	var records [][]byte
 	for _, ev := range []*agentmeshv1.TaskEvent{
 		{TaskId: task.Id, Seq: 3, Type: agentmeshv1.EventType_EVENT_TYPE_STATUS, Time: timestamppb.Now(),
 			FromStatus: taskstate.Queued, Status: taskstate.Assigned, Attempt: 1, Org: "o"},
@@ -84,16 +85,9 @@ func TestRollForward(t *testing.T) {
 			FromStatus: taskstate.Assigned, Status: taskstate.Running, Attempt: 1, Org: "o", Node: "n1"},
 	} {
 		data, _ := proto.Marshal(ev)
-		if _, err := js.Publish(ctx, names.StoreHistory(task.Id), data); err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		records = append(records, data)
 	}
-	// A second store (a restarted process) knows nothing of the head.
-	s2, _ := openOn(t, nc)
-	got, err := s2.GetTask(ctx, task.Id)
-	if err != nil {
-		t.Fatalf("GetTask: %v", err)
-	}
+	s2, got := readAfterCrash(t, js, nc, task.Id, records...)
 	if got.Status != taskstate.Running || got.LastEventSeq != 4 || got.Attempt != 1 || got.Node != "n1" {
 		t.Errorf("rolled forward: got %s seq %d attempt %d node %q, want running 4 1 n1",
 			taskstate.Name(got.Status), got.LastEventSeq, got.Attempt, got.Node)
@@ -164,14 +158,7 @@ func TestRollForwardRecordOfMany(t *testing.T) {
 	if err != nil {
 		t.Fatalf("EncodeRecord: %v", err)
 	}
-	if _, err := js.Publish(ctx, names.StoreHistory(task.Id), rec); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	s2, _ := openOn(t, nc)
-	got, err := s2.GetTask(ctx, task.Id)
-	if err != nil {
-		t.Fatalf("GetTask: %v", err)
-	}
+	s2, got := readAfterCrash(t, js, nc, task.Id, rec)
 	if got.Status != taskstate.Completed || got.LastEventSeq != 8 || got.StepCount != 3 || got.Result != "42" {
 		t.Errorf("rolled forward: got %s seq %d, %d steps, result %q; want completed 8, 3, 42",
 			taskstate.Name(got.Status), got.LastEventSeq, got.StepCount, got.Result)
@@ -190,6 +177,26 @@ func TestRollForwardRecordOfMany(t *testing.T) {
 	if part, err := s2.History(ctx, task.Id, 0, 6); err != nil || len(part) != 6 || part[5].Seq != 6 {
 		t.Errorf("history limited to 6 events: got %d events, %v", len(part), err)
 	}
+}
+
+// readAfterCrash appends records to a task's history behind the store's
+// back (what a writer that crashed before updating the KV entry left) and
+// reads the task with a second store, as a restarted process would: one
+// that knows nothing of the head.
+func readAfterCrash(t *testing.T, js jetstream.JetStream, nc *nats.Conn, taskID string, records ...[]byte) (*kvstore.Store, *agentmeshv1.Task) {
+	t.Helper()
+	ctx := context.Background()
+	for _, rec := range records {
+		if _, err := js.Publish(ctx, names.StoreHistory(taskID), rec); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	s2, _ := openOn(t, nc)
+	got, err := s2.GetTask(ctx, taskID)
+	if err != nil {
+		t.Fatalf("GetTask: %v", err)
+	}
+	return s2, got
 }
 
 func mustMove(t *testing.T, s *kvstore.Store, tr store.Transition) *agentmeshv1.Task {
