@@ -13,6 +13,18 @@ import (
 // ContentTypeJSON; requests and replies between services are protobuf.
 const HeaderContentType = "Content-Type"
 
+// HeaderFollowers, on a task's terminal event, is FollowersNone when state
+// knew, right after the end was committed, that nothing follows it: no
+// parent to record the end in, no unfinished sub-task, no task waiting on
+// it. The scheduler then neither settles the task nor looks for its
+// dependents (two requests fewer per task). Without the header an end is
+// settled and resolved as always; a wrong "none" could only delay a
+// follower until the scheduler's sweep.
+const HeaderFollowers = "Am-Followers"
+
+// FollowersNone is HeaderFollowers' one value.
+const FollowersNone = "none"
+
 // ContentTypeJSON is the content type of public event payloads.
 const ContentTypeJSON = "application/json"
 

@@ -175,6 +175,13 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 	if n := d.requests["state."+subjects.StateGetTask]; n > 0 {
 		t.Errorf("the task was read %d times on its hot path (nobody watched or polled it); want 0", n)
 	}
+	// Nothing follows this task (no parent, sub-tasks or dependents): the
+	// scheduler neither settles its end nor lists its dependents.
+	for _, op := range []string{subjects.StateListTasks, subjects.StateSettleTask} {
+		if n := d.requests["state."+op]; n > 0 {
+			t.Errorf("state.%s: %d requests after the end of a task nothing follows; want 0", op, n)
+		}
+	}
 	if n := d.requests["state."+subjects.StateHistory]; n > 0 {
 		t.Errorf("the history of a first attempt was read %d times; want 0 (there is nothing before it)", n)
 	}

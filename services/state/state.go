@@ -295,6 +295,9 @@ func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.Task
 			continue
 		}
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", ev.TaskId, ev.Seq))
+		if s.unfollowed(ctx, ev) {
+			msg.Header.Set(bus.HeaderFollowers, bus.FollowersNone)
+		}
 		f, err := s.js.PublishMsgAsync(msg)
 		if err != nil {
 			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
@@ -303,6 +306,21 @@ func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.Task
 		futures = append(futures, f)
 	}
 	s.await(ctx, futures)
+}
+
+// unfollowed reports whether ev ends a task that nothing follows (see
+// bus.HeaderFollowers and store.Tree's Unfollowed). It is asked after the
+// end was committed: publishEvents runs after the write.
+func (s *Service) unfollowed(ctx context.Context, ev *agentmeshv1.TaskEvent) bool {
+	if ev.Type != agentmeshv1.EventType_EVENT_TYPE_STATUS || !taskstate.Terminal(ev.Status) {
+		return false
+	}
+	none, _, err := s.store.Unfollowed(ctx, ev.TaskId)
+	if err != nil {
+		s.log.Debug("followers of an ended task unknown; the scheduler settles it", "task", ev.TaskId, "err", err)
+		return false
+	}
+	return none
 }
 
 func (s *Service) await(ctx context.Context, futures []jetstream.PubAckFuture) {

@@ -56,7 +56,9 @@ func TestConformanceMemory(t *testing.T) {
 		if err != nil {
 			t.Fatalf("jetstream: %v", err)
 		}
-		s, err := kvstore.Open(context.Background(), js, subjects.Must("mem.x"), kvstore.Options{Memory: true})
+		// The sole writer's index answers reads and Unfollowed exactly:
+		// this run holds it to the same contract as a shared store.
+		s, err := kvstore.Open(context.Background(), js, subjects.Must("mem.x"), kvstore.Options{Memory: true, SoleWriter: true})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -391,6 +393,19 @@ func TestSoleWriterReadsItsIndex(t *testing.T) {
 	}
 	if _, err := shared.GetTask(ctx, task.Id); err != nil {
 		t.Fatalf("GetTask of the other store: %v", err)
+	}
+
+	// Only the sole writer knows, at once, that nothing follows an end.
+	ended, _, _, err := sole.CreateTask(ctx, &agentmeshv1.Task{Org: "o", Agent: "a", Title: "ended"})
+	if err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	mustMove(t, sole, store.Transition{TaskID: ended.Id, To: taskstate.Cancelled, Reason: "stop"})
+	if none, exact, err := sole.Unfollowed(ctx, ended.Id); err != nil || !none || !exact {
+		t.Errorf("Unfollowed of the sole writer: %v %v %v; want true, exact", none, exact, err)
+	}
+	if none, exact, err := shared.Unfollowed(ctx, ended.Id); err != nil || none || exact {
+		t.Errorf("Unfollowed of a store with other writers: %v %v %v; want false, not exact", none, exact, err)
 	}
 
 	nc.Close()

@@ -129,3 +129,8 @@ func (i instrumented) RecordSubtask(ctx context.Context, id string, sub *agentme
 	defer func(start time.Time) { observe("record_subtask", start, err) }(time.Now())
 	return i.s.RecordSubtask(ctx, id, sub)
 }
+
+func (i instrumented) Unfollowed(ctx context.Context, id string) (unfollowed, exact bool, err error) {
+	defer func(start time.Time) { observe("unfollowed", start, err) }(time.Now())
+	return i.s.Unfollowed(ctx, id)
+}

@@ -24,6 +24,16 @@ type Tree interface {
 	// holds that event it returns the holder and a nil event. not_found for
 	// an unknown holder.
 	RecordSubtask(ctx context.Context, holderID string, sub *agentmeshv1.SubtaskEvent) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error)
+	// Unfollowed reports whether nothing follows the end of the ended task
+	// id: it has no parent to record its end in, no unfinished sub-task to
+	// cancel and no blocked task waiting on it. It is asked right after the
+	// end was committed, so a sub-task or dependent created later is not
+	// missed: its create re-reads the parents after it commits and acts on
+	// an end it finds (state's spawned and graph.go). exact is false when
+	// the store cannot tell for certain (a store shared with other writers,
+	// whose index may lag theirs); unfollowed is then false too, and the
+	// end is settled and resolved as any other.
+	Unfollowed(ctx context.Context, id string) (unfollowed, exact bool, err error)
 }
 
 // subtaskPage is how many of the holder's events a look-up for a recorded

@@ -17,6 +17,7 @@ var treeTests = []struct {
 }{
 	{"RecordSubtaskOnce", testRecordSubtaskOnce},
 	{"SubtreeUsageNotInOrgUsage", testSubtreeUsageNotInOrgUsage},
+	{"Unfollowed", testUnfollowed},
 }
 
 func record(t *testing.T, s store.Store, holder string, sub *agentmeshv1.SubtaskEvent) (*agentmeshv1.Task, *agentmeshv1.TaskEvent) {
@@ -116,4 +117,45 @@ func testSubtreeUsageNotInOrgUsage(t *testing.T, s store.Store) {
 	if n != 2 || u.GetTotalTokens() != 10 || u.GetCostUsd() != 0.5 {
 		t.Errorf("org usage: got %v over %d tasks, want 10 tokens $0.5 over 2", u, n)
 	}
+}
+
+// Unfollowed never says that nothing follows a task with a parent, an
+// unfinished sub-task or a blocked dependent; a store that says it is
+// exact says it of an ended task with none of these.
+func testUnfollowed(t *testing.T, s store.Store) {
+	ask := func(what, id string, want bool) {
+		t.Helper()
+		none, exact, err := s.Unfollowed(ctxT(t), id)
+		if err != nil {
+			t.Fatalf("Unfollowed(%s): %v", what, err)
+		}
+		if none && !exact {
+			t.Errorf("%s: unfollowed but not exact", what)
+		}
+		if none && !want || exact && none != want {
+			t.Errorf("%s: unfollowed=%v (exact %v), want %v", what, none, exact, want)
+		}
+	}
+	leaf := finish(t, s, create(t, s, newTask("o3", "agent", "")).Id, taskstate.Completed, "done")
+	ask("a task without parent, sub-tasks or dependents", leaf.Id, true)
+	ask("an unknown task", "01JNOSUCHTASKNOSUCHTASK000", false)
+
+	parent := create(t, s, newTask("o3", "planner", ""))
+	in := newTask("o3", "worker", "")
+	in.ParentTaskId = parent.Id
+	kid := create(t, s, in)
+	parent = finish(t, s, parent.Id, taskstate.Cancelled, "stop")
+	ask("an ended parent with an unfinished sub-task", parent.Id, false)
+	finish(t, s, kid.Id, taskstate.Cancelled, "parent ended")
+	ask("a sub-task (its end is recorded in its parent)", kid.Id, false)
+	ask("an ended parent whose sub-tasks all ended", parent.Id, true)
+
+	first := create(t, s, newTask("o3", "agent", ""))
+	dep := create(t, s, withDeps("o3", first.Id))
+	first = finish(t, s, first.Id, taskstate.Completed, "first")
+	ask("an ended task with a blocked dependent", first.Id, false)
+	if got, _ := resolve(t, s, dep.Id, first); got.Status != taskstate.Queued {
+		t.Fatalf("dependent after its parent completed: %s, want queued", taskstate.Name(got.Status))
+	}
+	ask("an ended task whose dependent was released", first.Id, true)
 }
