@@ -75,7 +75,7 @@ func (e *endings) run(ctx context.Context) error {
 
 // onMsg acks an event once its handler succeeded, redelivers it a second
 // later when the handler failed, and drops what is not a terminal event.
-// An end state marked as followed by nothing (bus.HeaderFollowers) has
+// An end that state marked as followed by nothing (bus.HeaderFollowers) has
 // nothing to settle or release: it is acked at once.
 func (e *endings) onMsg(ctx context.Context, m jetstream.Msg) {
 	if m.Headers().Get(bus.HeaderFollowers) == bus.FollowersNone {
