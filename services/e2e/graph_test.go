@@ -355,6 +355,10 @@ func TestGetMetricsOfAKnownWorkload(t *testing.T) {
 			e.waitStatus(t, id, taskstate.Completed, 30*time.Second)
 		}
 		e.waitStatus(t, running.Id, taskstate.Running, 30*time.Second)
+		// The cancelled task is cancelled while it runs (its queue wait and
+		// run time are counted below): cancelled before it started, it
+		// would count in neither.
+		e.waitStatus(t, cancelled.Id, taskstate.Running, 30*time.Second)
 		if _, err := e.tasks.CancelTask(ctxT(t), &agentmeshv1.CancelTaskRequest{Id: cancelled.Id}); err != nil {
 			t.Fatal(err)
 		}
