@@ -310,8 +310,13 @@ func (t *Tool) Query(ctx context.Context, a Args, approved bool) (*Result, error
 
 	// The statement timeout bounds the statement; this bounds the rest
 	// (acquiring a connection, BEGIN, COMMIT, DISCARD).
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.StatementTimeout+5*time.Second)
 	defer cancel()
+	// stalled says the statement outlived the server's own timeout and
+	// this call's slack after it (a stalled disk, an overloaded
+	// machine): the caller sees the same timeout either way.
+	stalled := func() bool { return ctx.Err() == context.DeadlineExceeded && outer.Err() == nil }
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sql_query: connect: %w", err)
@@ -343,11 +348,11 @@ func (t *Tool) Query(ctx context.Context, a Args, approved bool) (*Result, error
 
 	res, err := t.query(ctx, tx, a.Query, params, maxRows, readWrite)
 	if err != nil {
-		return nil, t.queryError(err)
+		return nil, t.queryError(err, stalled())
 	}
 	if readWrite {
 		if err := tx.Commit(ctx); err != nil {
-			return nil, t.queryError(err)
+			return nil, t.queryError(err, stalled())
 		}
 		res.ReadWrite = true
 	}
@@ -430,7 +435,10 @@ func (t *Tool) query(ctx context.Context, tx pgx.Tx, q string, params []any, max
 	return res, nil
 }
 
-func (t *Tool) queryError(err error) error {
+func (t *Tool) queryError(err error, stalled bool) error {
+	if stalled {
+		return fmt.Errorf("sql_query: %w after %s (the server did not end it within %s)", ErrTimeout, t.cfg.StatementTimeout, t.cfg.StatementTimeout+5*time.Second)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		if pe.Code == "57014" && strings.Contains(pe.Message, "statement timeout") {

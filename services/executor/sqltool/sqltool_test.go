@@ -1,12 +1,16 @@
 package sqltool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -421,4 +425,108 @@ func TestLexerAgreesWithPostgres(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTimeoutWhenTheServerStalls: a server that never serves its statement
+// timeout (a stalled disk, a frozen host) still ends the call with
+// ErrTimeout once the tool's slack after the timeout has passed.
+func TestTimeoutWhenTheServerStalls(t *testing.T) {
+	u, err := url.Parse(newDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "stall_marker"
+	proxy, unstall := stallingProxy(t, u.Host, marker)
+	u.Host = proxy
+	tool := newTool(t, Config{URL: u.String(), StatementTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err = call(t, tool.Run, "SELECT 1 AS "+marker)
+	took := time.Since(start)
+	// The stalled connection is closed: pgx drains a closing connection
+	// for up to 15 s, which would hold the tool's Close.
+	unstall()
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("got %v, want %v", err, ErrTimeout)
+	}
+	if took > 30*time.Second {
+		t.Errorf("took %s", took)
+	}
+}
+
+// stallingProxy forwards TCP to target until a client sends marker; from
+// then on nothing more comes back on that connection until unstall is
+// called, which closes it.
+func stallingProxy(t *testing.T, target, marker string) (addr string, unstall func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	done := make(chan struct{})
+	var once sync.Once
+	unstall = func() { once.Do(func() { close(done) }) }
+	t.Cleanup(func() { unstall(); ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			stalled := make(chan struct{})
+			conns.Add(2)
+			go func() { // client → server
+				defer conns.Done()
+				defer s.Close()
+				buf := make([]byte, 32<<10)
+				var seen bool
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if !seen && bytes.Contains(buf[:n], []byte(marker)) {
+							seen = true
+							close(stalled)
+						}
+						if _, err := s.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() { // server → client, until stalled
+				defer conns.Done()
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+					n, err := s.Read(buf)
+					// stalled closes before the marker is forwarded, so
+					// no answer to it gets past this.
+					select {
+					case <-stalled:
+						<-done
+						return
+					default:
+					}
+					if n > 0 {
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), unstall
 }
