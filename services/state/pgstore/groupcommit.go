@@ -8,6 +8,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,12 +59,22 @@ type rowWrite struct {
 	id   string
 	sql  string
 	args []any
+	// ends says the write ends the task (it appends a terminal STATUS
+	// event): its group also asks, after the commit, whether anything
+	// follows that end (see ends.go).
+	ends bool
 }
 
 func newRowWrite(prevSeq int64, next *agentmeshv1.Task, evs ...*agentmeshv1.TaskEvent) (rowWrite, error) {
 	data, err := marshal(next)
 	if err != nil {
 		return rowWrite{}, err
+	}
+	ends := false
+	for _, ev := range evs {
+		if ev.Type == agentmeshv1.EventType_EVENT_TYPE_STATUS && taskstate.Terminal(ev.Status) {
+			ends = true
+		}
 	}
 	g := graphCols(next)
 	args := []any{
@@ -79,7 +90,7 @@ func newRowWrite(prevSeq int64, next *agentmeshv1.Task, evs ...*agentmeshv1.Task
 			return rowWrite{}, err
 		}
 		args[7], args[8], args[9] = int16(ev.Type), ev.Time.AsTime(), evData
-		return rowWrite{id: next.Id, sql: writeSQL, args: args}, nil
+		return rowWrite{id: next.Id, sql: writeSQL, args: args, ends: ends}, nil
 	}
 	seqs, types, times, datas := make([]int64, len(evs)), make([]int16, len(evs)), make([]time.Time, len(evs)), make([][]byte, len(evs))
 	for i, ev := range evs {
@@ -89,24 +100,21 @@ func newRowWrite(prevSeq int64, next *agentmeshv1.Task, evs ...*agentmeshv1.Task
 		seqs[i], types[i], times[i] = ev.Seq, int16(ev.Type), ev.Time.AsTime()
 	}
 	args[7], args[8], args[9] = types, times, datas
-	return rowWrite{id: next.Id, sql: writeManySQL, args: append(args, seqs)}, nil
+	return rowWrite{id: next.Id, sql: writeManySQL, args: append(args, seqs), ends: ends}, nil
 }
 
 // flush commits a group of writes; one outcome per write: nil (committed),
 // errLostRace, or the database's error.
 func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
+	if slices.ContainsFunc(ws, func(w rowWrite) bool { return w.ends }) {
+		return s.flushEnds(ctx, ws)
+	}
 	errs := make([]error, len(ws))
 	if len(ws) == 1 {
 		errs[0] = s.writeOne(ctx, ws[0])
 		return errs
 	}
-	// Rows are locked in id order, so two state processes' groups cannot
-	// deadlock on each other.
-	order := make([]int, len(ws))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ws[a].id, ws[b].id) })
+	order := lockOrder(ws)
 	b := &pgx.Batch{}
 	for _, i := range order {
 		b.Queue(ws[i].sql, ws[i].args...)
@@ -138,6 +146,17 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 		}
 	}
 	return errs
+}
+
+// lockOrder is the order a group's statements run in: rows are locked in
+// id order, so two state processes' groups cannot deadlock on each other.
+func lockOrder(ws []rowWrite) []int {
+	order := make([]int, len(ws))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ws[a].id, ws[b].id) })
+	return order
 }
 
 // writeOne commits one write in its own statement.

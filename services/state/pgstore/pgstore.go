@@ -58,6 +58,9 @@ type Store struct {
 	cache writeCache
 	// group commits concurrent task writes together (groupcommit.go).
 	group *store.GroupCommit[rowWrite]
+	// answers holds whether anything follows the ends this process
+	// committed, until state asks (ends.go).
+	answers endAnswers
 }
 
 var _ store.Store = (*Store)(nil)

@@ -12,13 +12,14 @@ func (s *Store) RecordSubtask(ctx context.Context, holderID string, sub *agentme
 	return store.RecordSubtaskWith(ctx, s.write, s.History, s.now, holderID, sub)
 }
 
-// Unfollowed (see store.Tree) does not claim to know. Postgres could tell
-// exactly, with one query after the end's commit (the task's parent column,
-// its unfinished sub-tasks, the blocked tasks waiting on it), but that query
-// sits between the commit and the terminal event: measured, concurrency-1
-// submit → completed p50 rose by 0.7–1.3 ms in two alternated pairs, for no
-// visible saving of CPU (docs/benchmarks.md). The scheduler settles and
-// resolves every end, as before.
-func (s *Store) Unfollowed(context.Context, string) (unfollowed, exact bool, err error) {
-	return false, false, nil
+// Unfollowed (see store.Tree) is exact for an end this process committed:
+// the answer was asked in the same round trip as the end's commit, after it
+// (ends.go), and is taken here once. For any other task (ended by another
+// state process, or asked a second time) it does not claim to know.
+func (s *Store) Unfollowed(_ context.Context, id string) (unfollowed, exact bool, err error) {
+	none, ok := s.answers.take(id)
+	if !ok {
+		return false, false, nil
+	}
+	return none, true, nil
 }

@@ -30,11 +30,10 @@ type Tree interface {
 	// end was committed, so a sub-task or dependent created later is not
 	// missed: its create re-reads the parents after it commits and acts on
 	// an end it finds (state's spawned and graph.go). exact is false when
-	// the store cannot tell for certain (a store shared with other writers,
-	// whose index may lag theirs) or would pay more to ask than the answer
-	// saves (Postgres: a query between the end's commit and its event);
-	// unfollowed is then false too, and the end is settled and resolved as
-	// any other.
+	// the store cannot tell for certain or cheaply (a store shared with
+	// other writers, whose index may lag theirs; Postgres for an end it did
+	// not commit itself, or asked a second time); unfollowed is then false
+	// too, and the end is settled and resolved as any other.
 	Unfollowed(ctx context.Context, id string) (unfollowed, exact bool, err error)
 }
 
