@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -444,12 +445,26 @@ func Reap() {
 	}
 }
 
+// reapOrphans reaps as the orphans end: the sandbox's PID 1 gets SIGCHLD
+// for each of its children that ends, its orphans' included. An idle agent
+// (a warm child waiting for its task) so wakes for nothing; the slow tick
+// only covers a signal coalesced with one that came while a reap ran.
 func reapOrphans() {
+	ended := make(chan os.Signal, 1)
+	signal.Notify(ended, syscall.SIGCHLD)
+	tick := time.NewTicker(reapFallback)
+	defer tick.Stop()
 	for {
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ended:
+		case <-tick.C:
+		}
 		Reap()
 	}
 }
+
+// reapFallback is how often the orphans are looked for without a SIGCHLD.
+const reapFallback = 10 * time.Second
 
 // landlockABI returns the kernel's Landlock ABI version, or why there is none.
 func landlockABI() (int, error) {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,6 +90,32 @@ func childMode(mode string) int {
 		fmt.Println("ready")
 		time.Sleep(time.Hour)
 		return 0
+	case "orphan":
+		// A shell leaves a background sleep behind: it becomes this
+		// process's (the sandbox's PID 1) orphan, and must be reaped
+		// once it ends, by the sandbox's reaper alone.
+		if err := exec.Command("sh", "-c", "sleep 0.2 & exit 0").Run(); err != nil {
+			fmt.Println("sh:", err)
+			return 1
+		}
+		fmt.Println("ready")
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			others := 0
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() {
+					others++
+				}
+			}
+			if others == 0 {
+				fmt.Println("reaped")
+				return 0
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		fmt.Println("orphan left")
+		return 1
 	case "check":
 		c := sandbox.Current()
 		if c == nil {
@@ -328,6 +356,23 @@ func TestKillTakesTheTree(t *testing.T) {
 	task.Cleanup()
 	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workspace left behind: %v", err)
+	}
+}
+
+// TestOrphanReaped: a process a tool leaves behind is reaped by the
+// sandbox's PID 1 when it ends (no zombie counts against the pids limit).
+func TestOrphanReaped(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	task, err := sb.Prepare("orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	cmd, r := start(t, task, "orphan")
+	out, _ := io.ReadAll(r)
+	_ = cmd.Wait()
+	if got := string(out); got != "ready\nreaped\n" {
+		t.Errorf("child printed %q, want the orphan reaped", got)
 	}
 }
 
