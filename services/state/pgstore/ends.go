@@ -63,17 +63,10 @@ func (s *Store) flushEnds(ctx context.Context, ws []rowWrite) []error {
 		}
 	}
 	br := conn.SendBatch(ctx, b)
-	tags := make([]pgconn.CommandTag, len(ws))
+	var tags []pgconn.CommandTag
 	_, batchErr := br.Exec() // BEGIN
 	if batchErr == nil {
-		for _, i := range order {
-			tag, err := br.Exec()
-			if err != nil {
-				batchErr = err
-				break
-			}
-			tags[i] = tag
-		}
+		tags, batchErr = execWrites(br, order)
 	}
 	if batchErr == nil {
 		_, batchErr = br.Exec() // COMMIT

@@ -120,16 +120,7 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 		b.Queue(ws[i].sql, ws[i].args...)
 	}
 	br := s.pool.SendBatch(ctx, b)
-	tags := make([]pgconn.CommandTag, len(ws))
-	var batchErr error
-	for _, i := range order {
-		tag, err := br.Exec()
-		if err != nil {
-			batchErr = err
-			break
-		}
-		tags[i] = tag
-	}
+	tags, batchErr := execWrites(br, order)
 	if err := br.Close(); batchErr == nil {
 		batchErr = err
 	}
@@ -146,6 +137,20 @@ func (s *Store) flush(ctx context.Context, ws []rowWrite) []error {
 		}
 	}
 	return errs
+}
+
+// execWrites reads the results of a group's writes, queued in order: each
+// write's command tag, at its index, until the first error.
+func execWrites(br pgx.BatchResults, order []int) ([]pgconn.CommandTag, error) {
+	tags := make([]pgconn.CommandTag, len(order))
+	for _, i := range order {
+		tag, err := br.Exec()
+		if err != nil {
+			return tags, err
+		}
+		tags[i] = tag
+	}
+	return tags, nil
 }
 
 // lockOrder is the order a group's statements run in: rows are locked in
