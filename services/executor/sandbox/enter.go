@@ -446,25 +446,17 @@ func Reap() {
 }
 
 // reapOrphans reaps as the orphans end: the sandbox's PID 1 gets SIGCHLD
-// for each of its children that ends, its orphans' included. An idle agent
-// (a warm child waiting for its task) so wakes for nothing; the slow tick
-// only covers a signal coalesced with one that came while a reap ran.
+// for each of its children that ends, its orphans' included, so an idle
+// agent (a warm child waiting for its task) wakes for nothing. Signals that
+// coalesce lose nothing: the channel is drained before each scan, and a
+// child that ends during one leaves a signal for the next.
 func reapOrphans() {
 	ended := make(chan os.Signal, 1)
 	signal.Notify(ended, syscall.SIGCHLD)
-	tick := time.NewTicker(reapFallback)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ended:
-		case <-tick.C:
-		}
+	for range ended {
 		Reap()
 	}
 }
-
-// reapFallback is how often the orphans are looked for without a SIGCHLD.
-const reapFallback = 10 * time.Second
 
 // landlockABI returns the kernel's Landlock ABI version, or why there is none.
 func landlockABI() (int, error) {
