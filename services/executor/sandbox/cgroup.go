@@ -19,6 +19,9 @@ type controller struct {
 	// base is the directory under which task cgroups are created: the
 	// executor's own cgroup in that hierarchy plus "/agentmesh".
 	base string
+	// swap (memory only) is the swap limit's file, "" without swap
+	// accounting (swapFile).
+	swap string
 }
 
 func (c controller) String() string {
@@ -227,25 +230,39 @@ func writeFile(dir, name, value string) error {
 	return nil
 }
 
-// setMemory limits dir to limit bytes, swap included.
-func setMemory(dir string, v2 bool, limit int64) error {
+// setMemory limits dir, a cgroup of the memory controller c, to limit
+// bytes, swap included (when the kernel accounts swap: c.swap).
+func setMemory(dir string, c controller, limit int64) error {
 	v := strconv.FormatInt(limit, 10)
-	if v2 {
-		if err := writeFile(dir, "memory.max", v); err != nil {
-			return err
-		}
-		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
-			return writeFile(dir, "memory.swap.max", "0")
-		}
-		return nil
+	name := "memory.limit_in_bytes"
+	if c.v2 {
+		name = "memory.max"
 	}
-	if err := writeFile(dir, "memory.limit_in_bytes", v); err != nil {
+	if err := writeFile(dir, name, v); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
-		return writeFile(dir, "memory.memsw.limit_in_bytes", v)
+	switch {
+	case c.swap == "":
+		return nil
+	case c.v2:
+		return writeFile(dir, c.swap, "0")
 	}
-	return nil
+	return writeFile(dir, c.swap, v)
+}
+
+// swapFile is the swap limit's file of the memory controller whose
+// executor cgroup is base, "" when the kernel does not account swap
+// (v1 without swapaccount, v2 without the swap controller): every task
+// cgroup under base has it or not as base does, so it is looked for once.
+func swapFile(base string, v2 bool) string {
+	name := "memory.memsw.limit_in_bytes"
+	if v2 {
+		name = "memory.swap.max"
+	}
+	if _, err := os.Stat(filepath.Join(base, name)); err != nil {
+		return ""
+	}
+	return name
 }
 
 // cpuPeriod is the CFS period the CPU share is enforced over (100 ms).
@@ -258,9 +275,8 @@ func setCPU(dir string, v2 bool, cores float64) error {
 	if v2 {
 		return writeFile(dir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod))
 	}
-	if err := writeFile(dir, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
-		return err
-	}
+	// A new cgroup's cpu.cfs_period_us is the kernel's default, which is
+	// cpuPeriod: only the quota is written.
 	return writeFile(dir, "cpu.cfs_quota_us", quota)
 }
 

@@ -428,6 +428,9 @@ func (s *Sandbox) findCgroups() error {
 		if err == nil {
 			err = ctl.prepareBase()
 		}
+		if err == nil && c.name == "memory" {
+			ctl.swap = swapFile(ctl.base, ctl.v2)
+		}
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -494,7 +497,10 @@ type Task struct {
 	toolsPid string // the tools' pids cgroup
 	cpuDir   string // the task's cpu cgroup (v1, or v2 apart from memory/pids)
 	agentCPU string // where the agent process goes in the cpu hierarchy
-	exe      *os.File
+	// cgDirs are the cgroup directories setup created, in order (parents
+	// before their children).
+	cgDirs []string
+	exe    *os.File
 
 	mu         sync.Mutex
 	cleaned    bool
@@ -551,10 +557,10 @@ func (t *Task) setup() error {
 	// Memory: <base>/<task> (the whole task), the agent in it (v1) or in
 	// <task>/agent (v2: no processes in inner cgroups), tools in <task>/tools.
 	t.memDir = filepath.Join(s.mem.base, t.name)
-	if err := os.Mkdir(t.memDir, 0o755); err != nil {
+	if err := t.mkCgroup(t.memDir); err != nil {
 		return fmt.Errorf("sandbox: create cgroup: %w", err)
 	}
-	if err := setMemory(t.memDir, s.mem.v2, s.cfg.Memory); err != nil {
+	if err := setMemory(t.memDir, s.mem, s.cfg.Memory); err != nil {
 		return err
 	}
 	if s.mem.v2 {
@@ -566,17 +572,17 @@ func (t *Task) setup() error {
 			return err
 		}
 		t.agentMem = filepath.Join(t.memDir, "agent")
-		if err := os.Mkdir(t.agentMem, 0o755); err != nil {
+		if err := t.mkCgroup(t.agentMem); err != nil {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
 	} else {
 		t.agentMem = t.memDir
 	}
 	t.toolsMem = filepath.Join(t.memDir, "tools")
-	if err := os.Mkdir(t.toolsMem, 0o755); err != nil {
+	if err := t.mkCgroup(t.toolsMem); err != nil {
 		return fmt.Errorf("sandbox: create cgroup: %w", err)
 	}
-	if err := setMemory(t.toolsMem, s.mem.v2, s.cfg.ToolMemory); err != nil {
+	if err := setMemory(t.toolsMem, s.mem, s.cfg.ToolMemory); err != nil {
 		return err
 	}
 	// The sandbox moves the programs its tools run into the tools cgroup
@@ -597,7 +603,7 @@ func (t *Task) setup() error {
 		t.pidsDir, t.agentPid, t.toolsPid = t.memDir, t.agentMem, t.toolsMem
 	} else {
 		t.pidsDir = filepath.Join(s.pids.base, t.name)
-		if err := os.Mkdir(t.pidsDir, 0o755); err != nil {
+		if err := t.mkCgroup(t.pidsDir); err != nil {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
 		t.agentPid = t.pidsDir
@@ -606,12 +612,12 @@ func (t *Task) setup() error {
 				return err
 			}
 			t.agentPid = filepath.Join(t.pidsDir, "agent")
-			if err := os.Mkdir(t.agentPid, 0o755); err != nil {
+			if err := t.mkCgroup(t.agentPid); err != nil {
 				return fmt.Errorf("sandbox: create cgroup: %w", err)
 			}
 		}
 		t.toolsPid = filepath.Join(t.pidsDir, "tools")
-		if err := os.Mkdir(t.toolsPid, 0o755); err != nil {
+		if err := t.mkCgroup(t.toolsPid); err != nil {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
 		if err := t.giveToSandbox(filepath.Join(t.toolsPid, "cgroup.procs")); err != nil {
@@ -635,12 +641,21 @@ func (t *Task) setup() error {
 		t.cpuDir, t.agentCPU = t.pidsDir, t.agentPid
 	default:
 		t.cpuDir = filepath.Join(s.cpu.base, t.name)
-		if err := os.Mkdir(t.cpuDir, 0o755); err != nil {
+		if err := t.mkCgroup(t.cpuDir); err != nil {
 			return fmt.Errorf("sandbox: create cgroup: %w", err)
 		}
 		t.agentCPU = t.cpuDir
 	}
 	return setCPU(t.cpuDir, s.cpu.v2, s.cfg.CPU)
+}
+
+// mkCgroup creates one of the task's cgroup directories and remembers it.
+func (t *Task) mkCgroup(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	t.cgDirs = append(t.cgDirs, dir)
+	return nil
 }
 
 // giveToSandbox lets the task's sandbox root write a cgroup file: chown to
@@ -1006,22 +1021,43 @@ func (t *Task) Cleanup() {
 		t.toolsOOM = max(oomKills(t.toolsMem, t.sb.mem.v2), 0)
 	}
 	t.pidsMaxHit = t.pidsHits()
-	for _, d := range []string{t.pidsDir, t.memDir, t.cpuDir} {
-		if d != "" {
-			killTree(d)
+	empty := t.removeEmptyCgroups()
+	if !empty {
+		for _, d := range []string{t.pidsDir, t.memDir, t.cpuDir} {
+			if d != "" {
+				killTree(d)
+			}
 		}
-	}
-	for _, d := range uniq(t.pidsDir, t.memDir, t.cpuDir) {
-		_ = removeCgroup(d)
+		for _, d := range uniq(t.pidsDir, t.memDir, t.cpuDir) {
+			_ = removeCgroup(d)
+		}
 	}
 	if t.sb.cfg.Level == None {
 		removeWorkspace(t.dir)
 	} else {
 		removeSandboxedWorkspace(t.dir)
 	}
-	if t.sb.uids != nil && t.uid != 0 && (t.pidsDir == "" || len(procs(t.pidsDir)) == 0) {
+	if t.sb.uids != nil && t.uid != 0 && (empty || t.pidsDir == "" || len(procs(t.pidsDir)) == 0) {
 		t.sb.uids.put(t.uid)
 	}
+}
+
+// removeEmptyCgroups removes the task's cgroups, children first, and
+// reports whether all of them went. The kernel refuses to remove a cgroup
+// that still holds a process (EBUSY), so success means nothing of the task
+// is left in them: no kill is needed, and neither is the listing of their
+// directories and processes the general path (killTree, removeCgroup) does
+// — the common case, where the agent process has exited and been reaped
+// (its PID namespace, whose init it was, went with it). Nothing but setup
+// creates a directory in them: the sandbox may write only the tools'
+// cgroup.procs. On false the general path removes what is left.
+func (t *Task) removeEmptyCgroups() bool {
+	for i := len(t.cgDirs) - 1; i >= 0; i-- {
+		if err := os.Remove(t.cgDirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 // uniq returns the non-empty strings of ss, each once.

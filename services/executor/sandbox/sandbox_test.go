@@ -359,6 +359,118 @@ func TestKillTakesTheTree(t *testing.T) {
 	}
 }
 
+// TestCleanupRemovesCgroups: after the child has exited, Cleanup removes
+// every cgroup of the task (the fast path: nothing left to kill); with the
+// child still running, it kills it first and still removes them all.
+func TestCleanupRemovesCgroups(t *testing.T) {
+	sb := strict(t, sandbox.Config{})
+	gone := func(t *testing.T, dirs []string) {
+		t.Helper()
+		if len(dirs) == 0 {
+			t.Fatal("the task has no cgroups")
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup %s left after Cleanup (stat: %v)", d, err)
+			}
+		}
+	}
+	t.Run("exited", func(t *testing.T) {
+		task, err := sb.Prepare("exited")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer task.Cleanup()
+		cmd, r := start(t, task, "ready")
+		_, _ = io.ReadAll(r)
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		dirs := task.Cgroups()
+		task.Cleanup()
+		gone(t, dirs)
+	})
+	t.Run("running", func(t *testing.T) {
+		task, err := sb.Prepare("running")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer task.Cleanup()
+		cmd, r := start(t, task, "sleep")
+		if line, _ := r.ReadString('\n'); line != "ready\n" {
+			t.Fatalf("child said %q", line)
+		}
+		dirs := task.Cgroups()
+		task.Cleanup()
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		select {
+		case err := <-waited:
+			if err == nil {
+				t.Error("the running child exited cleanly: want it killed by Cleanup")
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatal("the running child outlived Cleanup")
+		}
+		gone(t, dirs)
+	})
+}
+
+// TestTaskCgroupLimits: a task's cgroups carry the configured limits —
+// memory (and swap, when the kernel accounts it: no swap beyond the
+// limit) and the CPU quota over the 100 ms period.
+func TestTaskCgroupLimits(t *testing.T) {
+	const mem = 200 << 20
+	sb := strict(t, sandbox.Config{Memory: mem, CPU: 0.5})
+	task, err := sb.Prepare("limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	read := func(dir, name string) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		return strings.TrimSpace(string(b)), err == nil
+	}
+	var sawMem, sawCPU bool
+	for _, dir := range task.Cgroups() {
+		if v, ok := read(dir, "memory.limit_in_bytes"); ok { // v1
+			sawMem = true
+			if v != strconv.Itoa(mem) {
+				t.Errorf("memory.limit_in_bytes = %s, want %d", v, mem)
+			}
+			if sw, ok := read(dir, "memory.memsw.limit_in_bytes"); ok && sw != strconv.Itoa(mem) {
+				t.Errorf("memory.memsw.limit_in_bytes = %s, want %d (no swap beyond the limit)", sw, mem)
+			}
+		}
+		if v, ok := read(dir, "memory.max"); ok { // v2
+			sawMem = true
+			if v != strconv.Itoa(mem) {
+				t.Errorf("memory.max = %s, want %d", v, mem)
+			}
+			if sw, ok := read(dir, "memory.swap.max"); ok && sw != "0" {
+				t.Errorf("memory.swap.max = %s, want 0", sw)
+			}
+		}
+		if q, ok := read(dir, "cpu.cfs_quota_us"); ok { // v1
+			sawCPU = true
+			p, _ := read(dir, "cpu.cfs_period_us")
+			if q != "50000" || p != "100000" {
+				t.Errorf("cpu quota/period = %s/%s µs, want 50000/100000", q, p)
+			}
+		}
+		if v, ok := read(dir, "cpu.max"); ok { // v2
+			sawCPU = true
+			if v != "50000 100000" {
+				t.Errorf("cpu.max = %q, want \"50000 100000\"", v)
+			}
+		}
+	}
+	if !sawMem || !sawCPU {
+		t.Fatalf("no memory (%v) or CPU (%v) limit found in %v", sawMem, sawCPU, task.Cgroups())
+	}
+}
+
 // TestOrphanReaped: a process a tool leaves behind is reaped by the
 // sandbox's PID 1 when it ends (no zombie counts against the pids limit).
 func TestOrphanReaped(t *testing.T) {
