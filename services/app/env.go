@@ -75,7 +75,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_TASK_DISK", "1GiB", []string{"dev", "executor"}, "size of a task's disk: its workspace, /tmp and /dev/shm share one tmpfs of this size (pages count against the writer's memory limit)"},
 		{"AGENTMESH_TASK_CPU", "0.5", []string{"dev", "executor"}, "CPU share of a task (the agent process and its tools' programs together) in cores, enforced by the cgroup CPU controller"},
 		{"AGENTMESH_SANDBOX_UIDS", "1000000000-1000065535", []string{"dev", "executor"}, "host uids (first-last) task sandboxes run as when the executor is root, one per running task; give each executor of a host its own range"},
-		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, parts of /etc, /proc (e.g. where MCP servers are installed), bound into its fresh root at the same path, comma-separated"},
+		{"AGENTMESH_SANDBOX_READ_PATHS", "", []string{"dev", "executor"}, "extra paths readable in the sandbox besides /usr, /bin, /sbin, /lib*, parts of /etc, /proc (e.g. where MCP servers are installed), bound into its fresh root at the same path, comma-separated (a path under /etc makes each sandbox bind the host's /etc entries one by one instead of the executor's snapshot)"},
 		{"AGENTMESH_METRICS_LISTEN", "", []string{"*"}, "serve Prometheus metrics on http://ADDR/metrics (e.g. 0.0.0.0:9464); empty = off"},
 		{"AGENTMESH_RETENTION", "720h", []string{"dev", "state"}, "finished tasks last changed longer ago are deleted with their history; 0 = keep for ever"},
 		{"AGENTMESH_ORG_MAX_CONCURRENCY", "0", []string{"dev", "scheduler"}, "tasks one org may run at once across the cluster; 0 = no limit (orgs still share capacity fairly)"},

@@ -36,6 +36,9 @@ const probeOK = "agentmesh sandbox probe: ok"
 type params struct {
 	// Stage is the empty host directory the sandbox's root is built on.
 	Stage string `json:"stage"`
+	// Etc is the executor's /etc snapshot, bound read-only at /etc; ""
+	// binds the host's entries one by one (etc.go).
+	Etc string `json:"etc,omitempty"`
 	// Disk is the size of the task disk tmpfs (workspace, /tmp, /dev/shm).
 	Disk     int64 `json:"disk"`
 	Landlock bool  `json:"landlock,omitempty"`

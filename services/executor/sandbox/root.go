@@ -16,7 +16,9 @@ import (
 //
 //	/usr /bin /sbin /lib* and the operator's paths   read-only binds of the host's
 //	/etc              a few generated files (passwd, group, hosts, hostname)
-//	                  and read-only binds of what programs read (etcEntries)
+//	                  and what programs read (etcEntries): one read-only bind
+//	                  of the executor's snapshot of them (etc.go), or a bind
+//	                  per entry without one
 //	/dev              null zero full random urandom (binds), fd stdin stdout
 //	                  stderr (symlinks), shm (task disk)
 //	/proc             a fresh procfs of the task's PID namespace
@@ -108,19 +110,8 @@ func buildRoot(p *params) error {
 			return err
 		}
 	}
-	etc := filepath.Join(r, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
+	if err := buildRootEtc(r, p.Etc); err != nil {
 		return err
-	}
-	for name, content := range generatedEtc {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	for _, name := range etcEntries {
-		if err := bindHost(r, "/etc/"+name, true); err != nil {
-			return err
-		}
 	}
 	for _, path := range p.ReadOnly {
 		if covered(path, p.ReadOnly) {
@@ -188,6 +179,30 @@ func buildRoot(p *params) error {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
 	return unix.Chdir(SandboxWorkspace)
+}
+
+// buildRootEtc makes the sandbox's /etc under root r: the executor's
+// snapshot bound read-only (etc.go), or, without one, the generated files
+// and a read-only bind of each host entry.
+func buildRootEtc(r, snapshot string) error {
+	etc := filepath.Join(r, "etc")
+	if snapshot != "" {
+		return bind(snapshot, etc, true, false)
+	}
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	for name, content := range generatedEtc {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, name := range etcEntries {
+		if err := bindHost(r, "/etc/"+name, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // covered reports whether path lies inside one of the system paths or an

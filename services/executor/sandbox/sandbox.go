@@ -268,6 +268,7 @@ type Sandbox struct {
 	seccomp   bool
 	instance  string // "<node>.<pid>": names this executor's cgroups and workspaces
 	wsRoot    string // where its task workspaces are staged
+	etc       string // the /etc snapshot under wsRoot (etc.go), "" without
 	missing   []string
 	isolation string
 	label     string // the isolation with what it lacks, as recorded on tasks
@@ -336,6 +337,11 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	if err := os.Chmod(s.wsRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
+	}
+	if err := buildEtc(filepath.Join(s.wsRoot, "etc")); err != nil {
+		fatal = append(fatal, err.Error())
+	} else {
+		s.etc = filepath.Join(s.wsRoot, "etc")
 	}
 	if s.root {
 		// The tasks' uids must be able to reach their staging directories.
@@ -762,6 +768,7 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 	}
 	p := params{
 		Stage:      t.dir,
+		Etc:        t.sb.etcFor(),
 		Disk:       cfg.Disk,
 		Landlock:   t.sb.abi > 0,
 		Scope:      landlockScope(t.sb.abi),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -116,6 +117,23 @@ func childMode(mode string) int {
 		}
 		fmt.Println("orphan left")
 		return 1
+	case "etc":
+		// What a task sees of /etc (TestSandboxEtc).
+		b, err := os.ReadFile("/etc/passwd")
+		fmt.Printf("passwd: %q %v\n", strings.SplitN(string(b), "\n", 2)[0], err)
+		b, err = os.ReadFile("/etc/debian_version")
+		fmt.Printf("debian_version: %q %v\n", strings.TrimSpace(string(b)), err)
+		_, err = os.Stat("/etc/ssl/certs/ca-certificates.crt")
+		fmt.Printf("ca bundle: %v\n", err)
+		_, err = os.ReadDir("/etc/ssl/private")
+		fmt.Printf("ssl private readable: %v\n", err == nil)
+		fmt.Printf("write passwd: %v\n", os.WriteFile("/etc/passwd", []byte("x"), 0o644) == nil)
+		fmt.Printf("create in etc: %v\n", os.WriteFile("/etc/agentmesh-new", []byte("x"), 0o644) == nil)
+		var sfs syscall.Statfs_t
+		err = syscall.Statfs("/etc", &sfs)
+		fmt.Printf("etc read-only mount: %v %v\n", sfs.Flags&unix.ST_RDONLY != 0, err)
+		fmt.Println("ready")
+		return 0
 	case "check":
 		c := sandbox.Current()
 		if c == nil {
@@ -468,6 +486,45 @@ func TestTaskCgroupLimits(t *testing.T) {
 	}
 	if !sawMem || !sawCPU {
 		t.Fatalf("no memory (%v) or CPU (%v) limit found in %v", sawMem, sawCPU, task.Cgroups())
+	}
+}
+
+// TestSandboxEtc: a task's /etc has the generated user list, the host's
+// public files (the CA bundle, the release), nothing private, and cannot
+// be written — with the executor's snapshot (as root, here) as with the
+// per-entry binds.
+func TestSandboxEtc(t *testing.T) {
+	host, err := os.ReadFile("/etc/debian_version")
+	if err != nil {
+		t.Skip("not a Debian host: no /etc/debian_version to compare")
+	}
+	sb := strict(t, sandbox.Config{})
+	task, err := sb.Prepare("etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Cleanup()
+	cmd, r := start(t, task, "etc")
+	out, _ := io.ReadAll(r)
+	_ = cmd.Wait()
+	got := string(out)
+	t.Log(got)
+	want := []string{
+		`passwd: "root:x:0:0:sandbox:/workspace:/bin/sh" <nil>`,
+		fmt.Sprintf("debian_version: %q <nil>", strings.TrimSpace(string(host))),
+		"ssl private readable: false",
+		"write passwd: false",
+		"create in etc: false",
+		"etc read-only mount: true <nil>",
+		"ready",
+	}
+	if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err == nil {
+		want = append(want, "ca bundle: <nil>")
+	}
+	for _, w := range want {
+		if !strings.Contains(got, w+"\n") {
+			t.Errorf("missing %q", w)
+		}
 	}
 }
 
