@@ -144,6 +144,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 				cancel() // the child is unlinked from the task's context
 				return
 			}
+			p.background()
 			_ = p.wait(res.last)
 			p.cleanup()
 			cancel()
@@ -485,6 +486,16 @@ func (h *spawnedHandle) wait() (syscall.WaitStatus, error) {
 // wait closes the child's stdin and waits for it to exit; a child that
 // does not exit within exitGrace after its last frame is killed. It
 // returns how the process ended ("exited with status 2").
+// background gives the child the background CPU weight for its exit:
+// the task's answer is recorded, and what is left — the child tearing
+// down its address space and its PID namespace — should not take the CPU
+// from the next task (docs/benchmarks.md).
+func (p *process) background() {
+	if p.sb != nil {
+		_ = p.sb.SetBackground(true)
+	}
+}
+
 func (p *process) wait(last bool) string {
 	_ = p.stdin.Close()
 	type exit struct {

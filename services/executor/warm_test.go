@@ -438,7 +438,8 @@ func cpuWeight(t *testing.T, p *process) string {
 
 // Warm children wait in the background (the lowest CPU weight: a child
 // starting for a later task does not take the CPU from one running a task
-// now) and a claimed one runs at the default weight, as a spawned one.
+// now), a claimed one runs at the default weight, as a spawned one, and
+// goes back to the background for its exit.
 func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})
 	w := attachWarmPool(t, s)
@@ -461,5 +462,11 @@ func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 	}
 	if got := cpuWeight(t, p); got != "cpu.shares=1024" && got != "cpu.weight=100" {
 		t.Errorf("claimed warm child %d: %s, want the default weight (cpu.shares=1024 or cpu.weight=100)", p.pid, got)
+	}
+	// Its task's answer recorded, the child exits in the background
+	// (runTaskIn's teardown).
+	p.background()
+	if got := cpuWeight(t, p); got != "cpu.shares=2" && got != "cpu.weight=1" {
+		t.Errorf("child %d after its answer: %s, want the background weight", p.pid, got)
 	}
 }
