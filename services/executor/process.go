@@ -483,9 +483,6 @@ func (h *spawnedHandle) wait() (syscall.WaitStatus, error) {
 	return ws, err
 }
 
-// wait closes the child's stdin and waits for it to exit; a child that
-// does not exit within exitGrace after its last frame is killed. It
-// returns how the process ended ("exited with status 2").
 // background gives the child the background CPU weight for its exit:
 // the task's answer is recorded, and what is left — the child tearing
 // down its address space and its PID namespace — should not take the CPU
@@ -496,6 +493,9 @@ func (p *process) background() {
 	}
 }
 
+// wait closes the child's stdin and waits for it to exit; a child that
+// does not exit within exitGrace after its last frame is killed. It
+// returns how the process ended ("exited with status 2").
 func (p *process) wait(last bool) string {
 	_ = p.stdin.Close()
 	type exit struct {
