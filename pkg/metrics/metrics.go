@@ -80,6 +80,10 @@ var (
 	ChildrenTakenOver = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentmesh_executor_children_taken_over_total", Help: "Agent processes started to go on with a task whose process was released.",
 	})
+	FirstTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentmesh_executor_first_turns_total",
+		Help: "First model turns the executor asked before an agent process ran, by how the process came: ready (a warm or parked one, at once), after (started when the answer came), differed (the process asked something else; asked again).",
+	}, []string{"child"})
 	Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentmesh_tasks", Help: "Unfinished tasks now, by agent, status and priority (refreshed by state every 15 s).",
 	}, []string{"agent", "status", "priority"})
@@ -88,7 +92,7 @@ var (
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		BusRequest, Store, TaskEvents, TasksCreated, TasksFinished, QueueWait, RunTime, TasksDeleted, Tasks,
-		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver)
+		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver, FirstTurns)
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -76,6 +76,10 @@ type opts struct {
 	// noWarmPool turns the executor's warm pool off, so that every agent
 	// process runs a task (tests that count processes).
 	noWarmPool bool
+	// childBesideCall keeps an agent process beside every model call
+	// (releasing off: AGENTMESH_RELEASE_AFTER=0): a slow first turn runs
+	// with its child instead of before it (tests that count processes).
+	childBesideCall bool
 	// registry: the registry's settings.
 	registry registry.Config
 }
@@ -129,6 +133,9 @@ func start(t testing.TB, o opts) *env {
 	cfg.Executor.Capacity = o.capacity
 	if o.noWarmPool {
 		cfg.Executor.WarmPool = -1
+	}
+	if o.childBesideCall {
+		cfg.Executor.ReleaseAfter = -1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)

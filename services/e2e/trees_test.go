@@ -134,7 +134,8 @@ func (e *env) get(t *testing.T, id string) *agentmeshv1.Task {
 // delegations show in GetMetrics per agent pair.
 func TestTreeWatchUsageAndCancel(t *testing.T) {
 	stores(t, func(t *testing.T, o opts) {
-		o.noWarmPool = true // every agent process runs a task
+		o.noWarmPool = true      // every agent process runs a task
+		o.childBesideCall = true // and the slow tasks have theirs: the cancel ends them
 		e := start(t, o)
 		e.createAgent(t, "planner")
 		e.createAgent(t, "worker")

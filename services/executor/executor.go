@@ -234,6 +234,9 @@ type Service struct {
 	// released and resumed count the children released while their model
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
+	// childAfterAnswer counts the children started when the first model
+	// turn asked ahead had answered (first.go).
+	childAfterAnswer atomic.Int64
 	// spawnGate bounds the spawns in progress (spawn.go's spawnConcurrency).
 	spawnGate chan struct{}
 

@@ -391,8 +391,23 @@ func TestWallTimeExceeded(t *testing.T) {
 	})
 }
 
-func TestCancelKillsChild(t *testing.T) {
+// A cancel stops the attempt at once: its child is killed when one runs
+// beside the model call (releasing off), and the call itself is stopped
+// when the attempt has no child yet (the first turn is asked before one
+// starts, first.go).
+func TestCancelKillsChild(t *testing.T) { childModes(t, testCancelKillsChild) }
+
+// childModes runs test with a child beside a slow first model call
+// (releasing off: one agent process) and with none yet (the default: the
+// first turn is asked before the child starts).
+func childModes(t *testing.T, test func(t *testing.T, releaseAfter time.Duration, children int)) {
+	t.Run("child beside the call", func(t *testing.T) { test(t, -1, 1) })
+	t.Run("no child yet", func(t *testing.T) { test(t, 0, 0) })
+}
+
+func testCancelKillsChild(t *testing.T, releaseAfter time.Duration, children0 int) {
 	e := newEnv(t)
+	e.cfg.ReleaseAfter = releaseAfter
 	e.startExecutor()
 
 	var mu sync.Mutex
@@ -423,8 +438,8 @@ func TestCancelKillsChild(t *testing.T) {
 		}
 		return nil
 	})
-	if n := len(children(t)); n != 1 {
-		t.Fatalf("%d child processes, want 1", n)
+	if n := len(children(t)); n != children0 {
+		t.Fatalf("%d child processes, want %d", n, children0)
 	}
 
 	var tr busv1.TransitionResponse
@@ -433,7 +448,8 @@ func TestCancelKillsChild(t *testing.T) {
 	}, &tr); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	// The child dies long before the scripted 20 s delay ends.
+	// The child dies, and the attempt ends, long before the scripted 20 s
+	// delay ends.
 	poll.Until(t, 5*time.Second, func() error {
 		if c := children(t); len(c) > 0 {
 			return fmt.Errorf("child processes still alive: %v", c)
@@ -560,15 +576,22 @@ func TestNewValidates(t *testing.T) {
 
 // At shutdown the executor kills its children and puts their tasks back in
 // the queue for another executor.
-func TestShutdownRequeues(t *testing.T) {
+// So does it with a task whose first model turn runs before its child.
+func TestShutdownRequeues(t *testing.T) { childModes(t, testShutdownRequeues) }
+
+func testShutdownRequeues(t *testing.T, releaseAfter time.Duration, children0 int) {
 	e := newEnv(t)
 	e.cfg.DrainGrace = 300 * time.Millisecond
+	e.cfg.ReleaseAfter = releaseAfter
 	stop := e.startExecutor()
 	task := e.submit("slow please")
 	e.waitStatus(task.Id, taskstate.Running, 10*time.Second)
 	poll.Until(t, 10*time.Second, func() error {
-		if len(children(t)) != 1 {
-			return errors.New("no child yet")
+		if e.model.Requests() == 0 {
+			return errors.New("the model call has not started")
+		}
+		if n := len(children(t)); n != children0 {
+			return fmt.Errorf("%d children, want %d", n, children0)
 		}
 		return nil
 	})

@@ -120,7 +120,10 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	start.ExecutorTools = append(start.ExecutorTools, mc.specs...)
 	start.McpServers = mc.stdio
 
-	p, err := s.startChildFor(ctx, task)
+	// The first model turn, asked now when the start alone decides it;
+	// the child comes beside it or after it (first.go).
+	first := s.askFirst(ctx, task, attempt, mr, start)
+	p, err := s.childFor(ctx, task, first)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
@@ -133,7 +136,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	dl := s.newDelegator(task, attempt, mr, steps)
 	// serve may replace p: a child released while its model call ran is
 	// followed by another (release.go).
-	res := s.serve(ctx, task, attempt, start, &p, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
+	res := s.serve(ctx, task, attempt, start, &p, first, newGate(task, approvals, dl.tools(mc.execTools(s.execTools)), mc.tools), mr, dl)
 	if !res.blocked && res.final != nil {
 		// The answer is in hand (and checkpointed): record it first, then
 		// let the child exit and remove its sandbox.
@@ -601,7 +604,10 @@ func deferrable(turn *agentmeshv1.Step) bool {
 //
 // *pp is the child; serve replaces it when it releases the child while a
 // model call runs and starts another when the answer comes (release.go).
-func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, g *gate, mr *modelRun, dl *delegator) serveResult {
+//
+// first is the model call asked ahead for the child's first request (nil:
+// none was; first.go).
+func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, first *asked, g *gate, mr *modelRun, dl *delegator) serveResult {
 	p := *pp
 	r, w := p.frames()
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
@@ -672,8 +678,12 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				resp, held = held, nil
 				resp.Id = k.ModelRequest.GetId()
 			} else {
+				var a *asked
+				if first != nil {
+					a, first = s.firstAnswer(task, first, k.ModelRequest), nil
+				}
 				var released bool
-				resp, stop, released = s.awaitModel(ctx, task, attempt, mr, k.ModelRequest, rel, p)
+				resp, stop, released = s.awaitModel(ctx, task, attempt, mr, k.ModelRequest, rel, p, a)
 				if released && stop == nil {
 					np, err := s.takeOver(ctx, task, rel.takeOver(start))
 					if err != nil {

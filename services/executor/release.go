@@ -141,38 +141,38 @@ func (r *releasable) takeOver(start *childv1.Start) *childv1.Start {
 	return next
 }
 
-// awaitModel makes the model call of req. When rel allows it and the call
-// has not answered within rel.after, it ends the child p (which waits
-// for nothing but this answer) and removes its sandbox, then waits for the
+// awaitModel makes the model call of req, or awaits the one asked ahead
+// for it (a, nil when none was: first.go). When rel allows it and the call
+// has not answered within rel.after, it ends the child p (which waits for
+// nothing but this answer) and removes its sandbox, then waits for the
 // answer: released reports that, and the caller starts a child to take
 // over.
-func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest, rel *releasable, p *process) (resp *childv1.ModelResponse, stop *serveResult, released bool) {
-	if !rel.can() {
+func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest, rel *releasable, p *process, a *asked) (resp *childv1.ModelResponse, stop *serveResult, released bool) {
+	if a == nil && !rel.can() {
 		resp, stop = s.modelTurn(ctx, task, attempt, mr, req)
 		return resp, stop, false
 	}
-	type answer struct {
-		resp *childv1.ModelResponse
-		stop *serveResult
+	if a == nil {
+		a = s.ask(ctx, task, attempt, mr, req)
 	}
-	done := make(chan answer, 1)
-	go func() {
-		resp, stop := s.modelTurn(ctx, task, attempt, mr, req)
-		done <- answer{resp, stop}
-	}()
+	if !rel.can() {
+		resp, stop = a.answer(req.GetId())
+		return resp, stop, false
+	}
 	t := time.NewTimer(rel.after)
 	defer t.Stop()
 	select {
-	case a := <-done:
-		return a.resp, a.stop, false
+	case <-a.done:
+		resp, stop = a.answer(req.GetId())
+		return resp, stop, false
 	case <-t.C:
 	}
 	p.cleanup()
 	s.released.Add(1)
 	metrics.ChildrenReleased.Inc()
 	s.log.Debug("agent process released while its model call runs", "task", task.GetId(), "attempt", attempt, "pid", p.pid)
-	a := <-done
-	return a.resp, a.stop, true
+	resp, stop = a.answer(req.GetId())
+	return resp, stop, true
 }
 
 // takeOver starts the child that goes on with an attempt whose child was

@@ -40,10 +40,12 @@ func (e *env) startExecutorSvc() *executor.Service {
 	return ex
 }
 
-// While a slow model call runs, the child waiting for it is ended (no
-// agent process is alive); when the answer comes a fresh child replays
-// the steps and goes on with the answer already received: every model
-// turn is asked once, every step recorded once, in the same attempt.
+// While a slow model call runs, no agent process waits for it: the first
+// turn is asked before a child runs, and the child is started when its
+// answer came (first.go); the child waiting for a later turn is ended (it
+// is released), and when the answer comes a fresh child replays the steps
+// and goes on with the answer already received: every model turn is asked
+// once, every step recorded once, in the same attempt.
 func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.ReleaseAfter = 100 * time.Millisecond
@@ -53,11 +55,13 @@ func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 	]}]}`)
 	ex := e.startExecutorSvc()
 	released0, takenOver0 := counterValue(t, metrics.ChildrenReleased), counterValue(t, metrics.ChildrenTakenOver)
+	after0 := counterValue(t, metrics.FirstTurns.WithLabelValues("after"))
 
 	task := e.submit("released")
 	for turn := range 2 {
-		// The model is asked turn N and has not answered it: its child is
-		// gone.
+		// The model is asked turn N and has not answered it: no child is
+		// alive. Turn 0's never started (no warm child was ready); turn 1's
+		// was released.
 		poll.Until(t, 30*time.Second, func() error {
 			if model.RequestsAt(turn) == 0 {
 				return fmt.Errorf("model turn %d not asked yet", turn)
@@ -65,8 +69,8 @@ func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 			if c := children(t); len(c) != 0 {
 				return fmt.Errorf("agent processes %v alive while model turn %d runs", c, turn)
 			}
-			if st := ex.ReleaseStats(); st.Released != int64(turn+1) {
-				return fmt.Errorf("release stats %+v during turn %d", st, turn)
+			if st, n := ex.ReleaseStats(), ex.ChildrenAfterAnswer(); st.Released != int64(turn) || n != int64(turn) {
+				return fmt.Errorf("release stats %+v, %d children started after the first answer, during turn %d", st, n, turn)
 			}
 			return nil
 		})
@@ -103,11 +107,12 @@ func TestChildReleasedWhileTheModelThinks(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("steps %v, want %v", kinds, want)
 	}
-	if st := ex.ReleaseStats(); st.Released != 2 || st.Resumed != 2 {
-		t.Errorf("release stats %+v, want 2 released and 2 taken over", st)
+	if st, n := ex.ReleaseStats(), ex.ChildrenAfterAnswer(); st.Released != 1 || st.Resumed != 1 || n != 1 {
+		t.Errorf("release stats %+v, %d children started after the first answer; want 1 released, 1 taken over, 1 started after", st, n)
 	}
-	if r, o := counterValue(t, metrics.ChildrenReleased)-released0, counterValue(t, metrics.ChildrenTakenOver)-takenOver0; r != 2 || o != 2 {
-		t.Errorf("metrics: %v released, %v taken over; want 2 and 2", r, o)
+	if r, o, a := counterValue(t, metrics.ChildrenReleased)-released0, counterValue(t, metrics.ChildrenTakenOver)-takenOver0,
+		counterValue(t, metrics.FirstTurns.WithLabelValues("after"))-after0; r != 1 || o != 1 || a != 1 {
+		t.Errorf("metrics: %v released, %v taken over, %v started after the first answer; want 1, 1 and 1", r, o, a)
 	}
 }
 

@@ -265,28 +265,40 @@ func (s *Service) reusable(p *process, start *childv1.Start) bool {
 	return s.cfg.ChildReuse && p.own != nil && p.sb != nil && !p.sb.Unsandboxed() && len(start.GetMcpServers()) == 0
 }
 
-// startChildFor is startChild for a task: with reuse on, a parked child of
-// the task's key first; and a fresh child gets a context of its own (linked
-// to ctx), so that it can outlive its task when parked.
+// readyChild is a child for task that needs no spawn: with reuse on, a
+// parked child of the task's key first, then an idle warm child; nil when
+// there is none.
+func (s *Service) readyChild(ctx context.Context, task *agentmeshv1.Task) *process {
+	s.mu.Lock()
+	r, w := s.reuse, s.warm
+	s.mu.Unlock()
+	if r != nil {
+		if p := r.take(reuseKeyOf(task)); p != nil {
+			p.claim(ctx)
+			return p
+		}
+	}
+	if w != nil {
+		if p := w.take(); p != nil {
+			p.claim(ctx)
+			return p
+		}
+	}
+	return nil
+}
+
+// startChildFor gives the task an agent child: a ready one (readyChild),
+// else a fresh spawn. With reuse on, the fresh child gets a context of its
+// own (linked to ctx), so that it can outlive its task when parked.
 func (s *Service) startChildFor(ctx context.Context, task *agentmeshv1.Task) (*process, error) {
+	if p := s.readyChild(ctx, task); p != nil {
+		return p, nil
+	}
 	s.mu.Lock()
 	r := s.reuse
 	s.mu.Unlock()
 	if r == nil {
-		return s.startChild(ctx, task.GetId())
-	}
-	if p := r.take(reuseKeyOf(task)); p != nil {
-		p.claim(ctx)
-		return p, nil
-	}
-	s.mu.Lock()
-	w := s.warm
-	s.mu.Unlock()
-	if w != nil {
-		if p := w.take(); p != nil {
-			p.claim(ctx)
-			return p, nil
-		}
+		return s.spawn(ctx, task.GetId())
 	}
 	own, cancel := context.WithCancel(context.Background())
 	p, err := s.spawn(own, task.GetId())

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
@@ -39,6 +40,7 @@ func TestWarmPoolRunsTasks(t *testing.T) {
 		return c
 	}
 	before := idle()
+	ready0 := counterValue(t, metrics.FirstTurns.WithLabelValues("ready"))
 	var used []int
 	for i := range 2 {
 		task := e.submit("what time is it?")
@@ -65,6 +67,11 @@ func TestWarmPoolRunsTasks(t *testing.T) {
 	}
 	if st := ex.WarmStats(); st.Hits != 2 || st.Misses != 0 {
 		t.Errorf("warm stats %+v, want 2 hits and no miss", st)
+	}
+	// Each task's first model turn was asked before its child ran, and the
+	// ready warm child took the task at once, beside the call (first.go).
+	if n, a := counterValue(t, metrics.FirstTurns.WithLabelValues("ready"))-ready0, ex.ChildrenAfterAnswer(); n != 2 || a != 0 {
+		t.Errorf("%v first turns with a ready child, %d children started after the answer; want 2 and 0", n, a)
 	}
 	stop()
 	if c := children(t); len(c) != 0 {

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -43,6 +44,7 @@ import (
 	_ "github.com/agentmesh/agentmesh/services/executor/child/localtools" // code_run, shell, fs_*: the sandboxed local tools
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -149,14 +151,8 @@ func (l *loop) run() error {
 			return fmt.Errorf("first frame is %s, want start", childproto.Kind(f))
 		}
 	}
-	ts, err := tools.Resolve(l.start.Tools)
-	if err != nil {
+	if err := l.resolveTools(); err != nil {
 		return l.fail(fmt.Sprintf("agent configuration: %v", err), true)
-	}
-	l.tools = make(map[string]tools.Tool, len(ts))
-	for _, t := range ts {
-		l.tools[t.Name] = t
-		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
 	}
 	// stdio MCP servers: started here, in the sandbox, before the first
 	// model request (and before a resumed call runs); stopped on exit.
@@ -164,15 +160,7 @@ func (l *loop) run() error {
 	if err := l.startMCP(); err != nil {
 		return err
 	}
-	// Tools only the executor knows (e.g. of HTTP MCP servers): offered to
-	// the model, run by the executor.
-	l.specs = append(l.specs, l.start.ExecutorTools...)
-	if p := l.start.SystemPrompt; p != "" {
-		l.messages = append(l.messages, &childv1.Message{Role: "system", Content: p})
-	}
-	l.messages = append(l.messages, &childv1.Message{Role: "user", Content: l.start.Input})
-
-	pending, final, done := l.replay(l.start.History)
+	pending, final, done := l.converse()
 	if done {
 		return l.send(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: final}}})
 	}
@@ -180,10 +168,7 @@ func (l *loop) run() error {
 		return err
 	}
 
-	maxSteps := int(l.start.MaxSteps)
-	if maxSteps <= 0 {
-		maxSteps = DefaultMaxSteps
-	}
+	maxSteps := maxStepsOf(l.start)
 	for l.turns < maxSteps {
 		l.turns++
 		resp, err := l.model()
@@ -224,6 +209,74 @@ func (l *loop) run() error {
 		}
 	}
 	return l.fail(fmt.Sprintf("agent took %d model turns without a final answer (max_steps %d)", l.turns, maxSteps), true)
+}
+
+// resolveTools resolves the agent's built-in tools: those the child runs
+// and those it offers the model.
+func (l *loop) resolveTools() error {
+	ts, err := tools.Resolve(l.start.Tools)
+	if err != nil {
+		return err
+	}
+	l.tools = make(map[string]tools.Tool, len(ts))
+	for _, t := range ts {
+		l.tools[t.Name] = t
+		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
+	}
+	return nil
+}
+
+// converse adds the tools only the executor knows (e.g. of HTTP MCP
+// servers: offered to the model, run by the executor) and opens the
+// conversation: the system prompt, the task's input, and the history
+// replayed (see replay for what it returns).
+func (l *loop) converse() (pending []*agentmeshv1.ToolCall, final string, done bool) {
+	l.specs = append(l.specs, l.start.ExecutorTools...)
+	if p := l.start.SystemPrompt; p != "" {
+		l.messages = append(l.messages, &childv1.Message{Role: "system", Content: p})
+	}
+	l.messages = append(l.messages, &childv1.Message{Role: "user", Content: l.start.Input})
+	return l.replay(l.start.History)
+}
+
+// maxStepsOf is the bound on model turns a child given start keeps.
+func maxStepsOf(start *childv1.Start) int {
+	if n := int(start.GetMaxSteps()); n > 0 {
+		return n
+	}
+	return DefaultMaxSteps
+}
+
+// FirstRequest is the model request a child given start sends first, when
+// start alone decides it: no stdio MCP server to start (their tools join
+// the request), no tool call of the history left to run, no final answer
+// in the history, and a model turn left. ok is false otherwise.
+//
+// It is the child's own code path (resolveTools, converse) without the
+// child: the executor asks the model with it before a child runs, so that
+// a spawn never sits before the first model call (docs/architecture.md,
+// "The first model turn before the child"), and hands the answer to the
+// child's first request when SameRequest says that is this one.
+func FirstRequest(start *childv1.Start) (req *childv1.ModelRequest, ok bool) {
+	if len(start.GetMcpServers()) > 0 {
+		return nil, false
+	}
+	l := &loop{start: start}
+	if err := l.resolveTools(); err != nil {
+		return nil, false
+	}
+	pending, _, done := l.converse()
+	if done || len(pending) > 0 || l.turns >= maxStepsOf(start) {
+		return nil, false
+	}
+	return &childv1.ModelRequest{Id: 1, Messages: l.messages, Tools: l.specs}, true
+}
+
+// SameRequest reports whether two model requests ask the same thing: the
+// same messages and the same tools (the ids aside).
+func SameRequest(a, b *childv1.ModelRequest) bool {
+	return slices.EqualFunc(a.GetMessages(), b.GetMessages(), func(x, y *childv1.Message) bool { return proto.Equal(x, y) }) &&
+		slices.EqualFunc(a.GetTools(), b.GetTools(), func(x, y *childv1.ToolSpec) bool { return proto.Equal(x, y) })
 }
 
 // replay rebuilds the conversation from checkpointed steps. It returns the

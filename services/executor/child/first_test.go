@@ -1,0 +1,85 @@
+package child
+
+import (
+	"testing"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// FirstRequest is what the child itself asks first, for every kind of
+// Start it answers for: the executor hands the model's answer to that
+// request to the child, so the two must never differ.
+func TestFirstRequestIsTheChildsOwn(t *testing.T) {
+	turn := func(i int32, content string, calls ...*agentmeshv1.ToolCall) *agentmeshv1.Step {
+		return &agentmeshv1.Step{Index: i, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: content, ToolCalls: calls}
+	}
+	call := &agentmeshv1.ToolCall{Id: "c1", Name: "echo", Arguments: `{"text":"hi"}`}
+	result := &agentmeshv1.Step{Index: 2, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT, ToolCallId: "c1", ToolName: "echo", Content: "hi"}
+	toolCall := &agentmeshv1.Step{Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolCallId: "c1", ToolName: "echo"}
+	for name, start := range map[string]*childv1.Start{
+		"bare":             {TaskId: "t", Attempt: 1, Input: "hello"},
+		"prompt and tools": {TaskId: "t", Attempt: 1, SystemPrompt: "Be brief.", Input: "hello", Tools: []string{"echo", "current_time"}, MaxSteps: 3},
+		"executor tools": {TaskId: "t", Attempt: 1, Input: "x", Tools: []string{"echo"},
+			ExecutorTools: []*childv1.ToolSpec{{Name: "web_fetch", Description: "fetch", ParametersJson: `{"type":"object"}`}}},
+		// Out of order on purpose: the child sorts the history by index.
+		"resumed after a tool result": {TaskId: "t", Attempt: 2, SystemPrompt: "s", Input: "x", Tools: []string{"echo"},
+			History: []*agentmeshv1.Step{result, turn(0, "let me echo", call), toolCall}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, ok := FirstRequest(proto.CloneOf(start))
+			if !ok {
+				t.Fatal("FirstRequest: not decided by the start alone")
+			}
+			d := startChild(t, start)
+			got := d.modelRequest()
+			if !SameRequest(want, got) {
+				t.Fatalf("the child asked\n%v\nFirstRequest says\n%v", got, want)
+			}
+			if got.GetId() != want.GetId() {
+				t.Errorf("request id %d, FirstRequest's %d", got.GetId(), want.GetId())
+			}
+		})
+	}
+}
+
+// FirstRequest declines where the child's first move is not a model
+// request decided by the start: stdio MCP servers add their tools, a tool
+// call without a result runs first, a final answer ends at once, no turn
+// is left; and an unknown tool fails the task.
+func TestFirstRequestDeclines(t *testing.T) {
+	call := &agentmeshv1.ToolCall{Id: "c1", Name: "echo", Arguments: `{"text":"hi"}`}
+	for name, start := range map[string]*childv1.Start{
+		"stdio mcp":    {Input: "x", McpServers: []*agentmeshv1.McpServer{{Name: "fs", Command: []string{"true"}}}},
+		"pending call": {Input: "x", Tools: []string{"echo"}, History: []*agentmeshv1.Step{{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, ToolCalls: []*agentmeshv1.ToolCall{call}}}},
+		"answered":     {Input: "x", History: []*agentmeshv1.Step{{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "done"}}},
+		"no turn left": {Input: "x", MaxSteps: 1, Tools: []string{"echo"}, History: []*agentmeshv1.Step{{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, ToolCalls: []*agentmeshv1.ToolCall{call}}, {Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT, ToolCallId: "c1", Content: "hi"}}},
+		"unknown tool": {Input: "x", Tools: []string{"no_such_tool"}},
+	} {
+		if req, ok := FirstRequest(start); ok {
+			t.Errorf("%s: FirstRequest decided %v", name, req)
+		}
+	}
+}
+
+// SameRequest tells requests apart by any message or tool, never by id.
+func TestSameRequest(t *testing.T) {
+	a := &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "x"}}, Tools: []*childv1.ToolSpec{{Name: "echo"}}}
+	b := proto.CloneOf(a)
+	b.Id = 7
+	if !SameRequest(a, b) {
+		t.Error("requests differing only by id are not the same")
+	}
+	c := proto.CloneOf(a)
+	c.Messages[0].Content = "y"
+	d := proto.CloneOf(a)
+	d.Tools = append(d.Tools, &childv1.ToolSpec{Name: "more"})
+	e := proto.CloneOf(a)
+	e.Messages = append(e.Messages, &childv1.Message{Role: "user", Content: "x"})
+	for i, other := range []*childv1.ModelRequest{c, d, e} {
+		if SameRequest(a, other) {
+			t.Errorf("request %d: a different request is the same", i)
+		}
+	}
+}

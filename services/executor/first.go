@@ -1,0 +1,107 @@
+package executor
+
+// The first model turn before the child (docs/architecture.md, "The first
+// model turn before the child").
+//
+// A task's first model request follows from its Start alone when the agent
+// starts no stdio MCP server and its history leaves no tool call to run
+// (child.FirstRequest: the child's own code, without the child). The
+// executor asks the model with it as soon as the attempt starts, before any
+// agent process runs, so a spawn never sits between dispatch and the first
+// model call:
+//   - a child that needs no spawn (an idle warm child, or with reuse on a
+//     parked one of the task's key) takes the task at once and builds its
+//     conversation while the model answers;
+//   - otherwise the child is started when the answer is in hand: a task
+//     waiting for its first answer holds no process, and a slow model's
+//     thousand waiting tasks cost no spawns, no memory of children and no
+//     CPU until their answers come;
+//   - with releasing off (AGENTMESH_RELEASE_AFTER=0) the child is started
+//     at once, beside the call, as before.
+// The child asks for its first turn as always and is handed the answer
+// already received, after the executor checked that it asked the same
+// (child.SameRequest); a child that asked something else is answered by a
+// call of its own (it never should: the same code builds both).
+
+import (
+	"context"
+
+	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/services/executor/child"
+)
+
+// asked is a model call under way: its answer once done is closed.
+type asked struct {
+	req  *childv1.ModelRequest
+	done chan struct{}
+	resp *childv1.ModelResponse
+	stop *serveResult
+}
+
+// ask makes the model call of req in the background.
+func (s *Service) ask(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest) *asked {
+	a := &asked{req: req, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.resp, a.stop = s.modelTurn(ctx, task, attempt, mr, req)
+	}()
+	return a
+}
+
+// answer waits for the call and returns its answer, addressed to the
+// request id id.
+func (a *asked) answer(id int64) (*childv1.ModelResponse, *serveResult) {
+	<-a.done
+	a.resp.Id = id
+	return a.resp, a.stop
+}
+
+// askFirst asks the model for start's first turn when start alone decides
+// it (nil otherwise: the child asks, as always).
+func (s *Service) askFirst(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, start *childv1.Start) *asked {
+	req, ok := child.FirstRequest(start)
+	if !ok {
+		return nil
+	}
+	return s.ask(ctx, task, attempt, mr, req)
+}
+
+// childFor gives the attempt its agent child: at once when the first turn
+// was not asked ahead, when releasing is off, or when a child is ready
+// without a spawn; otherwise when the first turn's answer came.
+func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, first *asked) (*process, error) {
+	if first == nil || releaseAfter(s.cfg) == 0 {
+		return s.startChildFor(ctx, task)
+	}
+	if p := s.readyChild(ctx, task); p != nil {
+		metrics.FirstTurns.WithLabelValues("ready").Inc()
+		return p, nil
+	}
+	select {
+	case <-first.done:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	metrics.FirstTurns.WithLabelValues("after").Inc()
+	s.childAfterAnswer.Add(1)
+	return s.startChildFor(ctx, task)
+}
+
+// firstAnswer is the call asked ahead for the child's first request req,
+// or nil when req is not what was asked (the call's end awaited first: it
+// counts in the attempt's budgets, which the next call reads).
+func (s *Service) firstAnswer(task *agentmeshv1.Task, first *asked, req *childv1.ModelRequest) *asked {
+	if child.SameRequest(first.req, req) {
+		return first
+	}
+	<-first.done
+	metrics.FirstTurns.WithLabelValues("differed").Inc()
+	s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task", task.GetId())
+	return nil
+}
+
+// ChildrenAfterAnswer is how many agent processes were started only when
+// the first model turn, asked before them, had answered.
+func (s *Service) ChildrenAfterAnswer() int64 { return s.childAfterAnswer.Load() }
