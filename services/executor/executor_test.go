@@ -20,6 +20,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/embednats"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
@@ -31,6 +32,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -481,12 +483,28 @@ func TestModelDownFailsAfterRetries(t *testing.T) {
 	ln.Close()
 	e.cfg.Model.BaseURL = deadURL
 	e.startExecutor()
+	var before dto.Metric
+	if err := metrics.Spawn.Write(&before); err != nil {
+		t.Fatal(err)
+	}
 	task := e.submit("hi")
 	got := e.waitStatus(task.Id, taskstate.Failed, 20*time.Second)
 	for _, want := range []string{"model call failed", deadURL, "connection refused", "(3 attempts)"} {
 		if !strings.Contains(got.Error, want) {
 			t.Errorf("reason %q does not contain %q", got.Error, want)
 		}
+	}
+	if got.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL {
+		t.Errorf("failure kind %s, want MODEL", got.FailureKind)
+	}
+	// The first model call is made before a child starts (first.go): its
+	// failure ends the attempt without one.
+	var after dto.Metric
+	if err := metrics.Spawn.Write(&after); err != nil {
+		t.Fatal(err)
+	}
+	if n := after.GetHistogram().GetSampleCount() - before.GetHistogram().GetSampleCount(); n != 0 {
+		t.Errorf("%d agent processes spawned for an attempt whose model is down, want none", n)
 	}
 }
 

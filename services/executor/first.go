@@ -25,6 +25,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -84,9 +85,31 @@ func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, first *a
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+	if first.stop != nil || first.resp.GetError() != "" {
+		return nil, errNoChild // asked.ended says how
+	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
 	s.childAfterAnswer.Add(1)
 	return s.startChildFor(ctx, task)
+}
+
+// errNoChild: the first turn, asked before a child, ended the attempt
+// (asked.ended): no child is started for it.
+var errNoChild = errors.New("the attempt ended with its first model call")
+
+// ended reports whether the answered call a ends the attempt by itself,
+// and how: a budget ran out before the call, or the model call failed —
+// the child would only report "model call failed", as its loop does, and
+// mr.failed makes it a MODEL failure. A model that is down so costs no
+// spawn per attempt.
+func (a *asked) ended(mr *modelRun) (serveResult, bool) {
+	switch {
+	case a.stop != nil:
+		return *a.stop, true
+	case a.resp.GetError() != "":
+		return mr.failed(&childv1.Failure{Reason: "model call failed: " + a.resp.GetError()}), true
+	}
+	return serveResult{}, false
 }
 
 // firstAnswer is the call asked ahead for the child's first request req,

@@ -124,6 +124,12 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	// the child comes beside it or after it (first.go).
 	first := s.askFirst(ctx, task, attempt, mr, start)
 	p, err := s.childFor(ctx, task, first)
+	if errors.Is(err, errNoChild) {
+		res, _ := first.ended(mr)
+		if res.kind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL || ctx.Err() == nil {
+			return outcome{kind: outFailed, reason: res.failure.GetReason(), failKind: res.kind}
+		}
+	}
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
