@@ -85,7 +85,7 @@ func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, first *a
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	if first.stop != nil || first.resp.GetError() != "" {
+	if first.endsAttempt() {
 		return nil, errNoChild // asked.ended says how
 	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
@@ -104,13 +104,17 @@ var errNoChild = errors.New("the attempt ended with its first model call")
 // spawn per attempt.
 func (a *asked) ended(mr *modelRun) (serveResult, bool) {
 	switch {
+	case !a.endsAttempt():
+		return serveResult{}, false
 	case a.stop != nil:
 		return *a.stop, true
-	case a.resp.GetError() != "":
-		return mr.failed(&childv1.Failure{Reason: "model call failed: " + a.resp.GetError()}), true
 	}
-	return serveResult{}, false
+	return mr.failed(&childv1.Failure{Reason: "model call failed: " + a.resp.GetError()}), true
 }
+
+// endsAttempt reports whether the answered call a ends the attempt by
+// itself (ended says how).
+func (a *asked) endsAttempt() bool { return a.stop != nil || a.resp.GetError() != "" }
 
 // firstAnswer is the call asked ahead for the child's first request req,
 // or nil when req is not what was asked (the call's end awaited first: it

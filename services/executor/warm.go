@@ -68,8 +68,9 @@ func warmSize(cfg Config) int {
 
 // WarmStats counts what the warm pool did.
 type WarmStats struct {
-	// Hits: tasks that got a warm child; Misses: tasks that found the pool
-	// empty and spawned their own.
+	// Hits: tasks that got a warm child; Misses: looks that found the pool
+	// empty (a task whose first model turn is asked before its child looks
+	// at its start and again when the answer comes, first.go).
 	Hits, Misses int64
 	// Spawned warm children, and spawns that failed.
 	Spawned, Failed int64
