@@ -25,7 +25,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go build -trimpath \
       -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
       -o /out/ ./services/cmd/agentmesh ./services/cmd/amctl \
- && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace \
+ && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace,agentmesh_nogrpc \
       -ldflags "-s -w -X github.com/agentmesh/agentmesh/services/app.Version=${VERSION}" \
       -o /out/ ./services/cmd/agentmesh-agent
 

@@ -50,8 +50,13 @@ LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION)
 # x/net/trace: 16 MiB instead of 21, no dynamic loader or libc to start,
 # ~1 ms less CPU and ~15% less memory per child. The server stays a cgo
 # binary: a static one answered the API with a ~50% higher p99 under load
-# (docs/benchmarks.md, 2026-11-23). The Dockerfile builds the same way.
-AGENT_BUILD := CGO_ENABLED=0 go build -tags grpcnotrace
+# (docs/benchmarks.md, 2026-11-23). The child links no gRPC at all: it
+# uses pkg/api's messages, never its services, and `make generate` tags
+# the generated service stubs (*_grpc.pb.go) !$(NOGRPC_TAG), so the
+# child's start skips gRPC's package initialisation (docs/benchmarks.md,
+# "The agent child without gRPC"). The Dockerfile builds the same way.
+NOGRPC_TAG := agentmesh_nogrpc
+AGENT_BUILD := CGO_ENABLED=0 go build -tags grpcnotrace,$(NOGRPC_TAG)
 
 # install_tools SPEC...: `go install` each module/cmd@version whose binary in
 # $(TOOLBIN) is missing or reports another module version (`go version -m`).
@@ -90,6 +95,11 @@ tools-extra: ## also install grpcurl, gotestsum and staticcheck (pinned)
 .PHONY: generate
 generate: tools ## regenerate pkg/api from proto/ with buf (buf.gen.yaml, clean: true)
 	PATH="$(TOOLPATH)" buf generate
+	@# The gRPC service stubs stay out of a build tagged $(NOGRPC_TAG): the
+	@# agent child uses the messages only (AGENT_BUILD).
+	@for f in $$(find pkg/api -name '*_grpc.pb.go' | sort); do \
+	  sed -i '1i //go:build !$(NOGRPC_TAG)\n' "$$f"; \
+	done
 
 .PHONY: generate-check
 generate-check: generate ## fail if regenerating changes pkg/api or proto (stale generated code)

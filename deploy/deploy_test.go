@@ -942,6 +942,35 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("Dockerfile: no RUN mentions %q", want)
 		}
 	}
+	// The agent child is built with the Makefile's tags (no gRPC, no
+	// x/net/trace): the image's children start as `make build`'s do.
+	mk := readFile(t, "Makefile")
+	if m := regexp.MustCompile(`(?m)^AGENT_BUILD := (.*)$`).FindStringSubmatch(mk); m == nil {
+		t.Errorf("Makefile: no AGENT_BUILD")
+	} else {
+		tm := regexp.MustCompile(`(?m)^NOGRPC_TAG := (\S+)$`).FindStringSubmatch(mk)
+		build := m[1]
+		if tm != nil {
+			build = strings.ReplaceAll(build, "$(NOGRPC_TAG)", tm[1])
+		}
+		tags := regexp.MustCompile(`-tags (\S+)`).FindStringSubmatch(build)
+		var agent []string // the -tags of the command that builds the agent
+		for _, run := range runs {
+			for _, cmd := range strings.Split(run, "&&") {
+				if strings.Contains(cmd, "go build") && strings.Contains(cmd, "./services/cmd/agentmesh-agent") {
+					agent = append(regexp.MustCompile(`-tags (\S+)`).FindStringSubmatch(cmd), "", "")[:2]
+				}
+			}
+		}
+		switch {
+		case tags == nil:
+			t.Errorf("Makefile: AGENT_BUILD %q has no -tags", m[1])
+		case agent == nil:
+			t.Errorf("Dockerfile: no RUN builds ./services/cmd/agentmesh-agent")
+		case agent[1] != tags[1]:
+			t.Errorf("Dockerfile: the agent child is built with -tags %q, the Makefile's AGENT_BUILD with %q", agent[1], tags[1])
+		}
+	}
 	installed := false
 	for _, c := range copies {
 		if strings.HasPrefix(c, "--from=") && strings.Contains(c, "agentmesh") && strings.Contains(c, "amctl") {

@@ -50,7 +50,7 @@ func BenchmarkWarmChildMemory(b *testing.B) {
 	if agent == "" {
 		dir := b.TempDir()
 		agent = filepath.Join(dir, AgentBinary)
-		build := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", agent, "github.com/agentmesh/agentmesh/services/cmd/agentmesh-agent")
+		build := exec.Command("go", "build", "-tags", "grpcnotrace,agentmesh_nogrpc", "-o", agent, "github.com/agentmesh/agentmesh/services/cmd/agentmesh-agent")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 		if out, err := build.CombinedOutput(); err != nil {
 			b.Fatalf("build the agent: %v\n%s", err, out)

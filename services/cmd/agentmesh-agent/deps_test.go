@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -39,6 +41,48 @@ func TestAgentLinksNoServerPackages(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAgentBuildLinksNoGRPC: built as `make build` builds it (the tags of
+// the Makefile's AGENT_BUILD), the child links no gRPC package. It speaks
+// protobuf over its pipes and uses pkg/api's messages, never a gRPC
+// service; the generated service stubs are tagged out of that build
+// (`make generate`), so each child's start skips gRPC's initialisation.
+func TestAgentBuildLinksNoGRPC(t *testing.T) {
+	mk, err := os.ReadFile("../../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^AGENT_BUILD := .*-tags (\S+)`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no AGENT_BUILD with -tags")
+	}
+	tags := strings.ReplaceAll(string(m[1]), "$(NOGRPC_TAG)", nogrpcTag(t, mk))
+	out, err := exec.Command("go", "list", "-tags", tags, "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -tags %s: %v\n%s", tags, err, out)
+	}
+	deps := strings.Fields(string(out))
+	for _, dep := range deps {
+		if dep == "google.golang.org/grpc" || strings.HasPrefix(dep, "google.golang.org/grpc/") {
+			t.Errorf("built with -tags %s, the agent child links %s", tags, dep)
+		}
+	}
+	// The messages are still there: the tag removes the stubs, not the package.
+	if !strings.Contains(" "+strings.Join(deps, " ")+" ", " github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1 ") {
+		t.Errorf("built with -tags %s, the agent child does not link pkg/api/agentmesh/v1: the test checks the wrong build", tags)
+	}
+}
+
+// nogrpcTag is the Makefile's NOGRPC_TAG, which every generated
+// *_grpc.pb.go must be built without.
+func nogrpcTag(t *testing.T, mk []byte) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^NOGRPC_TAG := (\S+)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no NOGRPC_TAG")
+	}
+	return string(m[1])
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
