@@ -84,6 +84,10 @@ var (
 		Name: "agentmesh_executor_first_turns_total",
 		Help: "First model turns the executor asked before an agent process ran, by how the process came: ready (a warm or parked one, at once), after (started when the answer came), differed (the process asked something else; asked again).",
 	}, []string{"child"})
+	AnswersKept = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentmesh_executor_answers_kept_total",
+		Help: "Model answers no agent process recorded (it died first, or none could start) that the executor checkpointed itself, so the next attempt does not ask again.",
+	})
 	Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentmesh_tasks", Help: "Unfinished tasks now, by agent, status and priority (refreshed by state every 15 s).",
 	}, []string{"agent", "status", "priority"})
@@ -92,7 +96,7 @@ var (
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		BusRequest, Store, TaskEvents, TasksCreated, TasksFinished, QueueWait, RunTime, TasksDeleted, Tasks,
-		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver, FirstTurns)
+		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver, FirstTurns, AnswersKept)
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -31,6 +31,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"google.golang.org/protobuf/proto"
 )
 
 // asked is a model call under way: its answer once done is closed.
@@ -127,6 +128,43 @@ func (s *Service) firstAnswer(task *agentmeshv1.Task, first *asked, req *childv1
 	metrics.FirstTurns.WithLabelValues("differed").Inc()
 	s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task", task.GetId())
 	return nil
+}
+
+// unclaimed is the answer of the call a, asked ahead, when it is in and
+// no child asked for it (nil: none asked ahead, still under way, taken, or
+// a failure).
+func (a *asked) unclaimed() *childv1.ModelResponse {
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.done:
+	default:
+		return nil
+	}
+	if a.endsAttempt() {
+		return nil
+	}
+	return a.resp
+}
+
+// keepAnswer checkpoints the model's answer resp, which no child recorded
+// — its child died before reporting it, or none could be started for it —
+// as the MODEL_TURN step the child would have recorded at index next
+// (child.TurnStep, with the usage and model the executor saw), so the
+// next attempt replays the answer instead of asking the model again, and
+// the task's usage counts the call. It is an answer to the conversation
+// the child had (the first turn: to child.FirstRequest, the child's own),
+// so the step is the one the child would have written.
+func (s *Service) keepAnswer(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32) {
+	step, _ := child.TurnStep(proto.CloneOf(resp), next)
+	step.Attempt = attempt
+	if err := s.appendSteps(ctx, task.GetId(), attempt, step); err != nil {
+		s.log.Warn("the model's answer no agent process recorded was not checkpointed; the next attempt asks again", "task", task.GetId(), "step", next, "err", err)
+		return
+	}
+	metrics.AnswersKept.Inc()
+	s.log.Info("checkpointed the model's answer no agent process recorded", "task", task.GetId(), "step", next)
 }
 
 // ChildrenAfterAnswer is how many agent processes were started only when

@@ -50,6 +50,9 @@ func testChild() int {
 		os.Stderr.WriteString("panic: simulated crash of the agent process\n")
 		return 2
 	}
+	if in := f.GetStart().GetInput(); f.GetStart().GetAttempt() == 1 && (strings.Contains(in, DieAfterAnswerMarker) || strings.Contains(in, CrashFirstMarker)) {
+		return dieFirstAttempt(f.GetStart())
+	}
 	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
 		return resumeLiar(f.GetStart())
 	}
@@ -180,4 +183,33 @@ func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1
 		return nil
 	}
 	return f.GetModelResponse()
+}
+
+// Markers that make the test child of a task's first attempt die (later
+// attempts run the real child):
+//   - DieAfterAnswerMarker: after it asked for its first model turn (the
+//     request the real child sends, so the executor hands it the answer
+//     it asked ahead) and read the answer, before it reports the turn;
+//   - CrashFirstMarker: right after it reads Start, before it asks.
+const (
+	DieAfterAnswerMarker = "DIE-AFTER-ANSWER"
+	CrashFirstMarker     = "CRASH-FIRST-ATTEMPT"
+)
+
+func dieFirstAttempt(start *childv1.Start) int {
+	if strings.Contains(start.GetInput(), DieAfterAnswerMarker) {
+		w := childproto.NewWriter(os.Stdout)
+		r := childproto.NewReader(os.Stdin)
+		req, ok := child.FirstRequest(start)
+		if !ok || w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: req}}) != nil {
+			return 3
+		}
+		if f, err := r.Read(); err != nil || f.GetModelResponse() == nil {
+			return 3
+		}
+		os.Stderr.WriteString("panic: simulated crash after the model's answer\n")
+		return 2
+	}
+	os.Stderr.WriteString("panic: simulated crash before the first model turn\n")
+	return 2
 }

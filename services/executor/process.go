@@ -131,6 +131,10 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		}
 	}
 	if err != nil {
+		if resp := first.unclaimed(); resp != nil && !errors.Is(err, errNoChild) {
+			// The answer came and no child could be started for it.
+			s.keepAnswer(ctx, task, attempt, resp, child.NextIndex(steps))
+		}
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
 		}
@@ -171,7 +175,8 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
 		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
 	case res.takeOverErr != nil && ctx.Err() == nil:
-		// The model's answer is not recorded: the next attempt asks again.
+		// The model's answer is checkpointed (keepAnswer): the next
+		// attempt replays it.
 		return outcome{kind: outRequeue, reason: res.takeOverErr.Error()}
 	}
 	if cause := context.Cause(ctx); cause != nil {
@@ -616,9 +621,6 @@ func deferrable(turn *agentmeshv1.Step) bool {
 func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int32, start *childv1.Start, pp **process, first *asked, g *gate, mr *modelRun, dl *delegator) serveResult {
 	p := *pp
 	r, w := p.frames()
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
-		return serveResult{}
-	}
 	// The last model response not yet recorded by a MODEL_TURN step.
 	var observed *childv1.ModelResponse
 	// held is the answer of a model call whose child was released, for the
@@ -645,14 +647,33 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		rel.recorded(step, verdict{})
 		return nil
 	}
+	// next is the index of the child's next step (child.NextIndex, then
+	// each step it reports).
+	next := child.NextIndex(start.GetHistory())
 	// However the conversation ends — the child's exit, a broken pipe, a
 	// protocol error, a refused step — a turn still held is written (the
-	// final answer's goes with the completion instead).
+	// final answer's goes with the completion instead), and so is an
+	// answer the model gave that no child recorded: the first turn asked
+	// ahead that no child asked for, or an answer its child did not live
+	// to report (first.go, keepAnswer).
 	defer func() {
 		if err := flush(); err != nil {
 			s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", err)
+			return
+		}
+		if resp := first.unclaimed(); resp != nil {
+			observed = resp
+		}
+		if held != nil && held.GetError() == "" {
+			observed = held // the child taking over died before asking for it
+		}
+		if observed != nil {
+			s.keepAnswer(ctx, task, attempt, observed, next)
 		}
 	}()
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+		return serveResult{}
+	}
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -693,6 +714,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				if released && stop == nil {
 					np, err := s.takeOver(ctx, task, rel.takeOver(start))
 					if err != nil {
+						if resp.GetError() == "" {
+							observed = resp // kept for the next attempt
+						}
 						return serveResult{takeOverErr: err}
 					}
 					p, *pp = np, np
@@ -721,6 +745,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				return serveResult{protoErr: errors.New("step frame without a step")}
 			}
 			step.Attempt = attempt
+			next = max(next, step.Index+1)
 			ack := &childv1.StepAck{Index: step.Index}
 			var v verdict
 			switch step.Kind {

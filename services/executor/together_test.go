@@ -125,12 +125,7 @@ func TestDeferredTurnWrittenWhenTheChildDies(t *testing.T) {
 			if !strings.Contains(got.Error, tc.why) {
 				t.Errorf("error %q, want it to say %q", got.Error, tc.why)
 			}
-			var turns []*agentmeshv1.Step
-			for _, st := range steps(e.history(task.Id)) {
-				if st.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
-					turns = append(turns, st)
-				}
-			}
+			turns := modelTurns(e.history(task.Id))
 			if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || len(turns[0].ToolCalls) != 1 {
 				t.Fatalf("model turns in the history: %v, want the child's one real turn (attempt 1, index 0, its tool call); %s", turns, w)
 			}

@@ -178,25 +178,7 @@ func (l *loop) run() error {
 		if resp.Error != "" {
 			return l.fail("model call failed: "+resp.Error, false)
 		}
-		msg := resp.GetMessage()
-		if msg == nil {
-			msg = &childv1.Message{}
-		}
-		msg.Role = "assistant"
-		for i, c := range msg.ToolCalls {
-			if c.Id == "" {
-				c.Id = fmt.Sprintf("call_%d_%d", l.next, i)
-			}
-		}
-		step := &agentmeshv1.Step{
-			Kind:         agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
-			Content:      msg.Content,
-			ToolCalls:    msg.ToolCalls,
-			Usage:        resp.Usage,
-			Model:        resp.Model,
-			FinishReason: resp.FinishReason,
-			Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
-		}
+		step, msg := TurnStep(resp, l.next)
 		if _, err := l.record(step); err != nil {
 			return err
 		}
@@ -209,6 +191,50 @@ func (l *loop) run() error {
 		}
 	}
 	return l.fail(fmt.Sprintf("agent took %d model turns without a final answer (max_steps %d)", l.turns, maxSteps), true)
+}
+
+// TurnStep is the MODEL_TURN step a child records for the model's answer
+// resp when its next step has index next, and the assistant message the
+// answer adds to its conversation (the two share the tool calls; resp's
+// message is used, not copied). A tool call the model gave no id gets
+// call_<next>_<i>.
+//
+// The executor builds the same step with it for an answer the child got
+// and did not live to record, or that no child could be started for, so
+// the next attempt replays the answer instead of asking the model again
+// (docs/architecture.md, "An answer no child recorded").
+func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *childv1.Message) {
+	msg := resp.GetMessage()
+	if msg == nil {
+		msg = &childv1.Message{}
+	}
+	msg.Role = "assistant"
+	for i, c := range msg.ToolCalls {
+		if c.Id == "" {
+			c.Id = fmt.Sprintf("call_%d_%d", next, i)
+		}
+	}
+	return &agentmeshv1.Step{
+		Index:        next,
+		Kind:         agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
+		Content:      msg.Content,
+		ToolCalls:    msg.ToolCalls,
+		Usage:        resp.Usage,
+		Model:        resp.Model,
+		FinishReason: resp.FinishReason,
+		Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
+	}, msg
+}
+
+// NextIndex is the index of the step a child given history records next.
+func NextIndex(history []*agentmeshv1.Step) int32 {
+	var next int32
+	for _, s := range history {
+		if s.Index >= next {
+			next = s.Index + 1
+		}
+	}
+	return next
 }
 
 // resolveTools resolves the agent's built-in tools: those the child runs
@@ -287,10 +313,8 @@ func (l *loop) replay(history []*agentmeshv1.Step) (pending []*agentmeshv1.ToolC
 	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
 	var last *agentmeshv1.Step
 	answered := map[string]bool{}
+	l.next = max(l.next, NextIndex(steps))
 	for _, s := range steps {
-		if s.Index >= l.next {
-			l.next = s.Index + 1
-		}
 		switch s.Kind {
 		case agentmeshv1.StepKind_STEP_KIND_MODEL_TURN:
 			l.turns++

@@ -83,3 +83,51 @@ func TestSameRequest(t *testing.T) {
 		}
 	}
 }
+
+// TurnStep is the MODEL_TURN step the child itself records for an answer
+// (the executor records it for an answer no child lived to record): the
+// same step for a first turn and a resumed one, tool calls without an id
+// named as the child names them.
+func TestTurnStepIsTheChildsOwn(t *testing.T) {
+	call := func(id string) *agentmeshv1.ToolCall {
+		return &agentmeshv1.ToolCall{Id: id, Name: "echo", Arguments: `{"text":"hi"}`}
+	}
+	answered := &agentmeshv1.Step{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "let me echo", ToolCalls: []*agentmeshv1.ToolCall{call("c1")}}
+	result := &agentmeshv1.Step{Index: 4, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT, ToolCallId: "c1", ToolName: "echo", Content: "hi"}
+	for name, tc := range map[string]struct {
+		start *childv1.Start
+		calls []*agentmeshv1.ToolCall
+		next  int32
+	}{
+		"first turn, calls without ids": {&childv1.Start{TaskId: "t", Attempt: 1, Input: "hello", Tools: []string{"echo"}}, []*agentmeshv1.ToolCall{call(""), call("")}, 0},
+		"first turn, the answer":        {&childv1.Start{TaskId: "t", Attempt: 1, Input: "hello"}, nil, 0},
+		// An index gap on purpose: the next step follows the highest index.
+		"resumed": {&childv1.Start{TaskId: "t", Attempt: 2, Input: "x", Tools: []string{"echo"}, History: []*agentmeshv1.Step{result, answered}}, []*agentmeshv1.ToolCall{call(""), call("given")}, 5},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := NextIndex(tc.start.GetHistory()); got != tc.next {
+				t.Fatalf("NextIndex %d, want %d", got, tc.next)
+			}
+			d := startChild(t, tc.start)
+			req := d.modelRequest()
+			resp := &childv1.ModelResponse{
+				Id:      req.Id,
+				Message: &childv1.Message{Role: "assistant", Content: "thinking", ToolCalls: tc.calls},
+				Usage:   &agentmeshv1.Usage{PromptTokens: 5, CompletionTokens: 2, TotalTokens: 7},
+				Model:   "m", FinishReason: "tool_calls", DurationMs: 3,
+			}
+			want, _ := TurnStep(proto.CloneOf(resp), NextIndex(tc.start.GetHistory()))
+			want.Attempt = tc.start.Attempt
+			d.send(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}})
+			got := d.step(agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, tc.next)
+			if !proto.Equal(got, want) {
+				t.Fatalf("the child recorded\n%v\nTurnStep says\n%v", got, want)
+			}
+			for i, c := range got.ToolCalls {
+				if c.Id == "" || tc.calls[i].Id != "" && c.Id != tc.calls[i].Id {
+					t.Errorf("tool call %d has id %q", i, c.Id)
+				}
+			}
+		})
+	}
+}

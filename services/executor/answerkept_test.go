@@ -1,0 +1,87 @@
+package executor_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
+)
+
+// An answer the model gave that no agent process recorded is checkpointed
+// by the executor as the turn the child would have written, so the next
+// attempt replays it: each model turn is asked (and paid) once. The
+// answer is lost to no child: one that dies after reading it, one that
+// dies before asking for the first turn the executor asked ahead, and no
+// child at all when none can be started.
+func TestAnswerKeptForTheNextAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, why string
+		noChild          bool
+	}{
+		{"the child dies after the answer", "x " + DieAfterAnswerMarker, "simulated crash after the model's answer", false},
+		{"the child dies before asking", "x " + CrashFirstMarker, "simulated crash before the first model turn", false},
+		{"no child can start", "x", "no-such-agent", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			model := e.useScript(`{"scenarios": [{"turns": [
+			  {"content": "let me echo", "tool_calls": [{"name": "echo", "arguments": {"text": "kept"}}]},
+			  {"content": "done: {{last_tool_result}}"}
+			]}]}`)
+			if tc.noChild {
+				e.cfg.ChildCommand = []string{"/nonexistent/no-such-agent"}
+			}
+			stop := e.startExecutor()
+			task := e.submitTask(&agentmeshv1.Task{Input: tc.input, RetryPolicy: &agentmeshv1.RetryPolicy{MaxAttempts: 2}})
+
+			failed := e.waitStatus(task.Id, taskstate.Queued, 30*time.Second)
+			if failed.RetryCount != 1 || !strings.Contains(failed.LastError, tc.why) {
+				t.Fatalf("after attempt 1: retry count %d, last failure %q; want 1 and %q", failed.RetryCount, failed.LastError, tc.why)
+			}
+			turns := modelTurns(e.history(task.Id))
+			if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || turns[0].Content != "let me echo" ||
+				len(turns[0].ToolCalls) != 1 || turns[0].ToolCalls[0].Name != "echo" || turns[0].ToolCalls[0].Id == "" ||
+				turns[0].Usage.GetTotalTokens() == 0 {
+				t.Fatalf("model turns after attempt 1: %v, want the answer kept as step 0 of attempt 1, its tool call and usage", turns)
+			}
+			if tc.noChild {
+				stop()
+				e.cfg.ChildCommand = []string{os.Args[0]}
+				e.startExecutor()
+			}
+
+			e.publishWork(e.assign(task.Id))
+			done := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
+			if done.Attempt != 2 || done.Result != "done: kept" {
+				t.Errorf("attempt %d result %q, want attempt 2 and %q", done.Attempt, done.Result, "done: kept")
+			}
+			for turn := range 2 {
+				if n := model.RequestsAt(turn); n != 1 {
+					t.Errorf("model turn %d asked %d times, want once", turn, n)
+				}
+			}
+			// The kept turn's usage counts in the task's, as its call was paid.
+			var sum int64
+			all := modelTurns(e.history(task.Id))
+			for _, st := range all {
+				sum += st.Usage.GetTotalTokens()
+			}
+			if u := done.GetUsage().GetTotalTokens(); len(all) != 2 || u != sum {
+				t.Errorf("task usage %d tokens over %d turns, want the sum of both turns' (%d)", u, len(all), sum)
+			}
+		})
+	}
+}
+
+func modelTurns(events []*agentmeshv1.TaskEvent) []*agentmeshv1.Step {
+	var out []*agentmeshv1.Step
+	for _, st := range steps(events) {
+		if st.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
+			out = append(out, st)
+		}
+	}
+	return out
+}
