@@ -7,6 +7,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 )
 
@@ -53,16 +54,7 @@ func TestAnswerKeptForTheNextAttempt(t *testing.T) {
 				e.startExecutor()
 			}
 
-			e.publishWork(e.assign(task.Id))
-			done := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
-			if done.Attempt != 2 || done.Result != "done: kept" {
-				t.Errorf("attempt %d result %q, want attempt 2 and %q", done.Attempt, done.Result, "done: kept")
-			}
-			for turn := range 2 {
-				if n := model.RequestsAt(turn); n != 1 {
-					t.Errorf("model turn %d asked %d times, want once", turn, n)
-				}
-			}
+			done := secondAttemptEndsOnce(t, e, model, task.Id)
 			// The kept turn's usage counts in the task's, as its call was paid.
 			var sum int64
 			all := modelTurns(e.history(task.Id))
@@ -74,6 +66,47 @@ func TestAnswerKeptForTheNextAttempt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The child that takes over from one released while its model thought
+// dies before it asks for the answer kept for it: the executor checkpoints
+// that answer, and the next attempt ends with it without asking again.
+func TestAnswerKeptWhenTheChildTakingOverDies(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ReleaseAfter = 100 * time.Millisecond
+	model := e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "let me echo", "tool_calls": [{"name": "echo", "arguments": {"text": "kept"}}]},
+	  {"content": "done: {{last_tool_result}}", "delay_ms": 1500}
+	]}]}`)
+	e.startExecutor()
+	task := e.submitTask(&agentmeshv1.Task{Input: "x " + CrashTakeOverMarker, RetryPolicy: &agentmeshv1.RetryPolicy{MaxAttempts: 2}})
+
+	failed := e.waitStatus(task.Id, taskstate.Queued, 30*time.Second)
+	if !strings.Contains(failed.LastError, "simulated crash before the first model turn") {
+		t.Fatalf("after attempt 1: last failure %q, want the taking-over child's crash", failed.LastError)
+	}
+	turns := modelTurns(e.history(task.Id))
+	if len(turns) != 2 || turns[1].Index != 3 || turns[1].Attempt != 1 || turns[1].Content != "done: kept" || turns[1].Usage.GetTotalTokens() == 0 {
+		t.Fatalf("model turns after attempt 1: %v, want the released call's answer kept as step 3 of attempt 1", turns)
+	}
+	secondAttemptEndsOnce(t, e, model, task.Id)
+}
+
+// secondAttemptEndsOnce runs the task's second attempt, which must
+// complete with "done: kept", every model turn asked once in all.
+func secondAttemptEndsOnce(t *testing.T, e *env, model *scriptedmodel.Server, id string) *agentmeshv1.Task {
+	t.Helper()
+	e.publishWork(e.assign(id))
+	done := e.waitStatus(id, taskstate.Completed, 30*time.Second)
+	if done.Attempt != 2 || done.Result != "done: kept" {
+		t.Errorf("attempt %d result %q, want attempt 2 and %q", done.Attempt, done.Result, "done: kept")
+	}
+	for turn := range 2 {
+		if n := model.RequestsAt(turn); n != 1 {
+			t.Errorf("model turn %d asked %d times, want once", turn, n)
+		}
+	}
+	return done
 }
 
 func modelTurns(events []*agentmeshv1.TaskEvent) []*agentmeshv1.Step {

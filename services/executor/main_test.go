@@ -50,7 +50,8 @@ func testChild() int {
 		os.Stderr.WriteString("panic: simulated crash of the agent process\n")
 		return 2
 	}
-	if in := f.GetStart().GetInput(); f.GetStart().GetAttempt() == 1 && (strings.Contains(in, DieAfterAnswerMarker) || strings.Contains(in, CrashFirstMarker)) {
+	if in := f.GetStart().GetInput(); f.GetStart().GetAttempt() == 1 && (strings.Contains(in, DieAfterAnswerMarker) || strings.Contains(in, CrashFirstMarker) ||
+		strings.Contains(in, CrashTakeOverMarker) && len(f.GetStart().GetHistory()) > 0) {
 		return dieFirstAttempt(f.GetStart())
 	}
 	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
@@ -190,10 +191,13 @@ func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1
 //   - DieAfterAnswerMarker: after it asked for its first model turn (the
 //     request the real child sends, so the executor hands it the answer
 //     it asked ahead) and read the answer, before it reports the turn;
-//   - CrashFirstMarker: right after it reads Start, before it asks.
+//   - CrashFirstMarker: right after it reads Start, before it asks;
+//   - CrashTakeOverMarker: the same, but only a child that takes over
+//     from a released one (its Start has a history).
 const (
 	DieAfterAnswerMarker = "DIE-AFTER-ANSWER"
 	CrashFirstMarker     = "CRASH-FIRST-ATTEMPT"
+	CrashTakeOverMarker  = "CRASH-TAKE-OVER"
 )
 
 func dieFirstAttempt(start *childv1.Start) int {

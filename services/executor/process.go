@@ -133,7 +133,9 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	if err != nil {
 		if resp := first.unclaimed(); resp != nil && !errors.Is(err, errNoChild) {
 			// The answer came and no child could be started for it.
-			s.keepAnswer(ctx, task, attempt, resp, child.NextIndex(steps))
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWrites)
+			s.keepAnswer(kctx, task, attempt, resp, child.NextIndex(steps))
+			cancel()
 		}
 		if cause := context.Cause(ctx); cause != nil {
 			return stopped(cause)
@@ -610,6 +612,11 @@ func deferrable(turn *agentmeshv1.Step) bool {
 	return true
 }
 
+// endWrites bounds the checkpoints serve writes as a conversation ends
+// (a held turn, an answer no child recorded) after the attempt's own
+// context ended.
+const endWrites = 5 * time.Second
+
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
 //
@@ -635,7 +642,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// that depends on it happens: a tool runs, the model is called again,
 	// the task ends (docs/architecture.md, "Checkpoints written together").
 	var deferred *agentmeshv1.Step
-	flush := func() error {
+	flushIn := func(ctx context.Context) error {
 		if deferred == nil {
 			return nil
 		}
@@ -647,6 +654,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		rel.recorded(step, verdict{})
 		return nil
 	}
+	flush := func() error { return flushIn(ctx) }
 	// next is the index of the child's next step (child.NextIndex, then
 	// each step it reports).
 	next := child.NextIndex(start.GetHistory())
@@ -655,9 +663,13 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// final answer's goes with the completion instead), and so is an
 	// answer the model gave that no child recorded: the first turn asked
 	// ahead that no child asked for, or an answer its child did not live
-	// to report (first.go, keepAnswer).
+	// to report (first.go, keepAnswer). Both are written even when the
+	// attempt's context has ended (a draining executor, the wall time; a
+	// cancelled task's attempt is fenced and refused), within endWrites.
 	defer func() {
-		if err := flush(); err != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWrites)
+		defer cancel()
+		if err := flushIn(ctx); err != nil {
 			s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", err)
 			return
 		}
