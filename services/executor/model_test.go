@@ -17,6 +17,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -402,6 +403,16 @@ func TestTokensStreamOnTheBus(t *testing.T) {
 	if done.Result != answer {
 		t.Fatalf("result = %q", done.Result)
 	}
+	// The step's event is published after its commit, which the task's
+	// status may show first: wait until it has been delivered.
+	poll.Until(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstStep.IsZero() {
+			return fmt.Errorf("no step event delivered yet")
+		}
+		return nil
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	var text strings.Builder
