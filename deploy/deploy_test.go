@@ -954,21 +954,25 @@ func TestDockerfile(t *testing.T) {
 			build = strings.ReplaceAll(build, "$(NOGRPC_TAG)", tm[1])
 		}
 		tags := regexp.MustCompile(`-tags (\S+)`).FindStringSubmatch(build)
-		var agent []string // the -tags of the command that builds the agent
+		// The -tags of the command that builds the agent ("" without).
+		agentTags, built := "", false
 		for _, run := range runs {
 			for _, cmd := range strings.Split(run, "&&") {
 				if strings.Contains(cmd, "go build") && strings.Contains(cmd, "./services/cmd/agentmesh-agent") {
-					agent = append(regexp.MustCompile(`-tags (\S+)`).FindStringSubmatch(cmd), "", "")[:2]
+					built = true
+					if at := regexp.MustCompile(`-tags (\S+)`).FindStringSubmatch(cmd); at != nil {
+						agentTags = at[1]
+					}
 				}
 			}
 		}
 		switch {
 		case tags == nil:
 			t.Errorf("Makefile: AGENT_BUILD %q has no -tags", m[1])
-		case agent == nil:
+		case !built:
 			t.Errorf("Dockerfile: no RUN builds ./services/cmd/agentmesh-agent")
-		case agent[1] != tags[1]:
-			t.Errorf("Dockerfile: the agent child is built with -tags %q, the Makefile's AGENT_BUILD with %q", agent[1], tags[1])
+		case agentTags != tags[1]:
+			t.Errorf("Dockerfile: the agent child is built with -tags %q, the Makefile's AGENT_BUILD with %q", agentTags, tags[1])
 		}
 	}
 	installed := false

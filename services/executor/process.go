@@ -131,7 +131,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		}
 	}
 	if err != nil {
-		if resp := first.unclaimed(); resp != nil && !errors.Is(err, errNoChild) {
+		if resp := first.unclaimed(); resp != nil { // (none after errNoChild: the call ended it)
 			// The answer came and no child could be started for it.
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWrites)
 			s.keepAnswer(kctx, task, attempt, resp, child.NextIndex(steps))
