@@ -133,7 +133,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	if err != nil {
 		if resp := first.unclaimed(); resp != nil { // (none after errNoChild: the call ended it)
 			// The answer came and no child could be started for it.
-			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWrites)
+			kctx, cancel := endContext(ctx)
 			s.keepAnswer(kctx, task, attempt, resp, child.NextIndex(steps))
 			cancel()
 		}
@@ -617,6 +617,12 @@ func deferrable(turn *agentmeshv1.Step) bool {
 // context ended.
 const endWrites = 5 * time.Second
 
+// endContext is the context of those writes: ctx's values without its
+// end, bounded by endWrites.
+func endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), endWrites)
+}
+
 // serve answers the child's frames in order until it sends Final or
 // Failure, breaks the protocol, or its stdout ends.
 //
@@ -667,17 +673,20 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// attempt's context has ended (a draining executor, the wall time; a
 	// cancelled task's attempt is fenced and refused), within endWrites.
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWrites)
-		defer cancel()
-		if err := flushIn(ctx); err != nil {
-			s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", err)
-			return
-		}
 		if resp := first.unclaimed(); resp != nil {
 			observed = resp
 		}
 		if held != nil && held.GetError() == "" {
 			observed = held // the child taking over died before asking for it
+		}
+		if deferred == nil && observed == nil {
+			return // the common end: nothing left to write
+		}
+		ctx, cancel := endContext(ctx)
+		defer cancel()
+		if err := flushIn(ctx); err != nil {
+			s.log.Warn("model turn not checkpointed after the agent's end", "task", task.Id, "err", err)
+			return
 		}
 		if observed != nil {
 			s.keepAnswer(ctx, task, attempt, observed, next)
