@@ -95,7 +95,16 @@ func childMode(mode string) int {
 		// A shell leaves a background sleep behind: it becomes this
 		// process's (the sandbox's PID 1) orphan, and must be reaped
 		// once it ends, by the sandbox's reaper alone.
-		if err := exec.Command("sh", "-c", "sleep 0.2 & exit 0").Run(); err != nil {
+		// The shell itself is started as the sandbox's programs are
+		// (StartCmd), so the reaper leaves it to this Wait.
+		sh := exec.Command("sh", "-c", "sleep 0.2 & exit 0")
+		if err := sandbox.StartCmd(sh); err != nil {
+			fmt.Println("sh:", err)
+			return 1
+		}
+		err := sh.Wait()
+		sandbox.Forget(sh)
+		if err != nil {
 			fmt.Println("sh:", err)
 			return 1
 		}
