@@ -84,10 +84,10 @@ var (
 		Name: "agentmesh_executor_first_turns_total",
 		Help: "First model turns the executor asked before an agent process ran, by how the process came: ready (a warm or parked one, at once), after (started when the answer came), differed (the process asked something else; asked again).",
 	}, []string{"child"})
-	AnswersKept = prometheus.NewCounter(prometheus.CounterOpts{
+	AnswersKept = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentmesh_executor_answers_kept_total",
-		Help: "Model answers no agent process recorded (it died first, or none could start) that the executor checkpointed itself, so the next attempt does not ask again.",
-	})
+		Help: "Model answers the executor checkpointed itself, so no attempt asks for them again; when: unrecorded (no agent process recorded it: it died first, or none could start), before_child (a slow call's answer, written while the agent process that takes it starts).",
+	}, []string{"when"})
 	Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentmesh_tasks", Help: "Unfinished tasks now, by agent, status and priority (refreshed by state every 15 s).",
 	}, []string{"agent", "status", "priority"})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 )
@@ -117,4 +118,54 @@ func modelTurns(events []*agentmeshv1.TaskEvent) []*agentmeshv1.Step {
 		}
 	}
 	return out
+}
+
+// A slow model's answer that waits for an agent process to start is
+// checkpointed while that process starts, and is in its history: the
+// first turn asked before the child, and the turn of a child released
+// while the model thought. The test child (NeedsKeptMarker) fails unless
+// its Start's history ends with the answer it was started for, so an
+// executor that died while its children started would have lost no answer.
+// The children replay the kept turns: each model turn is asked once, no
+// step is written twice, and the task completes in its one attempt.
+func TestSlowAnswerKeptWhileItsChildStarts(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ReleaseAfter = 100 * time.Millisecond
+	model := e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "let me echo", "tool_calls": [{"name": "echo", "arguments": {"text": "kept"}}], "delay_ms": 300},
+	  {"content": "done: {{last_tool_result}}", "delay_ms": 600}
+	]}]}`)
+	keptBefore := counterValue(t, metrics.AnswersKept.WithLabelValues("before_child"))
+	takenBefore := counterValue(t, metrics.ChildrenTakenOver)
+	e.startExecutor()
+	task := e.submitTask(&agentmeshv1.Task{Input: "x " + NeedsKeptMarker, RetryPolicy: oneAttempt})
+
+	done := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
+	if done.Attempt != 1 || done.Result != "done: kept" {
+		t.Fatalf("attempt %d result %q (last error %q), want attempt 1 and %q", done.Attempt, done.Result, done.LastError, "done: kept")
+	}
+	for turn := range 2 {
+		if n := model.RequestsAt(turn); n != 1 {
+			t.Errorf("model turn %d asked %d times, want once", turn, n)
+		}
+	}
+	all := steps(e.history(task.Id))
+	seen := map[int32]bool{}
+	for _, st := range all {
+		if seen[st.Index] {
+			t.Errorf("step %d written twice", st.Index)
+		}
+		seen[st.Index] = true
+	}
+	turns := modelTurns(e.history(task.Id))
+	if len(all) != 4 || len(turns) != 2 || turns[0].Index != 0 || turns[1].Index != 3 || turns[1].Content != "done: kept" ||
+		turns[0].Usage.GetTotalTokens() == 0 || turns[1].Usage.GetTotalTokens() == 0 {
+		t.Fatalf("steps %v, model turns %v; want 4 steps, the two turns at 0 and 3 with their usage", all, turns)
+	}
+	if n := counterValue(t, metrics.AnswersKept.WithLabelValues("before_child")) - keptBefore; n != 2 {
+		t.Errorf("answers kept before their child: %v, want 2", n)
+	}
+	if n := counterValue(t, metrics.ChildrenTakenOver) - takenBefore; n != 1 {
+		t.Errorf("children taken over: %v, want 1", n)
+	}
 }

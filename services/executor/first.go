@@ -26,6 +26,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -73,25 +74,29 @@ func (s *Service) askFirst(ctx context.Context, task *agentmeshv1.Task, attempt 
 // childFor gives the attempt its agent child: at once when the first turn
 // was not asked ahead, when releasing is off, or when a child is ready
 // without a spawn; otherwise when the first turn's answer came.
-func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, first *asked) (*process, error) {
+//
+// A slow first answer is checkpointed while its child starts
+// (startKeeping): kept is that step, at index next (nil: not kept).
+func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, first *asked, next int32) (p *process, kept *agentmeshv1.Step, err error) {
 	if first == nil || releaseAfter(s.cfg) == 0 {
-		return s.startChildFor(ctx, task)
+		p, err = s.startChildFor(ctx, task)
+		return p, nil, err
 	}
 	if p := s.readyChild(ctx, task); p != nil {
 		metrics.FirstTurns.WithLabelValues("ready").Inc()
-		return p, nil
+		return p, nil, nil
 	}
 	select {
 	case <-first.done:
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return nil, nil, context.Cause(ctx)
 	}
 	if first.endsAttempt() {
-		return nil, errNoChild // asked.ended says how
+		return nil, nil, errNoChild // asked.ended says how
 	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
 	s.childAfterAnswer.Add(1)
-	return s.startChildFor(ctx, task)
+	return s.startKeeping(ctx, task, attempt, first.resp, next, keepsEarly(first.resp, first.stop, mr))
 }
 
 // errNoChild: the first turn, asked before a child, ended the attempt
@@ -157,14 +162,73 @@ func (a *asked) unclaimed() *childv1.ModelResponse {
 // the child had (the first turn: to child.FirstRequest, the child's own),
 // so the step is the one the child would have written.
 func (s *Service) keepAnswer(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32) {
-	step, _ := child.TurnStep(proto.CloneOf(resp), next)
-	step.Attempt = attempt
-	if err := s.appendSteps(ctx, task.GetId(), attempt, step); err != nil {
+	if _, err := s.writeAnswer(ctx, task, attempt, resp, next, "unrecorded"); err != nil {
 		s.log.Warn("the model's answer no agent process recorded was not checkpointed; the next attempt asks again", "task", task.GetId(), "step", next, "err", err)
 		return
 	}
-	metrics.AnswersKept.Inc()
 	s.log.Info("checkpointed the model's answer no agent process recorded", "task", task.GetId(), "step", next)
+}
+
+// writeAnswer writes resp as the MODEL_TURN step at index next (see
+// keepAnswer) and returns the step.
+func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32, when string) (*agentmeshv1.Step, error) {
+	step, _ := child.TurnStep(proto.CloneOf(resp), next)
+	step.Attempt = attempt
+	if err := s.appendSteps(ctx, task.GetId(), attempt, step); err != nil {
+		return nil, err
+	}
+	metrics.AnswersKept.WithLabelValues(when).Inc()
+	return step, nil
+}
+
+// An answer in hand while its child starts (docs/architecture.md, "An
+// answer no child recorded"). When no child is ready for an answer — the
+// first turn asked before the child, a released child's turn — one is
+// started for it, and until that child reports the turn, the answer lives
+// only in this executor: a spawn waiting for its slot behind a burst of
+// answers can hold hundreds of paid answers for seconds, all asked again
+// if the executor dies meanwhile. An answer the model took keepSlowerThan
+// or more to give is therefore checkpointed while its child starts, beside
+// the spawn (not in front of it), and the child gets it in its Start's
+// history, as a retry would: it replays the turn (runs its tool calls, or
+// ends with its answer) and never asks for it. A quicker answer is handed
+// over as before, and written with the step that follows it: it costs
+// little to ask again, and its extra write would cost every fast task.
+const keepSlowerThan = 100 * time.Millisecond
+
+// keepsEarly reports whether the answer resp (stop: the call's outcome),
+// in hand while a child is started for it, is checkpointed meanwhile:
+// a slow call's answer, not an error, and no budget ran out with it (the
+// child reports such a turn, and the attempt ends with it).
+func keepsEarly(resp *childv1.ModelResponse, stop *serveResult, mr *modelRun) bool {
+	return stop == nil && resp != nil && resp.GetError() == "" && mr.pending == "" &&
+		time.Duration(resp.GetDurationMs())*time.Millisecond >= keepSlowerThan
+}
+
+// startKeeping starts a child for task (startChildFor) and, when keep,
+// checkpoints the answer resp meanwhile as the MODEL_TURN step at index
+// next. kept is that step once written; nil when not asked or the write
+// failed (then the child is handed the answer, as before).
+func (s *Service) startKeeping(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32, keep bool) (p *process, kept *agentmeshv1.Step, err error) {
+	if !keep {
+		p, err = s.startChildFor(ctx, task)
+		return p, nil, err
+	}
+	type started struct {
+		p   *process
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		p, err := s.startChildFor(ctx, task)
+		ch <- started{p, err}
+	}()
+	kept, werr := s.writeAnswer(ctx, task, attempt, resp, next, "before_child")
+	if werr != nil {
+		s.log.Warn("the model's answer was not checkpointed while its agent process started; the agent process records it", "task", task.GetId(), "step", next, "err", werr)
+	}
+	r := <-ch
+	return r.p, kept, r.err
 }
 
 // ChildrenAfterAnswer is how many agent processes were started only when

@@ -54,6 +54,10 @@ func testChild() int {
 		strings.Contains(in, CrashTakeOverMarker) && len(f.GetStart().GetHistory()) > 0) {
 		return dieFirstAttempt(f.GetStart())
 	}
+	if strings.Contains(f.GetStart().GetInput(), NeedsKeptMarker) && !endsWithModelTurn(f.GetStart().GetHistory()) {
+		os.Stderr.WriteString("the answer this agent process was started for is not in its history\n")
+		return 2
+	}
 	if strings.Contains(f.GetStart().GetInput(), LieResumeMarker) {
 		return resumeLiar(f.GetStart())
 	}
@@ -184,6 +188,24 @@ func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1
 		return nil
 	}
 	return f.GetModelResponse()
+}
+
+// NeedsKeptMarker: the test child fails at once unless the last step of
+// its Start's history is a model turn — the answer it was started for,
+// checkpointed by the executor while it started (first.go, startKeeping);
+// else it is the real child.
+const NeedsKeptMarker = "NEEDS-KEPT-ANSWER"
+
+// endsWithModelTurn reports whether the step of history with the highest
+// index is a model turn.
+func endsWithModelTurn(history []*agentmeshv1.Step) bool {
+	var last *agentmeshv1.Step
+	for _, st := range history {
+		if last == nil || st.GetIndex() > last.GetIndex() {
+			last = st
+		}
+	}
+	return last.GetKind() == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN
 }
 
 // Markers that make the test child of a task's first attempt die (later

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,7 +124,13 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 	// The first model turn, asked now when the start alone decides it;
 	// the child comes beside it or after it (first.go).
 	first := s.askFirst(ctx, task, attempt, mr, start)
-	p, err := s.childFor(ctx, task, first)
+	p, kept, err := s.childFor(ctx, task, attempt, mr, first, child.NextIndex(steps))
+	if kept != nil {
+		// The answer is checkpointed: the child replays it from its
+		// history, as a retry would, and never asks for it.
+		steps = append(slices.Clip(steps), kept)
+		start.History, first = steps, nil
+	}
 	if errors.Is(err, errNoChild) {
 		res, _ := first.ended(mr)
 		if res.kind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL || ctx.Err() == nil {
@@ -131,7 +138,7 @@ func (s *Service) runTaskIn(ctx context.Context, log *slog.Logger, task *agentme
 		}
 	}
 	if err != nil {
-		if resp := first.unclaimed(); resp != nil { // (none after errNoChild: the call ended it)
+		if resp := first.unclaimed(); resp != nil { // (none after errNoChild, or once kept)
 			// The answer came and no child could be started for it.
 			kctx, cancel := endContext(ctx)
 			s.keepAnswer(kctx, task, attempt, resp, child.NextIndex(steps))
@@ -733,16 +740,24 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 				var released bool
 				resp, stop, released = s.awaitModel(ctx, task, attempt, mr, k.ModelRequest, rel, p, a)
 				if released && stop == nil {
-					np, err := s.takeOver(ctx, task, rel.takeOver(start))
+					// A slow answer is checkpointed while the child that
+					// takes over starts, and is in that child's history
+					// (first.go, startKeeping); else it is held for it.
+					np, kept, err := s.takeOver(ctx, task, attempt, rel, start, resp, next, keepsEarly(resp, stop, mr))
+					if kept != nil {
+						next = kept.Index + 1
+					}
 					if err != nil {
-						if resp.GetError() == "" {
+						if resp.GetError() == "" && kept == nil {
 							observed = resp // kept for the next attempt
 						}
 						return serveResult{takeOverErr: err}
 					}
 					p, *pp = np, np
 					r, w = p.frames()
-					held = resp
+					if kept == nil {
+						held = resp
+					}
 					continue
 				}
 			}

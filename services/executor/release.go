@@ -176,21 +176,28 @@ func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attemp
 }
 
 // takeOver starts the child that goes on with an attempt whose child was
-// released: it replays start's history and asks for the pending turn.
-func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, start *childv1.Start) (*process, error) {
+// released, for the answer resp of its pending turn (the turn's step has
+// index next): it replays the history checkpointed since start (the first
+// child's) and asks for that turn — or, when keep, the answer is
+// checkpointed while it starts (startKeeping) and is the last step of its
+// history: it replays it and asks nothing. kept is that step (nil: none).
+func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, attempt int32, rel *releasable, start *childv1.Start, resp *childv1.ModelResponse, next int32, keep bool) (*process, *agentmeshv1.Step, error) {
 	if err := context.Cause(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p, err := s.startChildFor(ctx, task)
+	p, kept, err := s.startKeeping(ctx, task, attempt, resp, next, keep)
+	if kept != nil {
+		rel.recorded(kept, verdict{})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
+		return nil, kept, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
 	_, w := p.frames()
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: rel.takeOver(start)}}); err != nil {
 		p.cleanup()
-		return nil, fmt.Errorf("start an agent process to take over from the released one: %w", err)
+		return nil, kept, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
 	s.resumed.Add(1)
 	metrics.ChildrenTakenOver.Inc()
-	return p, nil
+	return p, kept, nil
 }
