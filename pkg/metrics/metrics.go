@@ -77,6 +77,10 @@ var (
 	ChildrenReleased = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentmesh_executor_children_released_total", Help: "Agent processes ended while their model call ran (AGENTMESH_RELEASE_AFTER).",
 	})
+	ChildrenKeptWaiting = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentmesh_executor_children_kept_waiting_total",
+		Help: "Agent processes whose model call outlived AGENTMESH_RELEASE_AFTER and that were not released, as no more than AGENTMESH_RELEASE_ABOVE processes waited for the model.",
+	})
 	ChildrenTakenOver = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentmesh_executor_children_taken_over_total", Help: "Agent processes started to go on with a task whose process was released.",
 	})
@@ -96,7 +100,7 @@ var (
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		BusRequest, Store, TaskEvents, TasksCreated, TasksFinished, QueueWait, RunTime, TasksDeleted, Tasks,
-		SpawnWait, Spawn, ChildrenReleased, ChildrenTakenOver, FirstTurns, AnswersKept)
+		SpawnWait, Spawn, ChildrenReleased, ChildrenKeptWaiting, ChildrenTakenOver, FirstTurns, AnswersKept)
 }
 
 // Handler serves the registry in the Prometheus text format.

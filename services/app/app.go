@@ -344,6 +344,10 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
 	}
+	above, err := executor.ParseReleaseAbove(s.str("AGENTMESH_RELEASE_ABOVE"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_ABOVE: %w", err)}
+	}
 	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
@@ -351,6 +355,7 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	return executor.Config{
 		WarmPool:     warm,
 		ReleaseAfter: release,
+		ReleaseAbove: above,
 		ChildReuse:   reuse,
 		Prefix:       s.str("AGENTMESH_PREFIX"),
 		Node:         s.str("AGENTMESH_NODE"),

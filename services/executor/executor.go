@@ -123,6 +123,12 @@ type Config struct {
 	// (release.go; AGENTMESH_RELEASE_AFTER): 0 takes DefaultReleaseAfter,
 	// negative never releases.
 	ReleaseAfter time.Duration
+	// ReleaseAbove is how many children may wait for a model answer
+	// before any is released (release.go; AGENTMESH_RELEASE_ABOVE): a
+	// child whose call outlives ReleaseAfter is released only while more
+	// than this many wait. 0 takes DefaultReleaseAbove, negative releases
+	// every one.
+	ReleaseAbove int
 	// ChildReuse lets a child serve the next task of the same org and
 	// agent (reuse.go; AGENTMESH_CHILD_REUSE=agent). Off: one child per
 	// task.
@@ -234,6 +240,9 @@ type Service struct {
 	// released and resumed count the children released while their model
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
+	// waitingChildren: children waiting for a model answer now, not
+	// released (release.go, awaitModel).
+	waitingChildren atomic.Int64
 	// childAfterAnswer counts the children started when the first model
 	// turn asked ahead had answered (first.go).
 	childAfterAnswer atomic.Int64

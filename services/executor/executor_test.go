@@ -119,7 +119,10 @@ func newEnv(t *testing.T) *env {
 		Capacity: 4,
 		// These tests count the agent processes: no warm pool (its own
 		// tests are warm_test.go's and TestWarmPoolRunsTasks).
-		WarmPool:          -1,
+		WarmPool: -1,
+		// Release tests release every waiting child unless they say
+		// otherwise (TestFewWaitingChildrenAreKept).
+		ReleaseAbove:      -1,
 		ChildCommand:      []string{os.Args[0]},
 		Model:             executor.ModelConfig{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
 		WallTime:          30 * time.Second,

@@ -25,6 +25,14 @@ package executor
 //     fs_* tools write to its workspace and /tmp, a tmpfs that dies with it.
 // Tools the executor runs (web_fetch, sql_query, HTTP MCP, delegation) leave
 // nothing in the child.
+//
+// Releasing trades a spawn for memory: the child taking over costs a fresh
+// sandboxed process (~12 ms of CPU on the 2-core machine) for the ~2.5 MiB
+// the released one held. With few children waiting that memory is needed
+// by nobody, so a child is released only while more than ReleaseAbove
+// (default 64) children wait for the model; the others wait on. A thousand
+// tasks on a slow model still hold about that many waiting children, and a
+// few dozen slow tasks pay no spawn per slow turn.
 
 import (
 	"context"
@@ -60,6 +68,28 @@ func ParseReleaseAfter(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("release after %q: want a duration of at least 10ms (or 0 = never)", s)
 	}
 	return d, nil
+}
+
+// DefaultReleaseAbove is how many children may wait for a model answer
+// before any is released, by default: ~160 MiB of waiting children.
+const DefaultReleaseAbove = 64
+
+// ParseReleaseAbove parses AGENTMESH_RELEASE_ABOVE: "" is the default,
+// otherwise a count of at least 0 (0: release every waiting child). It
+// returns Config.ReleaseAbove's value (0 default, -1 for 0).
+func ParseReleaseAbove(s string) (int, error) {
+	return parseCount(s, "release above %q: want a number of waiting agent processes, 0 or more")
+}
+
+// releaseAbove is how many waiting children cfg keeps (0: none).
+func releaseAbove(cfg Config) int64 {
+	switch {
+	case cfg.ReleaseAbove < 0:
+		return 0
+	case cfg.ReleaseAbove == 0:
+		return DefaultReleaseAbove
+	}
+	return int64(cfg.ReleaseAbove)
 }
 
 // releaseAfter is the delay cfg asks for (0: never release).
@@ -159,14 +189,25 @@ func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attemp
 		resp, stop = a.answer(req.GetId())
 		return resp, stop, false
 	}
+	s.waitingChildren.Add(1)
 	t := time.NewTimer(rel.after)
 	defer t.Stop()
 	select {
 	case <-a.done:
+		s.waitingChildren.Add(-1)
 		resp, stop = a.answer(req.GetId())
 		return resp, stop, false
 	case <-t.C:
 	}
+	if s.waitingChildren.Load() <= releaseAbove(s.cfg) {
+		// Few children wait: this one waits on (it counts among them
+		// until its answer), as a released one would cost a spawn.
+		resp, stop = a.answer(req.GetId())
+		s.waitingChildren.Add(-1)
+		metrics.ChildrenKeptWaiting.Inc()
+		return resp, stop, false
+	}
+	s.waitingChildren.Add(-1)
 	p.cleanup()
 	s.released.Add(1)
 	metrics.ChildrenReleased.Inc()

@@ -147,6 +147,57 @@ func TestChildHoldingItsWorkspaceIsKept(t *testing.T) {
 	}
 }
 
+// A child waiting for a slow model call is released only while more than
+// ReleaseAbove children wait: of two tasks waiting at once with a bound of
+// one, one child is released (and another takes over when its answer
+// comes) and the other waits on; both tasks complete, each turn asked once.
+func TestFewWaitingChildrenAreKept(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ReleaseAfter = 300 * time.Millisecond
+	e.cfg.ReleaseAbove = 1
+	model := e.useScript(`{"scenarios": [{"turns": [
+	  {"content": "let me echo", "tool_calls": [{"name": "echo", "arguments": {"text": "{{input}}"}}]},
+	  {"content": "done: {{last_tool_result}}", "delay_ms": 3000}
+	]}]}`)
+	ex := e.startExecutorSvc()
+	released0, kept0 := counterValue(t, metrics.ChildrenReleased), counterValue(t, metrics.ChildrenKeptWaiting)
+
+	a, b := e.submit("one"), e.submit("two")
+	for _, task := range []*agentmeshv1.Task{a, b} {
+		got := e.waitStatus(task.Id, taskstate.Completed, 60*time.Second)
+		if want := "done: " + got.Input; got.Result != want || got.Attempt != 1 {
+			t.Errorf("task %q: attempt %d result %q, want attempt 1 and %q", got.Input, got.Attempt, got.Result, want)
+		}
+	}
+	for turn := range 2 {
+		if n := model.RequestsAt(turn); n != 2 {
+			t.Errorf("model turn %d asked %d times for the two tasks, want twice", turn, n)
+		}
+	}
+	if st := ex.ReleaseStats(); st.Released != 1 || st.Resumed != 1 {
+		t.Errorf("release stats %+v, want 1 released and 1 taken over", st)
+	}
+	if r, k := counterValue(t, metrics.ChildrenReleased)-released0, counterValue(t, metrics.ChildrenKeptWaiting)-kept0; r != 1 || k != 1 {
+		t.Errorf("metrics: %v released, %v kept waiting; want 1 and 1", r, k)
+	}
+}
+
+func TestParseReleaseAbove(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		bad  bool
+	}{
+		{"", 0, false}, {"0", -1, false}, {"64", 64, false}, {" 1 ", 1, false},
+		{"-1", 0, true}, {"many", 0, true}, {"1.5", 0, true},
+	} {
+		got, err := executor.ParseReleaseAbove(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("ParseReleaseAbove(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
 func TestParseReleaseAfter(t *testing.T) {
 	for _, c := range []struct {
 		in   string

@@ -41,13 +41,20 @@ const warmRefillers = 2
 // most DefaultWarmPoolMax), "0" turns the pool off, N keeps up to N idle
 // warm children. It returns Config.WarmPool's value (0 default, -1 off).
 func ParseWarmPool(s string) (int, error) {
+	return parseCount(s, "warm pool %q: want a number of children ≥ 0 (0 = off)")
+}
+
+// parseCount parses a count setting whose zero value means the default:
+// "" is 0 (the default), "0" is -1, N ≥ 1 is N. bad formats the error
+// (%q: s).
+func parseCount(s, bad string) (int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("warm pool %q: want a number of children ≥ 0 (0 = off)", s)
+		return 0, fmt.Errorf(bad, s)
 	}
 	if n == 0 {
 		return -1, nil
