@@ -49,8 +49,10 @@ func (e *env) treeAgents(t *testing.T) {
 // while it waits (blocked, no process) and one sub-task runs cancels the
 // whole tree and leaves no task unfinished and no agent process.
 func TestDelegationTreeWatchedAndCancelled(t *testing.T) {
-	// No warm pool: every agent process runs a task.
-	e := start(t, opts{script: treeDelegationScript, noWarmPool: true})
+	// No warm pool: every agent process runs a task. The slow worker's
+	// process runs beside its model call (not after it, as by default), so
+	// that one process is alive while it runs, for the cancel to end.
+	e := start(t, opts{script: treeDelegationScript, noWarmPool: true, childBesideCall: true})
 	e.treeAgents(t)
 	before := len(agentProcesses())
 	parent := e.submit(t, &agentmeshv1.SubmitTaskRequest{Input: "tree: x", Agent: "planner"})

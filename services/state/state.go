@@ -660,6 +660,20 @@ func (s *Service) history(ctx context.Context, req *busv1.HistoryRequest) (*busv
 		resp.Status = events[n-1].Status
 		resp.LastSeq = max(resp.LastSeq, events[n-1].Seq)
 	}
+	if req.AfterSeq > resp.LastSeq {
+		// The cursor is past the task read above: the embedded store
+		// appends an event before it rewrites the task, so a watcher may
+		// have seen event AfterSeq on the bus while the task still says
+		// AfterSeq-1. The events decide (WatchTask would refuse a cursor
+		// it just handed out).
+		at, err := s.store.History(ctx, req.TaskId, req.AfterSeq-1, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(at) == 1 && at[0].Seq == req.AfterSeq {
+			resp.LastSeq, resp.Status = at[0].Seq, at[0].Status
+		}
+	}
 	return resp, nil
 }
 
