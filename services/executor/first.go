@@ -96,7 +96,7 @@ func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, attempt 
 	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
 	s.childAfterAnswer.Add(1)
-	return s.startKeeping(ctx, task, attempt, first.resp, next, keepsEarly(first.resp, first.stop, mr))
+	return s.startKeeping(ctx, task, attempt, first.resp, next, keepsEarly(first.resp, mr))
 }
 
 // errNoChild: the first turn, asked before a child, ended the attempt
@@ -196,12 +196,12 @@ func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attem
 // little to ask again, and its extra write would cost every fast task.
 const keepSlowerThan = 100 * time.Millisecond
 
-// keepsEarly reports whether the answer resp (stop: the call's outcome),
-// in hand while a child is started for it, is checkpointed meanwhile:
-// a slow call's answer, not an error, and no budget ran out with it (the
-// child reports such a turn, and the attempt ends with it).
-func keepsEarly(resp *childv1.ModelResponse, stop *serveResult, mr *modelRun) bool {
-	return stop == nil && resp != nil && resp.GetError() == "" && mr.pending == "" &&
+// keepsEarly reports whether the answer resp, in hand while a child is
+// started for it (its call did not end the attempt), is checkpointed
+// meanwhile: a slow call's answer, not an error, and no budget ran out
+// with it (the child reports such a turn, and the attempt ends with it).
+func keepsEarly(resp *childv1.ModelResponse, mr *modelRun) bool {
+	return resp.GetError() == "" && mr.pending == "" &&
 		time.Duration(resp.GetDurationMs())*time.Millisecond >= keepSlowerThan
 }
 

@@ -743,7 +743,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 					// A slow answer is checkpointed while the child that
 					// takes over starts, and is in that child's history
 					// (first.go, startKeeping); else it is held for it.
-					np, kept, err := s.takeOver(ctx, task, attempt, rel, start, resp, next, keepsEarly(resp, stop, mr))
+					np, kept, err := s.takeOver(ctx, task, attempt, rel, start, resp, next, keepsEarly(resp, mr))
 					if kept != nil {
 						next = kept.Index + 1
 					}
