@@ -120,6 +120,21 @@ func TestRootlessDev(t *testing.T) {
 			return nil
 		})
 		pa, pb := progs[0], progs[1]
+		// The agents came from the spawner (a fork server), not from a
+		// fork of the whole dev process, and run below its priority.
+		for _, pid := range progs {
+			chain := ancestors(pid, r.pid)
+			if len(chain) < 2 || !strings.HasSuffix(procCmdline(chain[len(chain)-1]), "\x00spawner") {
+				var names []string
+				for _, p := range chain {
+					names = append(names, fmt.Sprintf("%d %q", p, procCmdline(p)))
+				}
+				t.Errorf("task program %d: the process under dev (%d) is not the spawner: %s", pid, r.pid, strings.Join(names, " ← "))
+			}
+			if n := procNice(t, pid); n < 10 {
+				t.Errorf("task program %d runs at nice %d, want the agents' 10 (AGENTMESH_AGENT_NICE)", pid, n)
+			}
+		}
 		ua, ga := hostIDs(t, pa)
 		ub, _ := hostIDs(t, pb)
 		t.Logf("task programs: pid %d as host uid %d, pid %d as host uid %d", pa, ua, pb, ub)
@@ -363,20 +378,8 @@ func descendants(pid int) []int {
 	parent := map[int]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 {
-				parent[p], _ = strconv.Atoi(f[1])
-			}
+		if p, err := strconv.Atoi(e.Name()); err == nil {
+			parent[p] = ppid(p)
 		}
 	}
 	var out []int
@@ -389,6 +392,59 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// ancestors are pid, its parent, …, up to the child of top (top not
+// included); nil if top is not an ancestor.
+func ancestors(pid, top int) []int {
+	var out []int
+	for p := pid; p > 1; p = ppid(p) {
+		if p == top {
+			return out
+		}
+		out = append(out, p)
+	}
+	return nil
+}
+
+// ppid is the parent of pid (0 when it is gone).
+func ppid(pid int) int {
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i > 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 1 {
+			p, _ := strconv.Atoi(f[1])
+			return p
+		}
+	}
+	return 0
+}
+
+// procCmdline is a process's arguments, NUL-separated.
+func procCmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.TrimRight(string(b), "\x00")
+}
+
+// procNice is a process's nice value (/proc/PID/stat, field 19).
+func procNice(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	// After the comm: state is field 3, nice field 19.
+	n, err := strconv.Atoi(f[19-3])
+	if err != nil {
+		t.Fatalf("nice of %d: %v", pid, err)
+	}
+	return n
 }
 
 func procName(pid int) string {

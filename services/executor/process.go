@@ -337,11 +337,7 @@ func (s *Service) spawnIn(ctx context.Context, taskID string, background bool) (
 		return nil, fmt.Errorf("agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
 	p := &process{stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
-	// A task whose ids the setuid helpers map (an executor that is not
-	// root, with subordinate ids) is started directly: the helpers run
-	// between the fork and the child's release, which the spawner's
-	// protocol does not carry yet.
-	if s.spawner != nil && !sb.MapsByHelper() {
+	if s.spawner != nil {
 		err = s.spawnVia(ctx, cmd, p)
 	} else {
 		err = spawnDirect(cmd, p)
@@ -447,6 +443,18 @@ func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error
 	if err != nil {
 		closeAll()
 		return sandbox.StartError(err)
+	}
+	if p.sb.MapsByHelper() {
+		// An executor that is not root, with subordinate ids: the child
+		// waits unmapped on its sync pipe until the setuid helpers have
+		// written its maps (run here: they need the executor's user and
+		// the child's pid); it exits without running anything if not.
+		if err := p.sb.MapAndRelease(proc.Pid); err != nil {
+			_ = proc.Kill()
+			_, _ = proc.Wait()
+			closeAll()
+			return err
+		}
 	}
 	h := &spawnedHandle{proc: proc, stderr: pipes[2][0], stdout: pipes[1][0], copied: make(chan struct{})}
 	p.pid, p.stdin, p.stdout, p.h = proc.Pid, pipes[0][1], pipes[1][0], h

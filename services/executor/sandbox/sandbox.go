@@ -310,7 +310,7 @@ func New(cfg Config) (*Sandbox, error) {
 		if sub, err := findSubordinate(); err != nil {
 			subErr = err
 		} else {
-			s.sub, s.uids, s.caps = sub, sub.pool(), ambientCaps()
+			s.sub, s.uids, s.caps = sub, sub.pool(), AmbientCaps()
 		}
 	}
 	if err := userNamespacesEnabled(); err != nil {
@@ -919,13 +919,19 @@ func (t *Task) AgentCgroupProcs() []string {
 	return out
 }
 
-// Started closes the executable's descriptor once another process (a
-// spawner) started the task's child from Command's cmd and placed it in
-// AgentCgroupProcs.
+// Started closes the executable's descriptor and the child's end of the
+// sync pipe once another process (a spawner) started the task's child
+// from Command's cmd (or failed to) and placed it in AgentCgroupProcs. A
+// task whose ids the helpers map is then mapped and released with
+// MapAndRelease.
 func (t *Task) Started() {
 	if t.exe != nil {
 		_ = t.exe.Close()
 		t.exe = nil
+	}
+	if t.syncR != nil {
+		_ = t.syncR.Close()
+		t.syncR = nil
 	}
 }
 

@@ -201,11 +201,12 @@ func (t *Task) release(ok bool) error {
 	return err
 }
 
-// ambientCaps are the capabilities a child started for helper maps keeps
+// AmbientCaps are the capabilities a child started for helper maps keeps
 // across exec (ambient), as root of its namespace would have them: all
 // (a new user namespace's first process has the full set there, whatever
-// the executor's bounding set).
-func ambientCaps() []uintptr {
+// the executor's bounding set). A spawner starting such a child sets them
+// itself.
+func AmbientCaps() []uintptr {
 	last := 40
 	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 64 {

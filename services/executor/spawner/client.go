@@ -278,7 +278,10 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 // put in cgroups (cgroup.procs files, sandbox.Task.AgentCgroupProcs)
 // before it answered. A cmd with a
 // SysProcAttr the spawner does not accept is refused before anything
-// starts. ctx ending before the spawner answered kills the child.
+// starts. ctx ending before the spawner answered kills the child. A
+// command whose ids the setuid helpers map (sandbox.Task.MapsByHelper)
+// starts unmapped and waits on its sync pipe: the caller maps and
+// releases it (Task.MapAndRelease) once Start returned.
 func (c *Client) Start(ctx context.Context, cmd *exec.Cmd, cgroups []string) (*Proc, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err
@@ -291,11 +294,20 @@ func (c *Client) Start(ctx context.Context, cmd *exec.Cmd, cgroups []string) (*P
 	}
 	req := request{Op: opSpawn, ID: c.ids.Add(1), Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Cgroups: cgroups}
 	if a := cmd.SysProcAttr; a != nil && a.Cloneflags != 0 {
-		if a.Cloneflags != NamespaceFlags || len(a.UidMappings) != 1 || len(a.GidMappings) != 1 {
+		switch {
+		case a.Cloneflags != NamespaceFlags:
+			return nil, errors.New("spawner: the command's namespaces or id mappings are not the sandbox's")
+		case len(a.UidMappings) == 0 && len(a.GidMappings) == 0 && a.Credential == nil && len(a.AmbientCaps) > 0:
+			// sandbox.Task.Command for a task whose ids the setuid
+			// helpers map: the caller maps them after Start returns
+			// and then releases the child (Task.MapAndRelease).
+			req.Cloneflags, req.HelperMaps = a.Cloneflags, true
+		case len(a.UidMappings) == 1 && len(a.GidMappings) == 1:
+			req.Cloneflags = a.Cloneflags
+			req.UID, req.GID, req.Setgroups = a.UidMappings[0].HostID, a.GidMappings[0].HostID, a.GidMappingsEnableSetgroups
+		default:
 			return nil, errors.New("spawner: the command's namespaces or id mappings are not the sandbox's")
 		}
-		req.Cloneflags = a.Cloneflags
-		req.UID, req.GID, req.Setgroups = a.UidMappings[0].HostID, a.GidMappings[0].HostID, a.GidMappingsEnableSetgroups
 	}
 	var fds []int
 	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {

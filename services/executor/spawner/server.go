@@ -29,11 +29,16 @@
 // (a socketpair whose other end only the executor holds; it checks the
 // peer is its parent), no listening socket, no path on the filesystem. A
 // request is checked before anything is started: an absolute program
-// path, an absolute directory, 3 or 4 descriptors, cgroup.procs files
+// path, an absolute directory, 3 to 5 descriptors, cgroup.procs files
 // under /sys/fs/cgroup only, and either no new
 // namespaces (isolation none) or exactly the sandbox's set with a single
-// uid and gid mapping of root to one host id; Setsid and Pdeathsig are
-// set by the spawner itself, never taken from the request.
+// uid and gid mapping of root to one host id — or, for an executor that
+// is not root and maps each task to a subordinate id (helper_maps), the
+// sandbox's set with no mapping at all: the executor's setuid helpers
+// (newuidmap, newgidmap) write the maps once the spawner said started,
+// while the child waits on a sync pipe that came with the request;
+// Setsid, Pdeathsig and (helper_maps) the ambient capabilities are set by
+// the spawner itself, never taken from the request.
 package spawner
 
 import (
@@ -51,6 +56,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,8 +97,16 @@ type request struct {
 	UID       int  `json:"uid,omitempty"`
 	GID       int  `json:"gid,omitempty"`
 	Setgroups bool `json:"setgroups,omitempty"`
+	// HelperMaps (with NamespaceFlags, no UID, GID or Setgroups): the
+	// child starts in its namespaces without id maps and keeps the
+	// capabilities of its new user namespace across exec (ambient), as
+	// sandbox.Task.Command asks of a task whose ids the setuid helpers
+	// map (MapsByHelper); the executor maps them after started, then
+	// releases the child through its sync pipe (one of the descriptors).
+	HelperMaps bool `json:"helper_maps,omitempty"`
 	// Files is how many descriptors came with the request: stdin, stdout,
-	// stderr and, optionally, the executable (the child's fd 3).
+	// stderr and, optionally, the executable and the sync pipe (the
+	// child's fd 3 and on, in that order).
 	Files int `json:"files,omitempty"`
 	// Cgroups are the cgroup.procs files the child joins before the
 	// spawner answers (and so before it could be reaped).
@@ -165,7 +179,9 @@ func serve() int {
 // loop reads requests until the executor closes its end (or dies).
 func (s *server) loop() {
 	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	// Room for more descriptors than a request may carry (5), so that
+	// one with too many is read whole and refused by check, with its id.
+	oob := make([]byte, unix.CmsgSpace(8*4))
 	for {
 		n, oobn, flags, _, err := s.conn.ReadMsgUnix(buf, oob)
 		if err != nil || (n == 0 && oobn == 0) {
@@ -241,8 +257,8 @@ func check(req *request, files []*os.File) error {
 		return fmt.Errorf("program path %q is not absolute", req.Path)
 	case !filepath.IsAbs(req.Dir):
 		return fmt.Errorf("directory %q is not absolute", req.Dir)
-	case req.Files != len(files) || len(files) < 3 || len(files) > 4:
-		return fmt.Errorf("%d descriptors came with the request (it says %d): want stdin, stdout, stderr and at most the executable", len(files), req.Files)
+	case req.Files != len(files) || len(files) < 3 || len(files) > 5:
+		return fmt.Errorf("%d descriptors came with the request (it says %d): want stdin, stdout, stderr and at most the executable and a sync pipe", len(files), req.Files)
 	}
 	for _, f := range req.Cgroups {
 		if filepath.Clean(f) != f || !strings.HasPrefix(f, cgroupRoot) || filepath.Base(f) != "cgroup.procs" {
@@ -251,12 +267,15 @@ func check(req *request, files []*os.File) error {
 	}
 	switch req.Cloneflags {
 	case 0:
-		if req.UID != 0 || req.GID != 0 || req.Setgroups {
+		if req.UID != 0 || req.GID != 0 || req.Setgroups || req.HelperMaps {
 			return errors.New("id mappings without namespaces")
 		}
 	case NamespaceFlags:
 		if req.UID < 0 || req.GID < 0 {
 			return fmt.Errorf("host ids %d:%d are not valid", req.UID, req.GID)
+		}
+		if req.HelperMaps && (req.UID != 0 || req.GID != 0 || req.Setgroups) {
+			return errors.New("helper maps with an id mapping: the helpers write the only one")
 		}
 	default:
 		return fmt.Errorf("namespace flags %#x: want none or the sandbox's (%#x)", req.Cloneflags, NamespaceFlags)
@@ -274,7 +293,14 @@ func (s *server) spawn(req request, files []*os.File) {
 	cmd := &exec.Cmd{Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2], ExtraFiles: files[3:]}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if req.Cloneflags != 0 {
+	switch {
+	case req.HelperMaps:
+		// No maps yet (the executor's helpers write them), so no
+		// credential to switch to; the capabilities of the new namespace
+		// are kept across exec until sandbox.Enter drops them.
+		cmd.SysProcAttr.Cloneflags = req.Cloneflags
+		cmd.SysProcAttr.AmbientCaps = sandbox.AmbientCaps()
+	case req.Cloneflags != 0:
 		cmd.SysProcAttr.Cloneflags = req.Cloneflags
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.UID, Size: 1}}
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.GID, Size: 1}}

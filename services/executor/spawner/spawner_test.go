@@ -121,6 +121,10 @@ func TestSpawnerRefusesBadRequests(t *testing.T) {
 		{"cgroup file elsewhere", func(r *request) { r.Cgroups = []string{"/etc/passwd"} }, fds, "cgroup file"},
 		{"cgroup file climbing out", func(r *request) { r.Cgroups = []string{"/sys/fs/cgroup/../../etc/cgroup.procs"} }, fds, "cgroup file"},
 		{"negative uid", func(r *request) { r.Cloneflags = NamespaceFlags; r.UID = -1 }, fds, "not valid"},
+		{"helper maps without namespaces", func(r *request) { r.HelperMaps = true }, fds, "without namespaces"},
+		{"helper maps and a mapping", func(r *request) { r.Cloneflags = NamespaceFlags; r.HelperMaps = true; r.UID = 1000 }, fds, "helper maps with an id mapping"},
+		{"helper maps and setgroups", func(r *request) { r.Cloneflags = NamespaceFlags; r.HelperMaps = true; r.Setgroups = true }, fds, "helper maps with an id mapping"},
+		{"too many fds", func(r *request) { r.Files = 6 }, append(fds, fds...), "descriptors"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,4 +241,66 @@ func startSleep(t *testing.T, c *Client) *Proc {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A child whose ids the executor's setuid helpers map (an executor that
+// is not root, with subordinate ids) starts in the sandbox's namespaces
+// without maps and with its namespace's capabilities kept across exec,
+// and waits on its sync pipe: it runs only after the caller wrote its
+// maps (here, as root, directly; the executor runs newuidmap/newgidmap)
+// and released it.
+func TestSpawnHelperMappedChild(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("writing another process's uid_map needs root in CI")
+		}
+		t.Skip("writing another process's uid_map needs root")
+	}
+	c := startClient(t)
+	in, out, errw, outR := stdio(t)
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncW.Close()
+	// fd 3 is the sync pipe: one byte releases the child.
+	cmd := exec.Command("/bin/sh", "-c", `head -c1 <&3 >/dev/null && cat /proc/self/uid_map && id -u && grep CapAmb /proc/self/status`)
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw
+	cmd.ExtraFiles = []*os.File{syncR}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: NamespaceFlags, AmbientCaps: []uintptr{0}}
+	p, err := c.Start(context.Background(), cmd, nil)
+	syncR.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	// Unmapped until the caller maps it.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", p.Pid)); err != nil || len(strings.TrimSpace(string(b))) != 0 {
+		t.Errorf("the child's uid_map before the caller mapped it: %q, %v; want empty", b, err)
+	}
+	// The child's process is still host root: mapped to 0 it is root of
+	// its namespace (the agent switches to its own ids after the release:
+	// sandbox's becomeRoot).
+	const hostUID = 0
+	for _, m := range []struct{ file, line string }{{"setgroups", "deny"}, {"gid_map", fmt.Sprintf("0 %d 1", hostUID)}, {"uid_map", fmt.Sprintf("0 %d 1", hostUID)}} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", p.Pid, m.file), []byte(m.line), 0); err != nil {
+			t.Fatalf("write the child's %s: %v", m.file, err)
+		}
+	}
+	if _, err := syncW.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(outR)
+	ws, err := p.Wait()
+	if err != nil || !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("wait = %v, %v; output %q", ws, err, b)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != fmt.Sprintf("0 %d 1", hostUID) || lines[1] != "0" {
+		t.Fatalf("the child printed %q; want the map written after its start, then uid 0", b)
+	}
+	if amb := strings.Fields(lines[2]); len(amb) != 2 || strings.Trim(amb[1], "0") == "" {
+		t.Errorf("the child's ambient capabilities: %q, want the namespace's (non-zero)", lines[2])
+	}
 }
