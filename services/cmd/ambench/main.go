@@ -2,7 +2,10 @@
 //
 //   - the spawn ceiling of the machine: a tiny static child (./nopchild,
 //     built on the spot) spawned 8 at a time, in spawns/s — the most tasks/s
-//     any design with one process per task could reach here;
+//     any design with one process per task could reach here; and the
+//     same child in the strict sandbox's envelope (the task's cgroups and
+//     workspace, the spawner, the namespaces, a uid of its own), the most
+//     tasks/s a fresh sandboxed child per task allows here;
 //
 //   - throughput: it starts `agentmesh dev` as a separate process (embedded
 //     store, or Postgres from a throwaway cluster) with the scripted model
@@ -101,21 +104,30 @@ func main() {
 		fmt.Println(res)
 		return
 	}
-	ceiling := 0.0
+	ceiling, sandboxed := 0.0, 0.0
 	if *spawnN > 0 {
 		dir, err := os.MkdirTemp("", "ambench-nop-")
+		var nop string
 		if err == nil {
-			var nop string
 			if nop, err = buildNop(dir); err == nil {
 				ceiling, err = spawnCeiling(nop, *spawnN, *spawnPar)
 			}
-			os.RemoveAll(dir)
 		}
 		if err != nil {
+			os.RemoveAll(dir)
 			fmt.Fprintf(os.Stderr, "ambench: spawn ceiling: %v\n", err)
 			os.Exit(1)
 		}
 		fmt.Printf("spawn ceiling: %.0f spawns/s (a tiny static child, %d at a time, %d spawns)\n", ceiling, *spawnPar, *spawnN)
+		// The same child in the strict sandbox's envelope: the bound a
+		// fresh sandboxed child per task puts on throughput here.
+		if sandboxed, err = sandboxCeiling(nop, *spawnN/2, *spawnPar); err != nil {
+			fmt.Printf("sandboxed spawn ceiling: not measured (%v)\n", err)
+		} else {
+			fmt.Printf("sandboxed spawn ceiling: %.0f spawns/s (%.0f%% of the spawn ceiling: the same child with the strict sandbox's envelope — cgroups, workspace, spawner, namespaces, a uid of its own — %d at a time, %d spawns; the most tasks/s a fresh sandboxed child per task allows here)\n",
+				sandboxed, 100*sandboxed/ceiling, *spawnPar, *spawnN/2)
+		}
+		os.RemoveAll(dir)
 	}
 	for _, kind := range kinds {
 		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs, false)
@@ -129,7 +141,11 @@ func main() {
 		}
 		if ceiling > 0 {
 			tps := float64(res.n) / res.elapsed.Seconds()
-			fmt.Printf("  throughput: %.0f tasks/s against a spawn ceiling of %.0f/s: ratio %.1f%%\n", tps, ceiling, 100*tps/ceiling)
+			fmt.Printf("  throughput: %.0f tasks/s against a spawn ceiling of %.0f/s: ratio %.1f%%", tps, ceiling, 100*tps/ceiling)
+			if sandboxed > 0 {
+				fmt.Printf(" (%.1f%% of the sandboxed spawn ceiling)", 100*tps/sandboxed)
+			}
+			fmt.Println()
 		}
 		if *c1 > 0 {
 			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)

@@ -26,6 +26,16 @@ func buildNop(dir string) (string, error) {
 // returns spawns per second: the most tasks/s any design with one process
 // per task could reach on this machine.
 func spawnCeiling(bin string, n, par int) (float64, error) {
+	rate, err := perSecond(n, par, func(int64) error { return exec.Command(bin).Run() })
+	if err != nil {
+		return 0, fmt.Errorf("spawn %s: %w", bin, err)
+	}
+	return rate, nil
+}
+
+// perSecond runs one(1) … one(n), par at a time, and returns how many ran
+// per second; it stops at the first error.
+func perSecond(n, par int, one func(i int64) error) (float64, error) {
 	var next atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
@@ -34,8 +44,8 @@ func spawnCeiling(bin string, n, par int) (float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				if err := exec.Command(bin).Run(); err != nil {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if err := one(i); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -44,7 +54,7 @@ func spawnCeiling(bin string, n, par int) (float64, error) {
 	}
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, fmt.Errorf("spawn %s: %w", bin, err)
+		return 0, err
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
