@@ -90,7 +90,7 @@ var (
 	}, []string{"child"})
 	AnswersKept = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentmesh_executor_answers_kept_total",
-		Help: "Model answers the executor checkpointed itself, so no attempt asks for them again; when: unrecorded (no agent process recorded it: it died first, or none could start), before_child (a slow call's answer, written while the agent process that takes it starts).",
+		Help: "Model answers the executor checkpointed itself, so no attempt asks for them again; when: unrecorded (no agent process recorded it: it died first, or none could start), before_child (a slow call's answer, written while the agent process that takes it starts), handed (a slow call's answer, written as it is handed to the agent process waiting for it).",
 	}, []string{"when"})
 	Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentmesh_tasks", Help: "Unfinished tasks now, by agent, status and priority (refreshed by state every 15 s).",

@@ -25,7 +25,10 @@ type Server struct {
 	mux    *http.ServeMux
 
 	requests atomic.Int64
-	ids      atomic.Int64
+	// abandoned counts requests whose client went away while the turn's
+	// delay ran, before any answer was written.
+	abandoned atomic.Int64
+	ids       atomic.Int64
 
 	mu         sync.Mutex
 	misbehaved map[[2]int]int   // (scenario, turn) → error answers given
@@ -112,6 +115,11 @@ func (s *Server) Close() error {
 // Requests returns how many chat completion requests the server received
 // (errors and injected failures included).
 func (s *Server) Requests() int64 { return s.requests.Load() }
+
+// Abandoned returns how many requests the client gave up (its connection
+// closed, its context ended) while the model was still thinking — during a
+// turn's delay_ms, before any answer was written: answers nobody received.
+func (s *Server) Abandoned() int64 { return s.abandoned.Load() }
 
 // RequestsAt returns how many requests asked for turn k: conversations that
 // already held k assistant messages. A turn asked for twice was paid twice.
@@ -320,6 +328,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			s.abandoned.Add(1)
 			return
 		}
 	}

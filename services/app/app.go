@@ -348,19 +348,24 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_ABOVE: %w", err)}
 	}
+	keep, err := executor.ParseKeepAnswersAfter(s.str("AGENTMESH_KEEP_ANSWERS_AFTER"))
+	if err != nil {
+		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_KEEP_ANSWERS_AFTER: %w", err)}
+	}
 	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
 	}
 	return executor.Config{
-		WarmPool:     warm,
-		ReleaseAfter: release,
-		ReleaseAbove: above,
-		ChildReuse:   reuse,
-		Prefix:       s.str("AGENTMESH_PREFIX"),
-		Node:         s.str("AGENTMESH_NODE"),
-		Capacity:     capacity,
-		Labels:       labels, DrainGrace: drain,
+		WarmPool:         warm,
+		ReleaseAfter:     release,
+		ReleaseAbove:     above,
+		KeepAnswersAfter: keep,
+		ChildReuse:       reuse,
+		Prefix:           s.str("AGENTMESH_PREFIX"),
+		Node:             s.str("AGENTMESH_NODE"),
+		Capacity:         capacity,
+		Labels:           labels, DrainGrace: drain,
 		WallTime:  wall,
 		AckWait:   ackWait,
 		MaxSteps:  steps,

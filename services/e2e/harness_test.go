@@ -80,6 +80,11 @@ type opts struct {
 	// (releasing off: AGENTMESH_RELEASE_AFTER=0): a slow first turn runs
 	// with its child instead of before it (tests that count processes).
 	childBesideCall bool
+	// quickAnswers turns off the executor's early checkpoint of slow
+	// model answers (AGENTMESH_KEEP_ANSWERS_AFTER=off): tests that count
+	// writes, where a call slowed past 100 ms on a loaded machine would
+	// add one.
+	quickAnswers bool
 	// registry: the registry's settings.
 	registry registry.Config
 }
@@ -136,6 +141,9 @@ func start(t testing.TB, o opts) *env {
 	}
 	if o.childBesideCall {
 		cfg.Executor.ReleaseAfter = -1
+	}
+	if o.quickAnswers {
+		cfg.Executor.KeepAnswersAfter = -1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)

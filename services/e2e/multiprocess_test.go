@@ -83,6 +83,9 @@ func spawn(t *testing.T, bin, name string, env ...string) *proc {
 	cmd := exec.Command(bin, name)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "AGENTMESH_LOG_LEVEL=debug"}, env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Killed with the test binary too (a go test killed from outside runs
+	// no cleanup): no service outlives its test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

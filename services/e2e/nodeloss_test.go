@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -110,8 +113,135 @@ func startNodeLossCluster(t *testing.T, prefix, script string) *nodeLossCluster 
 		env:   &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)},
 		model: model,
 		spawnExecutor: func(node string) *proc {
-			return spawn(t, bin, "executor", common("executor", "AGENTMESH_MODEL_BASE_URL="+modelURL, "AGENTMESH_MODEL=scripted",
-				"AGENTMESH_NODE="+node, "AGENTMESH_ACK_WAIT=2s")...)
+			env := []string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=" + node, "AGENTMESH_ACK_WAIT=2s"}
+			// A measurement may set how early answers are checkpointed.
+			if v, ok := os.LookupEnv("AGENTMESH_KEEP_ANSWERS_AFTER"); ok {
+				env = append(env, "AGENTMESH_KEEP_ANSWERS_AFTER="+v)
+			}
+			return spawn(t, bin, "executor", common("executor", env...)...)
 		},
+	}
+}
+
+// TestExecutorKilledUnderLoad is issue 11's fault run for an executor:
+// tasks stream through two executor processes, one is SIGKILLed while a
+// third of them are done, and every task must still complete, each with
+// its history recorded once (two model turns, one tool call, one tool
+// result: nothing the killed node checkpointed is redone). What the kill
+// can still cost is a model answer only the killed executor held — the
+// call it interrupted, or a quick answer on its way to its agent — at
+// most one per task it was running: the test holds that bound and logs
+// the count. AGENTMESH_BENCH_KILL_TASKS (default 60) sets the load for
+// the figure in docs/benchmarks.md, and AGENTMESH_BENCH_KILL_DELAY the
+// model's latency per turn (AGENTMESH_KEEP_ANSWERS_AFTER, when set, goes to
+// the executors):
+//
+//	AGENTMESH_BENCH_KILL_TASKS=300 AGENTMESH_BENCH_KILL_DELAY=150ms CI=true go test -run ExecutorKilledUnderLoad -v ./services/e2e/
+func TestExecutorKilledUnderLoad(t *testing.T) {
+	n := 60
+	if s := os.Getenv("AGENTMESH_BENCH_KILL_TASKS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 3 {
+			t.Fatalf("AGENTMESH_BENCH_KILL_TASKS=%q: want a number of tasks ≥ 3", s)
+		}
+		n = v
+	}
+	// The scripted model answers at once (AGENTMESH_BENCH_KILL_DELAY sets
+	// a latency per turn): quick answers are held only in memory between
+	// the model and the agent's next checkpoint.
+	delay := time.Duration(0)
+	if s := os.Getenv("AGENTMESH_BENCH_KILL_DELAY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			t.Fatalf("AGENTMESH_BENCH_KILL_DELAY=%q: want a duration", s)
+		}
+		delay = d
+	}
+	script := fmt.Sprintf(`{"scenarios":[{"turns":[
+	  {"delay_ms":%d,"content":"echoing","tool_calls":[{"name":"echo","arguments":{"text":"{{input}}"}}]},
+	  {"delay_ms":%[1]d,"content":"final: {{last_tool_result}}"}]}]}`, delay.Milliseconds())
+	c := startNodeLossCluster(t, "kl", script)
+	e, model := c.env, c.model
+	nodeA := c.spawnExecutor("node-a")
+	c.spawnExecutor("node-b")
+	poll.Until(t, 60*time.Second, func() error {
+		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "assistant", Tools: []string{"echo"}}})
+		if status.Code(err) == codes.AlreadyExists {
+			return nil
+		}
+		return err
+	})
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := e.tasks.SubmitTask(ctxT(t), &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("task %d", i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[i] = resp.Task.Id
+		}()
+	}
+	// Kill node A once a third of the tasks asked for their answer.
+	poll.Until(t, 2*time.Minute, func() error {
+		if got := model.RequestsAt(1); got < int64(n/3) {
+			return fmt.Errorf("%d of %d tasks asked for their answer", got, n/3)
+		}
+		return nil
+	})
+	if err := nodeA.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = nodeA.cmd.Wait()
+	killedAt := time.Now()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("submit: %v", err)
+	}
+	interrupted, recalled := 0, 0
+	for _, id := range ids {
+		done := e.waitStatus(t, id, taskstate.Completed, 3*time.Minute)
+		if done.Attempt > 1 {
+			interrupted++
+			if done.Node == "node-a" {
+				t.Errorf("task %s: attempt %d completed on the killed node", id, done.Attempt)
+			}
+		}
+		// A call checkpointed without its result is decided again by the
+		// next attempt's gate (a second TOOL_CALL of the same call), and
+		// runs with the same idempotency key; a result recorded is never
+		// produced again, a turn recorded never asked again.
+		turns, results, calls := steps(e.history(t, id))
+		if turns != 2 || len(results) != 1 || len(calls) < 1 || len(calls) > int(done.Attempt) {
+			t.Errorf("task %s (attempt %d): %d model turns, %d tool calls, %d tool results recorded; want 2, 1 to %d, 1", id, done.Attempt, turns, len(calls), len(results), done.Attempt)
+			continue
+		}
+		for _, c := range calls {
+			if c.ToolCallId != results[0].ToolCallId || c.IdempotencyKey != calls[0].IdempotencyKey || c.IdempotencyKey == "" {
+				t.Errorf("task %s: tool call %q (key %q) recorded beside the result of %q and the call %q (key %q): a call made anew", id, c.ToolCallId, c.IdempotencyKey, results[0].ToolCallId, calls[0].ToolCallId, calls[0].IdempotencyKey)
+			}
+		}
+		if len(calls) > 1 {
+			recalled++
+		}
+	}
+	asked := model.Requests()
+	again := asked - int64(2*n)
+	// With a latency, the calls the kill cut off before the model answered
+	// (no design gets those answers back) are told apart from answers the
+	// executor had received and lost with it.
+	inFlight := model.Abandoned()
+	t.Logf("%d tasks, node-a killed with %d of them unfinished there; all completed %.1fs after the kill; model asked %d times for %d turns: %d answers asked again — %d calls cut off before the model answered, %d answers received and lost with the executor; %d tool calls decided again (checkpointed without their result)",
+		n, interrupted, time.Since(killedAt).Seconds(), asked, 2*n, again, inFlight, again-inFlight, recalled)
+	if again < 0 || again > int64(interrupted) {
+		t.Errorf("model asked %d times for %d turns: %d asked again, want at most one per task the kill interrupted (%d)", asked, 2*n, again, interrupted)
+	}
+	if interrupted == 0 {
+		t.Errorf("no task was interrupted by the kill: the test killed node-a too late to measure anything")
 	}
 }

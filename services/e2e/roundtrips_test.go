@@ -113,6 +113,7 @@ func TestE2ERoundTripsPerTask(t *testing.T) {
 }
 
 func roundTripsPerTask(t *testing.T, o opts) {
+	o.quickAnswers = true
 	e := start(t, o)
 	e.createAgent(t, "rt")
 	names := subjects.Must("")

@@ -1,15 +1,24 @@
 package executor_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
 )
 
 // An answer the model gave that no agent process recorded is checkpointed
@@ -167,5 +176,110 @@ func TestSlowAnswerKeptWhileItsChildStarts(t *testing.T) {
 	}
 	if n := counterValue(t, metrics.ChildrenTakenOver) - takenBefore; n != 1 {
 		t.Errorf("children taken over: %v, want 1", n)
+	}
+}
+
+// A slow model's answer handed to the agent process waiting for it is
+// written by the executor beside the hand-over, before the agent reports
+// it: an executor that died meanwhile would lose no paid answer. The test
+// child (HangAfterAnswerMarker) takes the answer and never reports it, so
+// the turn can only be in the history if the executor wrote it. A quick
+// answer is not written early (it is written with the step that follows
+// it, as before).
+func TestSlowAnswerWrittenWhileItsChildTakesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay int
+		early bool
+	}{{"slow", 300, true}, {"quick", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			model := e.useScript(fmt.Sprintf(`{"scenarios": [{"turns": [
+			  {"content": "let me echo", "tool_calls": [{"name": "echo", "arguments": {"text": "kept"}}], "delay_ms": %d},
+			  {"content": "done: {{last_tool_result}}"}
+			]}]}`, tc.delay))
+			handed := counterValue(t, metrics.AnswersKept.WithLabelValues("handed"))
+			// A warm agent process is ready, so the first turn (asked
+			// before it) is handed to it rather than started with.
+			e.cfg.WarmPool = 1
+			ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(t, e.srv, subjects.ServiceExecutor), Log: e.log})
+			if err != nil {
+				t.Fatalf("executor.New: %v", err)
+			}
+			runService(t, ex.Run)
+			poll.Until(t, 60*time.Second, func() error {
+				if n := ex.WarmStats().Idle; n != 1 {
+					return fmt.Errorf("%d idle warm agent processes, want 1", n)
+				}
+				return nil
+			})
+			task := e.submitTask(&agentmeshv1.Task{Input: "x " + HangAfterAnswerMarker, RetryPolicy: oneAttempt})
+			if !tc.early {
+				// The child took the quick answer and hangs: cancel the
+				// task, whose end records nothing more (its attempt is
+				// fenced), and check no early write was made.
+				poll.Until(t, 30*time.Second, func() error {
+					if model.RequestsAt(0) == 0 {
+						return errors.New("turn 0 not asked yet")
+					}
+					return nil
+				})
+				cancelTask(t, e, task.Id)
+				e.waitStatus(task.Id, taskstate.Cancelled, 30*time.Second)
+				if n := counterValue(t, metrics.AnswersKept.WithLabelValues("handed")) - handed; n != 0 {
+					t.Errorf("quick answers written early: %v, want 0", n)
+				}
+				return
+			}
+			var turns []*agentmeshv1.Step
+			poll.Until(t, 30*time.Second, func() error {
+				turns = modelTurns(e.history(task.Id))
+				if len(turns) == 0 {
+					return errors.New("the answer is not in the history while its agent process holds it")
+				}
+				return nil
+			})
+			if st := e.get(task.Id).Status; st != taskstate.Running {
+				t.Fatalf("the answer was recorded only once the attempt had ended (%s)", taskstate.Name(st))
+			}
+			if len(turns) != 1 || turns[0].Index != 0 || turns[0].Attempt != 1 || turns[0].Content != "let me echo" ||
+				len(turns[0].ToolCalls) != 1 || turns[0].ToolCalls[0].Id == "" || turns[0].Usage.GetTotalTokens() == 0 {
+				t.Fatalf("model turns: %v, want the answer as step 0 of attempt 1 with its tool call and usage", turns)
+			}
+			if n := counterValue(t, metrics.AnswersKept.WithLabelValues("handed")) - handed; n != 1 {
+				t.Errorf("answers written while handed: %v, want 1", n)
+			}
+			cancelTask(t, e, task.Id)
+			e.waitStatus(task.Id, taskstate.Cancelled, 30*time.Second)
+			if n := model.RequestsAt(0); n != 1 {
+				t.Errorf("turn 0 asked %d times, want once", n)
+			}
+		})
+	}
+}
+
+// cancelTask cancels a task through the state service, as the API does.
+func cancelTask(t *testing.T, e *env, id string) {
+	t.Helper()
+	var tr busv1.TransitionResponse
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateCancel), &busv1.TransitionRequest{
+		TaskId: id, Org: "acme", To: taskstate.Cancelled, Reason: "test over",
+	}, &tr); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+}
+
+func TestParseKeepAnswersAfter(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"": 0, "0": executor.KeepEveryAnswer, "off": -1, " 250ms ": 250 * time.Millisecond, "1ms": time.Millisecond,
+	} {
+		if got, err := executor.ParseKeepAnswersAfter(in); err != nil || got != want {
+			t.Errorf("ParseKeepAnswersAfter(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"500us", "-1s", "soon", "100", "OFF"} {
+		if got, err := executor.ParseKeepAnswersAfter(in); err == nil {
+			t.Errorf("ParseKeepAnswersAfter(%q) = %v, want an error", in, got)
+		}
 	}
 }

@@ -129,6 +129,13 @@ type Config struct {
 	// than this many wait. 0 takes DefaultReleaseAbove, negative releases
 	// every one.
 	ReleaseAbove int
+	// KeepAnswersAfter is how long a model call must have taken for the
+	// executor to checkpoint its answer itself as soon as it has it —
+	// handed to the child waiting for it, or while a child starts for it
+	// (first.go; AGENTMESH_KEEP_ANSWERS_AFTER) — rather than with the step
+	// that follows it: 0 takes DefaultKeepAnswersAfter, KeepEveryAnswer
+	// keeps every answer, negative none.
+	KeepAnswersAfter time.Duration
 	// ChildReuse lets a child serve the next task of the same org and
 	// agent (reuse.go; AGENTMESH_CHILD_REUSE=agent). Off: one child per
 	// task.

@@ -26,6 +26,8 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
@@ -96,7 +98,7 @@ func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, attempt 
 	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
 	s.childAfterAnswer.Add(1)
-	return s.startKeeping(ctx, task, attempt, first.resp, next, keepsEarly(first.resp, mr))
+	return s.startKeeping(ctx, task, attempt, first.resp, next, s.keepsEarly(first.resp, mr))
 }
 
 // errNoChild: the first turn, asked before a child, ended the attempt
@@ -187,22 +189,97 @@ func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attem
 // started for it, and until that child reports the turn, the answer lives
 // only in this executor: a spawn waiting for its slot behind a burst of
 // answers can hold hundreds of paid answers for seconds, all asked again
-// if the executor dies meanwhile. An answer the model took keepSlowerThan
+// if the executor dies meanwhile. An answer the model took KeepAnswersAfter
 // or more to give is therefore checkpointed while its child starts, beside
 // the spawn (not in front of it), and the child gets it in its Start's
 // history, as a retry would: it replays the turn (runs its tool calls, or
 // ends with its answer) and never asks for it. A quicker answer is handed
 // over as before, and written with the step that follows it: it costs
 // little to ask again, and its extra write would cost every fast task.
-const keepSlowerThan = 100 * time.Millisecond
+// The threshold is Config.KeepAnswersAfter (AGENTMESH_KEEP_ANSWERS_AFTER):
+// an operator who would rather pay a write per turn than any answer
+// twice keeps every answer (0), one who wants the fewest writes none
+// (off).
+const DefaultKeepAnswersAfter = 100 * time.Millisecond
+
+// KeepEveryAnswer is Config.KeepAnswersAfter's value that keeps every
+// answer, however quick ("0" to ParseKeepAnswersAfter).
+const KeepEveryAnswer = time.Nanosecond
+
+// ParseKeepAnswersAfter parses AGENTMESH_KEEP_ANSWERS_AFTER: "" is the
+// default, "0" every answer, "off" none, otherwise a duration of at least
+// 1ms. It returns Config.KeepAnswersAfter's value.
+func ParseKeepAnswersAfter(s string) (time.Duration, error) {
+	switch s = strings.TrimSpace(s); s {
+	case "":
+		return 0, nil
+	case "0":
+		return KeepEveryAnswer, nil
+	case "off":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Millisecond {
+		return 0, fmt.Errorf("keep answers after %q: want a duration of at least 1ms, 0 (every answer) or off", s)
+	}
+	return d, nil
+}
 
 // keepsEarly reports whether the answer resp, in hand while a child is
-// started for it (its call did not end the attempt), is checkpointed
-// meanwhile: a slow call's answer, not an error, and no budget ran out
-// with it (the child reports such a turn, and the attempt ends with it).
-func keepsEarly(resp *childv1.ModelResponse, mr *modelRun) bool {
+// started for it or handed to the child that asked for it (its call did
+// not end the attempt), is checkpointed at once by the executor: a slow
+// enough call's answer (Config.KeepAnswersAfter), not an error, and no
+// budget ran out with it (the child reports such a turn, and the attempt
+// ends with it).
+func (s *Service) keepsEarly(resp *childv1.ModelResponse, mr *modelRun) bool {
+	after := s.cfg.KeepAnswersAfter
+	switch {
+	case after < 0:
+		return false
+	case after == 0:
+		after = DefaultKeepAnswersAfter
+	case after == KeepEveryAnswer:
+		after = 0
+	}
 	return resp.GetError() == "" && mr.pending == "" &&
-		time.Duration(resp.GetDurationMs())*time.Millisecond >= keepSlowerThan
+		time.Duration(resp.GetDurationMs())*time.Millisecond >= after
+}
+
+// earlyTurn is a slow answer's MODEL_TURN step being written by the
+// executor while the child that asked for it takes the answer.
+type earlyTurn struct {
+	done chan struct{}
+	step *agentmeshv1.Step // once done: the step written, nil if it was not
+	err  error
+}
+
+// wait waits for the write and returns its error.
+func (et *earlyTurn) wait() error {
+	<-et.done
+	return et.err
+}
+
+// handEarly writes resp, a slow call's answer (keepsEarly) that is handed
+// to the child waiting for it, as the MODEL_TURN step at index next — the
+// step the child will report (child.TurnStep) — beside the hand-over, not
+// in front of it. Until the child reports the turn, and that report is
+// written with the step that follows it, the answer would live only in
+// this executor: a few milliseconds, but a paid answer asked again if the
+// executor dies then (docs/architecture.md, "A slow answer waiting for its
+// child"). The child's report is then acknowledged without a second write.
+// A quicker answer is not written early: it costs little to ask again, and
+// the extra write would cost every fast task.
+func (s *Service) handEarly(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32) *earlyTurn {
+	et := &earlyTurn{done: make(chan struct{})}
+	resp = proto.CloneOf(resp)
+	go func() {
+		defer close(et.done)
+		et.step, et.err = s.writeAnswer(ctx, task, attempt, resp, next, "handed")
+		if et.err != nil {
+			s.log.Warn("the model's answer was not checkpointed while its agent process took it; the agent process records it", "task", task.GetId(), "step", next, "err", et.err)
+		}
+	}()
+	return et
 }
 
 // startKeeping starts a child for task (startChildFor) and, when keep,

@@ -54,6 +54,9 @@ func testChild() int {
 		strings.Contains(in, CrashTakeOverMarker) && len(f.GetStart().GetHistory()) > 0) {
 		return dieFirstAttempt(f.GetStart())
 	}
+	if strings.Contains(f.GetStart().GetInput(), HangAfterAnswerMarker) {
+		return hangAfterAnswer(f.GetStart())
+	}
 	if strings.Contains(f.GetStart().GetInput(), NeedsKeptMarker) && !endsWithModelTurn(f.GetStart().GetHistory()) {
 		os.Stderr.WriteString("the answer this agent process was started for is not in its history\n")
 		return 2
@@ -190,6 +193,33 @@ func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1
 	return f.GetModelResponse()
 }
 
+// HangAfterAnswerMarker: the test child asks for its first model turn
+// (the request the real child sends), reads the answer and then neither
+// reports it nor asks anything: it waits until its stdin closes (the
+// executor ends the conversation) and exits 2.
+const HangAfterAnswerMarker = "HANG-AFTER-ANSWER"
+
+func hangAfterAnswer(start *childv1.Start) int {
+	if !askFirstTurn(start) {
+		return 3
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 2
+}
+
+// askFirstTurn sends the real child's first model request for start and
+// reads the answer; false when the executor sent something else.
+func askFirstTurn(start *childv1.Start) bool {
+	w := childproto.NewWriter(os.Stdout)
+	r := childproto.NewReader(os.Stdin)
+	req, ok := child.FirstRequest(start)
+	if !ok || w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: req}}) != nil {
+		return false
+	}
+	f, err := r.Read()
+	return err == nil && f.GetModelResponse() != nil
+}
+
 // NeedsKeptMarker: the test child fails at once unless the last step of
 // its Start's history is a model turn — the answer it was started for,
 // checkpointed by the executor while it started (first.go, startKeeping);
@@ -224,13 +254,7 @@ const (
 
 func dieFirstAttempt(start *childv1.Start) int {
 	if strings.Contains(start.GetInput(), DieAfterAnswerMarker) {
-		w := childproto.NewWriter(os.Stdout)
-		r := childproto.NewReader(os.Stdin)
-		req, ok := child.FirstRequest(start)
-		if !ok || w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: req}}) != nil {
-			return 3
-		}
-		if f, err := r.Read(); err != nil || f.GetModelResponse() == nil {
+		if !askFirstTurn(start) {
 			return 3
 		}
 		os.Stderr.WriteString("panic: simulated crash after the model's answer\n")

@@ -679,6 +679,10 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// next is the index of the child's next step (child.NextIndex, then
 	// each step it reports).
 	next := child.NextIndex(start.GetHistory())
+	// early is a slow answer's MODEL_TURN being written while the child
+	// that asked for it takes the answer (first.go, handEarly); the child's
+	// own report of that turn is then acknowledged without a second write.
+	var early *earlyTurn
 	// However the conversation ends — the child's exit, a broken pipe, a
 	// protocol error, a refused step — a turn still held is written (the
 	// final answer's goes with the completion instead), and so is an
@@ -688,6 +692,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 	// attempt's context has ended (a draining executor, the wall time; a
 	// cancelled task's attempt is fenced and refused), within endWrites.
 	defer func() {
+		if early != nil && early.wait() == nil {
+			observed = nil // recorded: the child died before reporting it
+		}
 		if resp := first.unclaimed(); resp != nil {
 			observed = resp
 		}
@@ -724,6 +731,17 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 		if _, ok := f.Kind.(*childv1.Frame_ModelRequest); held != nil && !ok {
 			return serveResult{protoErr: fmt.Errorf("a child taking over sent %s before asking for its model turn", childproto.Kind(f))}
 		}
+		// The turn written early is settled before anything else is
+		// written or done: the child's next frame is its report of it.
+		var recorded *agentmeshv1.Step
+		if early != nil {
+			et := early
+			early = nil
+			if et.wait() == nil {
+				observed = nil
+				recorded = et.step
+			}
+		}
 		switch f.Kind.(type) {
 		case *childv1.Frame_Step, *childv1.Frame_Final:
 		default:
@@ -751,7 +769,7 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 					// A slow answer is checkpointed while the child that
 					// takes over starts, and is in that child's history
 					// (first.go, startKeeping); else it is held for it.
-					np, kept, err := s.takeOver(ctx, task, attempt, rel, start, resp, next, keepsEarly(resp, mr))
+					np, kept, err := s.takeOver(ctx, task, attempt, rel, start, resp, next, s.keepsEarly(resp, mr))
 					if kept != nil {
 						next = kept.Index + 1
 					}
@@ -771,6 +789,9 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			}
 			if resp.GetError() == "" {
 				observed = resp // what the next MODEL_TURN step must record
+			}
+			if stop == nil && s.keepsEarly(resp, mr) {
+				early = s.handEarly(ctx, task, attempt, resp, next)
 			}
 			if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}}); err != nil && stop == nil {
 				return serveResult{}
@@ -804,13 +825,38 @@ func (s *Service) serve(ctx context.Context, task *agentmeshv1.Task, attempt int
 			case agentmeshv1.StepKind_STEP_KIND_MODEL_TURN:
 				// Usage and model are what the executor saw, not what the
 				// child reports: they feed cost, usage totals and budgets.
+				if recorded != nil {
+					// Written early, from the model's answer itself: the
+					// child must report that very turn.
+					if !proto.Equal(step, recorded) {
+						return serveResult{protoErr: fmt.Errorf("the agent reported model turn %d other than the model's answer, which was recorded", step.Index)}
+					}
+					break
+				}
 				if observed == nil {
 					return serveResult{protoErr: errors.New("a model turn step without a model call")}
 				}
 				step.Usage, step.Model = observed.GetUsage(), observed.GetModel()
 				observed = nil
 			}
+			if recorded != nil && step.Kind != agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
+				return serveResult{protoErr: fmt.Errorf("the agent reported a %s step before the model turn it asked for", step.Kind)}
+			}
 			res, stop := mr.stepDone(step)
+			if recorded != nil {
+				// Recorded already: acknowledged without a write.
+				rel.recorded(step, verdict{})
+				if stop {
+					ack.Error = res.failure.Reason
+					_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}})
+					return res
+				}
+				dl.prefetch(ctx, g, step)
+				if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}}); err != nil {
+					return serveResult{}
+				}
+				continue
+			}
 			if step.Kind == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN && !stop && deferred == nil && deferrable(step) {
 				deferred = step
 				if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_StepAck{StepAck: ack}}); err != nil {
