@@ -81,7 +81,7 @@ func TestNodeLossResumesWithoutRepeatingModelTurns(t *testing.T) {
 type nodeLossCluster struct {
 	*env
 	model         *scriptedmodel.Server
-	spawnExecutor func(node string) *proc
+	spawnExecutor func(node string, env ...string) *proc
 }
 
 func startNodeLossCluster(t *testing.T, prefix, script string) *nodeLossCluster {
@@ -112,8 +112,8 @@ func startNodeLossCluster(t *testing.T, prefix, script string) *nodeLossCluster 
 	return &nodeLossCluster{
 		env:   &env{conn: conn, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn)},
 		model: model,
-		spawnExecutor: func(node string) *proc {
-			env := []string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=" + node, "AGENTMESH_ACK_WAIT=2s"}
+		spawnExecutor: func(node string, more ...string) *proc {
+			env := append([]string{"AGENTMESH_MODEL_BASE_URL=" + modelURL, "AGENTMESH_MODEL=scripted", "AGENTMESH_NODE=" + node, "AGENTMESH_ACK_WAIT=2s"}, more...)
 			// A measurement may set how early answers are checkpointed.
 			if v, ok := os.LookupEnv("AGENTMESH_KEEP_ANSWERS_AFTER"); ok {
 				env = append(env, "AGENTMESH_KEEP_ANSWERS_AFTER="+v)
@@ -162,8 +162,11 @@ func TestExecutorKilledUnderLoad(t *testing.T) {
 	  {"delay_ms":%[1]d,"content":"final: {{last_tool_result}}"}]}]}`, delay.Milliseconds())
 	c := startNodeLossCluster(t, "kl", script)
 	e, model := c.env, c.model
-	nodeA := c.spawnExecutor("node-a")
-	c.spawnExecutor("node-b")
+	// Neither executor can take all the tasks: the killed one is always
+	// running some of them.
+	capacity := fmt.Sprintf("AGENTMESH_CAPACITY=%d", max(2, n/3))
+	nodeA := c.spawnExecutor("node-a", capacity)
+	c.spawnExecutor("node-b", capacity)
 	poll.Until(t, 60*time.Second, func() error {
 		_, err := e.agents.CreateAgent(ctxShort(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{Name: "assistant", Tools: []string{"echo"}}})
 		if status.Code(err) == codes.AlreadyExists {

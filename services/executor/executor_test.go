@@ -441,11 +441,13 @@ func testCancelKillsChild(t *testing.T, releaseAfter time.Duration, children0 in
 		if last == nil || last.Running != 1 || len(last.RunningTasks) != 1 || last.RunningTasks[0] != task.Id || last.Capacity != 4 {
 			return fmt.Errorf("heartbeat = %v, want the task running", last)
 		}
+		// The child beside the call starts while the first turn, asked
+		// ahead, is already with the model (a slow spawn under load).
+		if n := len(children(t)); n != children0 {
+			return fmt.Errorf("%d child processes, want %d", n, children0)
+		}
 		return nil
 	})
-	if n := len(children(t)); n != children0 {
-		t.Fatalf("%d child processes, want %d", n, children0)
-	}
 
 	var tr busv1.TransitionResponse
 	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateCancel), &busv1.TransitionRequest{
