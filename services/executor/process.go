@@ -434,8 +434,9 @@ func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error
 	// The spawner puts the child in its cgroups before it could reap it
 	// (a child that exits at once stays a zombie until then), and before
 	// the executor sends it anything.
-	proc, err := s.spawner.Start(ctx, cmd, p.sb.AgentCgroupProcs())
-	p.sb.Started()
+	// A task whose ids the setuid helpers map is mapped and released
+	// here too (an executor that is not root, with subordinate ids).
+	proc, err := s.spawner.StartTask(ctx, p.sb, cmd)
 	// The child's ends are the child's now.
 	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]} {
 		_ = f.Close()
@@ -443,18 +444,6 @@ func (s *Service) spawnVia(ctx context.Context, cmd *exec.Cmd, p *process) error
 	if err != nil {
 		closeAll()
 		return sandbox.StartError(err)
-	}
-	if p.sb.MapsByHelper() {
-		// An executor that is not root, with subordinate ids: the child
-		// waits unmapped on its sync pipe until the setuid helpers have
-		// written its maps (run here: they need the executor's user and
-		// the child's pid); it exits without running anything if not.
-		if err := p.sb.MapAndRelease(proc.Pid); err != nil {
-			_ = proc.Kill()
-			_, _ = proc.Wait()
-			closeAll()
-			return err
-		}
 	}
 	h := &spawnedHandle{proc: proc, stderr: pipes[2][0], stdout: pipes[1][0], copied: make(chan struct{})}
 	p.pid, p.stdin, p.stdout, p.h = proc.Pid, pipes[0][1], pipes[1][0], h

@@ -61,17 +61,9 @@ func sandboxCeiling(bin string, n, par int) (float64, error) {
 			return err
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-		p, err := sp.Start(context.Background(), cmd, t.AgentCgroupProcs())
-		t.Started()
+		p, err := sp.StartTask(context.Background(), t, cmd)
 		if err != nil {
 			return err
-		}
-		if p.Pid > 0 && t.MapsByHelper() {
-			if err := t.MapAndRelease(p.Pid); err != nil {
-				_ = p.Kill()
-				_, _ = p.Wait()
-				return err
-			}
 		}
 		ws, err := p.Wait()
 		if err != nil {

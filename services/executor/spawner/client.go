@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -270,6 +271,32 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		case <-time.After(restartMin):
 		}
 	}
+}
+
+// StartTask starts cmd, which t.Command built, as the task's agent
+// process: in the spawner, placed in t's cgroups, and — for a task whose
+// ids the setuid helpers map (t.MapsByHelper) — mapped and released
+// (t.MapAndRelease; killed and waited for if that fails, having run
+// nothing). t's own copies of the child's descriptors are closed either
+// way (t.Started). The executor and ambench's sandboxed ceiling both
+// start children this way.
+func (c *Client) StartTask(ctx context.Context, t *sandbox.Task, cmd *exec.Cmd) (*Proc, error) {
+	p, err := c.Start(ctx, cmd, t.AgentCgroupProcs())
+	t.Started()
+	if err != nil {
+		return nil, err
+	}
+	if t.MapsByHelper() {
+		// The child waits unmapped on its sync pipe until the helpers
+		// have written its maps (run here: they need the executor's
+		// user and the child's pid).
+		if err := t.MapAndRelease(p.Pid); err != nil {
+			_ = p.Kill()
+			_, _ = p.Wait()
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Start starts cmd (as package sandbox built it; Stdin, Stdout and Stderr
