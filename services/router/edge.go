@@ -44,8 +44,10 @@ type trackedConn struct {
 	key      string
 	accepted time.Time
 	authed   atomic.Bool
-	timer    *time.Timer
-	once     sync.Once
+	// timer closes the connection if it never authenticates. Its func
+	// may run (and Close read it) before AfterFunc's result is stored.
+	timer atomic.Pointer[time.Timer]
+	once  sync.Once
 }
 
 func newConnLimiter(l net.Listener, max int, authTimeout time.Duration, log *slog.Logger) *connLimiter {
@@ -77,11 +79,11 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		}
 		l.conns[tc.key] = tc
 		l.mu.Unlock()
-		tc.timer = time.AfterFunc(l.authTimeout, func() {
+		tc.timer.Store(time.AfterFunc(l.authTimeout, func() {
 			if !tc.authed.Load() {
 				_ = tc.Close()
 			}
-		})
+		}))
 		return tc, nil
 	}
 }
@@ -120,7 +122,9 @@ func (l *connLimiter) authenticated(remote string) {
 	c := l.conns[remote]
 	l.mu.Unlock()
 	if c != nil && !c.authed.Swap(true) {
-		c.timer.Stop()
+		if t := c.timer.Load(); t != nil {
+			t.Stop()
+		}
 	}
 }
 
@@ -134,8 +138,8 @@ func (l *connLimiter) open() int {
 func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
-		if c.timer != nil {
-			c.timer.Stop()
+		if t := c.timer.Load(); t != nil {
+			t.Stop()
 		}
 		c.l.mu.Lock()
 		if c.l.conns[c.key] == c {
