@@ -117,6 +117,9 @@ func (s *Server) ConnectAs(service string, opts ...nats.Option) (*nats.Conn, err
 	return s.ConnectCreds("agentmesh-"+service, creds, service, opts...)
 }
 
+// inProcessConnectTimeout bounds an in-process connection's handshake.
+const inProcessConnectTimeout = 15 * time.Second
+
 // ConnectCreds opens an in-process connection with creds; service, when
 // set, picks the identity's inbox prefix.
 func (s *Server) ConnectCreds(name string, creds []byte, service string, opts ...nats.Option) (*nats.Conn, error) {
@@ -124,7 +127,11 @@ func (s *Server) ConnectCreds(name string, creds []byte, service string, opts ..
 	if err != nil {
 		return nil, err
 	}
-	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, auth...)
+	// In process there is no network to wait for: the connect timeout
+	// (nats.go's default is 2 s) only ever fires when the machine is
+	// overloaded, e.g. a whole test suite on two cores, and then a
+	// longer wait is right.
+	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1), nats.Timeout(inProcessConnectTimeout)}, auth...)
 	return nats.Connect("", append(all, opts...)...)
 }
 
