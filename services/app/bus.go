@@ -97,15 +97,9 @@ func devAuth(dataDir, prefix string, rcfg router.Config, log *slog.Logger) (*bus
 	if created {
 		log.Info("created the bus credentials", "dir", dir)
 	}
-	orgs := []string{router.DefaultOrg}
-	if len(rcfg.APIKeys) > 0 {
-		orgs = orgs[:0]
-		for _, org := range rcfg.APIKeys {
-			if !slices.Contains(orgs, org) {
-				orgs = append(orgs, org)
-			}
-		}
-		slices.Sort(orgs)
+	orgs, err := tapOrgs(rcfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	taps := map[string]string{}
 	for _, org := range orgs {
@@ -120,6 +114,39 @@ func devAuth(dataDir, prefix string, rcfg router.Config, log *slog.Logger) (*bus
 		taps[org] = path
 	}
 	return auth, taps, nil
+}
+
+// tapOrgs are the orgs dev writes a tap credential for: those of the API
+// keys (AGENTMESH_API_KEYS, whose values are "org" or "org:role", and the
+// keys file), platform keys ("*:platform") naming none; the default org
+// when authentication is off.
+func tapOrgs(rcfg router.Config) ([]string, error) {
+	if len(rcfg.APIKeys) == 0 && rcfg.KeysFile == "" {
+		return []string{router.DefaultOrg}, nil
+	}
+	keys, err := router.EnvKeys(rcfg.APIKeys)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS: %w", err)}
+	}
+	if rcfg.KeysFile != "" {
+		data, err := os.ReadFile(rcfg.KeysFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS_FILE: %w", err)}
+		}
+		more, err := router.ParseKeysFile(data)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS_FILE: %w", err)}
+		}
+		keys = append(keys, more...)
+	}
+	var orgs []string
+	for _, k := range keys {
+		if k.Org != "" && !slices.Contains(orgs, k.Org) {
+			orgs = append(orgs, k.Org)
+		}
+	}
+	slices.Sort(orgs)
+	return orgs, nil
 }
 
 // printTaps tells how to tap each org's events with its credential.
