@@ -490,6 +490,9 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 					return nil, nil, false, err
 				}
 				if cur != nil {
+					if err := store.SameRequest(cur, t); err != nil {
+						return nil, nil, false, err
+					}
 					return cur, nil, false, nil
 				}
 				// The key was released or reclaimed: try to claim it again.
