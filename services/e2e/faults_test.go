@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,9 +62,23 @@ func TestPostgresDownIsUnavailableAndRetrySucceeds(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || grpcretry.Pushback(err) <= 0 {
 		t.Fatalf("GetTask with Postgres down: got %v (retry info %v), want Unavailable with retry info", err, grpcretry.Pushback(err))
 	}
-	_, err = e.tasks.SubmitTask(ctxT(t), &agentmeshv1.SubmitTaskRequest{Input: "during the outage", Agent: "helper"})
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("SubmitTask with Postgres down: got %v, want Unavailable", err)
+	_, serr := e.tasks.SubmitTask(ctxT(t), &agentmeshv1.SubmitTaskRequest{Input: "during the outage", Agent: "helper"})
+	if status.Code(serr) != codes.Unavailable {
+		t.Fatalf("SubmitTask with Postgres down: got %v, want Unavailable", serr)
+	}
+	// The caller is told the database is unavailable, not its user, name
+	// or address (those are the operator's).
+	pgURL, perr := url.Parse(c.URL("faults"))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	for _, got := range []error{err, serr} {
+		msg := status.Convert(got).Message()
+		for _, secret := range []string{pgURL.User.Username(), "faults", pgURL.Hostname(), pgURL.Port()} {
+			if strings.Contains(msg, secret) {
+				t.Errorf("UNAVAILABLE message %q names %q of the database", msg, secret)
+			}
+		}
 	}
 
 	// A retrying client (amctl's interceptor) keeps trying while Postgres
