@@ -29,6 +29,10 @@
 //	<p>.evt.<org>.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
 //	<p>.evt.<org>.agent.<name>      agentmesh.bus.v1.AgentEvent
 //
+// and relays the executors' streamed model output (<p>.token.>, core NATS)
+// to the public <p>.live.<org>.task.<id>.token of tasks that run there
+// (live.go): no other identity may publish on <p>.live.>.
+//
 // It replies after the publish acks, but a failed publish does not fail a
 // request: the record is the truth. An event whose publish failed for a
 // passing reason (the events stream electing a leader, a reconnect, a lost
@@ -118,6 +122,9 @@ type Service struct {
 	taps  *busauth.TapSigner
 	// events sends again the events whose first publish failed.
 	events *bus.Outbox
+	// live relays the executors' streamed output to the public live
+	// subjects (live.go).
+	live *nats.Subscription
 
 	retention, retentionEvery time.Duration
 
@@ -187,6 +194,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := s.addEndpoints(); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("state: %w", err)
+	}
+	if s.live, err = s.startLiveRelay(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("state: live relay: %w", err)
 	}
 	// The server has the subscriptions once the flush returns: a request
 	// from another connection right after New is answered.
@@ -264,6 +275,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.svc.Stop(); err != nil {
 		s.log.Warn("stop micro service", "err", err)
 	}
+	_ = s.live.Unsubscribe()
 	timeout := time.After(drainTimeout)
 	for range cap(s.sem) {
 		select {
