@@ -167,13 +167,14 @@ func printTaps(w io.Writer, url string, auth *busauth.Bundle, taps map[string]st
 // runBus runs `agentmesh bus <sub>`.
 func runBus(args []string) error {
 	if len(args) == 0 || args[0] != "init" {
-		return usageError{errors.New("usage: agentmesh bus init --dir DIR [--prefix am] [--tls-hosts nats,localhost]")}
+		return usageError{errors.New("usage: agentmesh bus init --dir DIR [--split OUT] [--prefix am] [--tls-hosts nats,localhost]")}
 	}
 	flags := flag.NewFlagSet("agentmesh bus init", flag.ContinueOnError)
 	dir := flags.String("dir", "", "directory to write the bus identities to (created, 0700; existing keys are kept)")
 	prefix := flags.String("prefix", envOr("AGENTMESH_PREFIX", subjects.DefaultPrefix), "subject prefix the permissions are derived for ($AGENTMESH_PREFIX)")
 	hosts := flags.String("tls-hosts", "nats,localhost,127.0.0.1", "host names and IPs of the NATS server's TLS certificate, comma-separated; empty = no TLS files")
 	owner := flags.String("owner", "", "UID:GID to give the written files (when run as root for services that run as another user)")
+	split := flags.String("split", "", "also copy each service's own files into DIR/<service>/ (its creds, the CA; state the tap signer) and the NATS servers' into DIR/nats/ (auth.conf, TLS), so that each container mounts only its own")
 	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -214,9 +215,17 @@ func runBus(args []string) error {
 			fmt.Printf("  tls/: kept the existing files\n")
 		}
 	}
-	if *owner != "" {
-		if err := chownAll(*dir, *owner); err != nil {
-			return usageError{fmt.Errorf("--owner: %w", err)}
+	if *split != "" {
+		if err := splitBus(*dir, *split); err != nil {
+			return err
+		}
+		fmt.Printf("  %s/<service>/, %s/%s/: each container's own files (mount only those)\n", *split, *split, SplitNATS)
+	}
+	for _, d := range []string{*dir, *split} {
+		if *owner != "" && d != "" {
+			if err := chownAll(d, *owner); err != nil {
+				return usageError{fmt.Errorf("--owner: %w", err)}
+			}
 		}
 	}
 	return nil
