@@ -31,12 +31,20 @@ func TestReplySentAgainAfterAReconnect(t *testing.T) {
 		forced <- responder.ForceReconnect()
 		return &busv1.GetTaskResponse{}, nil
 	})
+	if err := responder.Flush(); err != nil { // the endpoint is subscribed before the request
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	start := time.Now()
 	err := bus.Request(ctx, requester, "t.get", &busv1.GetTaskRequest{Id: "x"}, &busv1.GetTaskResponse{})
-	if ferr := <-forced; ferr != nil {
-		t.Fatalf("ForceReconnect: %v", ferr)
+	select {
+	case ferr := <-forced:
+		if ferr != nil {
+			t.Fatalf("ForceReconnect: %v", ferr)
+		}
+	default:
+		t.Fatalf("the request never reached the handler: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("request across the responder's reconnect: %v after %s, want the reply", err, time.Since(start).Round(time.Millisecond))
