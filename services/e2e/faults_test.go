@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,17 +26,7 @@ import (
 // interceptor, grpcretry.Unary — keeps trying and succeeds once Postgres is
 // back; a submit retried that way with an idempotency key creates one task.
 func TestPostgresDownIsUnavailableAndRetrySucceeds(t *testing.T) {
-	if os.Getenv(pgtest.EnvURL) != "" {
-		t.Skip("needs a cluster of its own to stop; AGENTMESH_TEST_PG_URL names an outside server")
-	}
-	c, err := pgtest.StartCluster("")
-	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("start Postgres: %v", err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.Own(t)
 	if err := c.CreateDatabase("faults"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +46,7 @@ func TestPostgresDownIsUnavailableAndRetrySucceeds(t *testing.T) {
 	})
 
 	// A plain client sees UNAVAILABLE with retry info, at once.
-	_, err = e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: task.Id})
+	_, err := e.tasks.GetTask(ctxT(t), &agentmeshv1.GetTaskRequest{Id: task.Id})
 	if status.Code(err) != codes.Unavailable || grpcretry.Pushback(err) <= 0 {
 		t.Fatalf("GetTask with Postgres down: got %v (retry info %v), want Unavailable with retry info", err, grpcretry.Pushback(err))
 	}

@@ -109,4 +109,3 @@ func TestLiveTokensOnlyThroughTheRelay(t *testing.T) {
 		t.Errorf("the executor's publish on a live subject was not refused by the server (errors: %q)", violations)
 	}
 }
-

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +20,7 @@ import (
 // user, name or address; the full cause stays in the local error (for the
 // state service's log).
 func TestUnavailableNamesNothingOfTheDatabase(t *testing.T) {
-	if os.Getenv(pgtest.EnvURL) != "" {
-		t.Skip("needs a cluster of its own to stop; AGENTMESH_TEST_PG_URL names an outside server")
-	}
-	c, err := pgtest.StartCluster("")
-	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("start Postgres: %v", err)
-	}
-	t.Cleanup(c.Stop)
+	c := pgtest.Own(t)
 	const db = "secretdb"
 	if err := c.CreateDatabase(db); err != nil {
 		t.Fatal(err)
