@@ -44,121 +44,237 @@ func secretVolumes(objs []k8sObject) map[string]bool {
 // busInit runs `agentmesh bus init` into a temporary directory.
 func busInit(t *testing.T, hosts string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "bus")
+	dir, _ := busInitSplit(t, hosts)
+	return dir
+}
+
+// busInitSplit runs `agentmesh bus init --split` into temporary
+// directories: the bundle's and the one holding each container's own.
+func busInitSplit(t *testing.T, hosts string) (dir, split string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "bus")
+	split = filepath.Join(t.TempDir(), "split")
 	stdout := os.Stdout
 	devnull, _ := os.Open(os.DevNull)
 	os.Stdout = devnull // bus init reports on stdout
-	code := app.Main([]string{"bus", "init", "--dir", dir, "--tls-hosts", hosts})
+	code := app.Main([]string{"bus", "init", "--dir", dir, "--split", split, "--tls-hosts", hosts})
 	os.Stdout = stdout
 	devnull.Close()
 	if code != 0 {
 		t.Fatalf("agentmesh bus init: exit %d", code)
 	}
-	return dir
+	return dir, split
 }
 
+// mount is one volume of a compose service.
+type mount struct {
+	volume, path string
+	readOnly     bool
+}
+
+func mounts(s composeService) []mount {
+	var out []mount
+	for _, v := range strings_(list(s.raw, "volumes")) {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 {
+			out = append(out, mount{volume: parts[0], path: parts[1], readOnly: len(parts) >= 3 && parts[2] == "ro"})
+		}
+	}
+	return out
+}
+
+// Each compose container mounts only its own bus credential: bus-init
+// writes the bundle (operator and account seeds, every identity) into a
+// volume nobody else mounts and each container's own files into a volume of
+// its kind (`agentmesh bus init --split`); what each volume holds is
+// checked by running bus init.
 func TestComposeBusLocked(t *testing.T) {
 	services := loadCompose(t)
 	initSvc, ok := services["bus-init"]
 	if !ok {
 		t.Fatal("compose: no bus-init service writing the bus credentials")
 	}
-	if len(initSvc.command) < 4 || initSvc.command[0] != "bus" || initSvc.command[1] != "init" ||
-		!slices.Contains(initSvc.command, "--dir") {
-		t.Fatalf("compose bus-init: command %v, want `bus init --dir DIR ...`", initSvc.command)
+	flag := func(name string) string {
+		i := slices.Index(initSvc.command, name)
+		if i < 0 || i+1 >= len(initSvc.command) {
+			return ""
+		}
+		return initSvc.command[i+1]
 	}
-	dir := initSvc.command[slices.Index(initSvc.command, "--dir")+1]
-	volume := ""
-	for _, v := range strings_(list(initSvc.raw, "volumes")) {
-		if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[1] == dir {
-			volume = parts[0]
+	if len(initSvc.command) < 2 || initSvc.command[0] != "bus" || initSvc.command[1] != "init" || flag("--dir") == "" || flag("--split") == "" {
+		t.Fatalf("compose bus-init: command %v, want `bus init --dir DIR --split OUT ...`", initSvc.command)
+	}
+	keys := ""
+	split := map[string]string{} // kind (service, nats) → its volume
+	for _, m := range mounts(initSvc) {
+		switch {
+		case m.path == flag("--dir"):
+			keys = m.volume
+		case filepath.Dir(m.path) == flag("--split"):
+			split[filepath.Base(m.path)] = m.volume
 		}
 	}
-	if volume == "" {
-		t.Fatalf("compose bus-init: no volume mounted at %s", dir)
+	if keys == "" {
+		t.Fatalf("compose bus-init: no volume mounted at %s", flag("--dir"))
 	}
-
-	// mountOf returns where service s mounts the credentials volume.
-	mountOf := func(s composeService) string {
-		for _, v := range strings_(list(s.raw, "volumes")) {
-			parts := strings.Split(v, ":")
-			if len(parts) >= 2 && parts[0] == volume {
-				if len(parts) < 3 || parts[2] != "ro" {
-					t.Errorf("compose %s: mounts %s writable", s.name, volume)
-				}
-				return parts[1]
-			}
+	kindOf := map[string]string{} // volume → kind
+	for kind := range app.SplitFiles() {
+		v, ok := split[kind]
+		if !ok {
+			t.Errorf("compose bus-init: no volume of its own for %s at %s/%s", kind, flag("--split"), kind)
+			continue
 		}
-		return ""
+		if other, dup := kindOf[v]; dup || v == keys {
+			t.Errorf("compose bus-init: volume %s holds both %s and %s", v, other, kind)
+		}
+		kindOf[v] = kind
 	}
-	waitsForInit := func(s composeService) bool {
-		return str(s.raw, "depends_on", "bus-init", "condition") == "service_completed_successfully"
-	}
-
 	for _, name := range sortedKeys(services) {
 		s := services[name]
-		if !s.agentmesh() || len(s.command) == 0 || !reads("AGENTMESH_NATS_URL", s.command[0]) {
+		if name == "bus-init" {
 			continue
 		}
-		cmd := s.command[0]
 		where := "compose " + name
-		mount := mountOf(s)
-		if mount == "" {
-			t.Errorf("%s: does not mount the bus credentials volume %s", where, volume)
+		kind := ""
+		if strings.HasPrefix(s.image, "nats:") {
+			kind = app.SplitNATS
+		} else if s.agentmesh() && len(s.command) > 0 && reads("AGENTMESH_NATS_URL", s.command[0]) {
+			kind = s.command[0]
+		}
+		own := ""
+		for _, m := range mounts(s) {
+			if m.volume == keys {
+				t.Errorf("%s: mounts %s, the bus keys (operator and account seeds, every identity)", where, keys)
+			}
+			k, isBus := kindOf[m.volume]
+			if !isBus {
+				continue
+			}
+			if k != kind {
+				t.Errorf("%s: mounts %s, the bus credentials of %s", where, m.volume, k)
+				continue
+			}
+			if !m.readOnly {
+				t.Errorf("%s: mounts %s writable", where, m.volume)
+			}
+			own = m.path
+		}
+		if kind == "" {
 			continue
 		}
-		for _, seen := range []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/proc"} {
-			if mount == seen || strings.HasPrefix(mount, seen) {
-				t.Errorf("%s: bus credentials mounted at %s, which the agents' sandbox can read", where, mount)
-			}
+		if own == "" {
+			t.Errorf("%s: does not mount its bus credentials volume %s", where, split[kind])
+			continue
 		}
-		if want := mount + "/" + busauth.CredsFile(cmd); s.env["AGENTMESH_NATS_CREDS"] != want {
-			t.Errorf("%s: AGENTMESH_NATS_CREDS %q, want its own identity %s", where, s.env["AGENTMESH_NATS_CREDS"], want)
-		}
-		if want := mount + "/tls/ca.pem"; s.env["AGENTMESH_NATS_CA"] != want {
-			t.Errorf("%s: AGENTMESH_NATS_CA %q, want %s (TLS to the bus)", where, s.env["AGENTMESH_NATS_CA"], want)
-		}
-		if cmd == "state" {
-			if want := mount + "/" + busauth.TapSignerFile; s.env["AGENTMESH_NATS_TAP_SIGNER"] != want {
-				t.Errorf("%s: AGENTMESH_NATS_TAP_SIGNER %q, want %s", where, s.env["AGENTMESH_NATS_TAP_SIGNER"], want)
-			}
-		} else if _, ok := s.env["AGENTMESH_NATS_TAP_SIGNER"]; ok {
-			t.Errorf("%s: only state holds the tap signing key", where)
-		}
-		if !waitsForInit(s) {
+		if str(s.raw, "depends_on", "bus-init", "condition") != "service_completed_successfully" {
 			t.Errorf("%s: does not wait for bus-init to complete", where)
 		}
-	}
-
-	nats := services["nats"]
-	if !waitsForInit(nats) {
-		t.Errorf("compose nats: does not wait for bus-init to complete")
-	}
-	natsMount := ""
-	for _, v := range strings_(list(nats.raw, "volumes")) {
-		if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[0] == volume {
-			natsMount = parts[1]
+		if kind != app.SplitNATS {
+			checkComposeCreds(t, where, kind, own, s)
 		}
 	}
-	if natsMount == "" {
-		t.Errorf("compose nats: does not mount %s", volume)
-	}
-	// Published ports: NATS (and the scripted model, Postgres) on loopback
-	// only; only the authenticated gRPC API on every interface.
-	for _, name := range sortedKeys(services) {
-		for _, p := range services[name].ports {
-			loopback := strings.HasPrefix(p, "127.0.0.1:")
-			if !loopback && !(name == "router" && published([]string{p}, "7400")) {
-				t.Errorf("compose %s: port %q is published on every interface; bind it to 127.0.0.1", name, p)
-			}
-		}
-	}
-
 	conf, err := os.ReadFile(filepath.Join("nats", "nats.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkLockedConf(t, "deploy/nats/nats.conf", string(conf), false)
+	checkLockedConf(t, "deploy/nats/nats.conf", string(conf), true)
+	checkSplit(t)
+}
+
+// checkComposeCreds checks where a service finds its own identity.
+func checkComposeCreds(t *testing.T, where, cmd, mount string, s composeService) {
+	t.Helper()
+	for _, seen := range []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/proc"} {
+		if mount == seen || strings.HasPrefix(mount, seen) {
+			t.Errorf("%s: bus credentials mounted at %s, which the agents' sandbox can read", where, mount)
+		}
+	}
+	if want := mount + "/" + busauth.CredsFile(cmd); s.env["AGENTMESH_NATS_CREDS"] != want {
+		t.Errorf("%s: AGENTMESH_NATS_CREDS %q, want its own identity %s", where, s.env["AGENTMESH_NATS_CREDS"], want)
+	}
+	if want := mount + "/ca.pem"; s.env["AGENTMESH_NATS_CA"] != want {
+		t.Errorf("%s: AGENTMESH_NATS_CA %q, want %s (TLS to the bus)", where, s.env["AGENTMESH_NATS_CA"], want)
+	}
+	if cmd == "state" {
+		if want := mount + "/" + busauth.TapSignerFile; s.env["AGENTMESH_NATS_TAP_SIGNER"] != want {
+			t.Errorf("%s: AGENTMESH_NATS_TAP_SIGNER %q, want %s", where, s.env["AGENTMESH_NATS_TAP_SIGNER"], want)
+		}
+	} else if _, ok := s.env["AGENTMESH_NATS_TAP_SIGNER"]; ok {
+		t.Errorf("%s: only state holds the tap signing key", where)
+	}
+}
+
+// checkSplit runs `agentmesh bus init --split` and checks that each
+// directory holds exactly its kind's files: no seed of the operator or an
+// account, no other identity, no admin identity.
+func checkSplit(t *testing.T) {
+	t.Helper()
+	_, split := busInitSplit(t, "nats-1,localhost")
+	for kind, files := range app.SplitFiles() {
+		var want []string
+		for _, f := range files {
+			want = append(want, filepath.Base(f))
+		}
+		entries, err := os.ReadDir(filepath.Join(split, kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Name())
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("bus init --split: %s/ holds %v, want exactly %v", kind, got, want)
+		}
+		for _, name := range got {
+			if strings.HasSuffix(name, ".nk") && name != busauth.TapSignerFile || name == busauth.AdminCredsFile {
+				t.Errorf("bus init --split: %s/ holds %s, a key no container may hold", kind, name)
+			}
+		}
+	}
+}
+
+// Every port the compose file publishes, the router's included, is bound
+// to the host's loopback: nothing is reachable from other machines as
+// shipped.
+func TestComposePortsOnLoopback(t *testing.T) {
+	services := loadCompose(t)
+	for _, name := range sortedKeys(services) {
+		for _, p := range services[name].ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("compose %s: port %q is published on every interface; bind it to 127.0.0.1", name, p)
+			}
+		}
+	}
+}
+
+// The compose router cannot start without API keys: its setting is a
+// required variable (or a keys file), never empty, never a key written in
+// the file.
+func TestComposeRouterRequiresKeys(t *testing.T) {
+	services := loadCompose(t)
+	required := regexp.MustCompile(`^\$\{AGENTMESH_API_KEYS:\?[^}]+\}$`)
+	n := 0
+	for _, name := range sortedKeys(services) {
+		s := services[name]
+		if !s.agentmesh() || len(s.command) == 0 || s.command[0] != "router" {
+			continue
+		}
+		n++
+		keys, hasKeys := s.env["AGENTMESH_API_KEYS"]
+		file := s.env["AGENTMESH_API_KEYS_FILE"]
+		switch {
+		case hasKeys && !required.MatchString(keys):
+			t.Errorf("compose %s: AGENTMESH_API_KEYS %q: want ${AGENTMESH_API_KEYS:?...} (compose refuses to start without keys)", name, keys)
+		case !hasKeys && file == "":
+			t.Errorf("compose %s: neither AGENTMESH_API_KEYS nor AGENTMESH_API_KEYS_FILE: the API would run without authentication", name)
+		}
+	}
+	if n == 0 {
+		t.Fatal("compose: no router")
+	}
 }
 
 // checkLockedConf checks a nats-server config: it includes auth.conf and
@@ -187,22 +303,26 @@ func checkLockedConf(t *testing.T, where, conf string, cluster bool) {
 // in with its creds over TLS.
 func TestComposeNATSConfigRuns(t *testing.T) {
 	tmp := t.TempDir()
-	bus := busInit(t, "localhost,127.0.0.1")
+	_, split := busInitSplit(t, "localhost,127.0.0.1")
 	conf, err := os.ReadFile(filepath.Join("nats", "nats.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The container's paths, here: /etc/nats/bus → the bus dir, /data → tmp.
+	// The container's paths, here: /etc/nats/bus → the NATS servers' own
+	// directory of the split, /data → tmp; nats-1 of the cluster, its
+	// routes to the other two (not running) retried in the background.
 	etc := filepath.Join(tmp, "etc")
 	if err := os.MkdirAll(etc, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(bus, filepath.Join(etc, "bus")); err != nil {
+	if err := os.Symlink(filepath.Join(split, app.SplitNATS), filepath.Join(etc, "bus")); err != nil {
 		t.Fatal(err)
 	}
 	c := strings.ReplaceAll(string(conf), "/etc/nats/", etc+"/")
 	c = strings.ReplaceAll(c, "store_dir: /data", "store_dir: "+filepath.Join(tmp, "data"))
+	c = strings.ReplaceAll(c, "$SERVER_NAME", "nats-1")
 	c = strings.Replace(c, "port: 4222", "port: -1", 1)
+	c = strings.Replace(c, "port: 6222", "port: -1", 1)
 	c = strings.Replace(c, "http_port: 8222", "", 1)
 	path := filepath.Join(etc, "nats.conf")
 	if err := os.WriteFile(path, []byte(c), 0o600); err != nil {
@@ -211,6 +331,9 @@ func TestComposeNATSConfigRuns(t *testing.T) {
 	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
 		t.Fatalf("nats-server config: %v", err)
+	}
+	if opts.Cluster.TLSConfig == nil || len(opts.Routes) != 3 {
+		t.Errorf("nats.conf: route TLS %v, %d routes; want verified TLS and a route to each of the 3 servers", opts.Cluster.TLSConfig != nil, len(opts.Routes))
 	}
 	opts.NoSigs, opts.NoLog = true, true
 	srv, err := server.NewServer(opts)
@@ -222,8 +345,10 @@ func TestComposeNATSConfigRuns(t *testing.T) {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
+	// The router's own directory of the split is all it needs.
+	bus := filepath.Join(split, subjects.ServiceRouter)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port)
-	ca := filepath.Join(bus, "tls", "ca.pem")
+	ca := filepath.Join(bus, "ca.pem")
 
 	if nc, err := nats.Connect(url, nats.RootCAs(ca)); err == nil {
 		nc.Close()

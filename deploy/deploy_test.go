@@ -300,22 +300,7 @@ func TestComposeServices(t *testing.T) {
 		checkEnv(t, where, cmd, sortedKeys(s.env))
 
 		if reads("AGENTMESH_NATS_URL", cmd) {
-			u, ok := s.env["AGENTMESH_NATS_URL"]
-			if !ok {
-				t.Errorf("%s: `agentmesh %s` needs NATS but AGENTMESH_NATS_URL is not set", where, cmd)
-			} else {
-				host, port := hostPort(t, where, u)
-				nats, ok := services[host]
-				if !ok || !strings.HasPrefix(nats.image, "nats") {
-					t.Errorf("%s: AGENTMESH_NATS_URL %q does not point at the nats service", where, u)
-				}
-				if port != "4222" {
-					t.Errorf("%s: AGENTMESH_NATS_URL %q: port %q, want 4222", where, u, port)
-				}
-				if !slices.Contains(s.deps, host) {
-					t.Errorf("%s: does not depend_on %s", where, host)
-				}
-			}
+			checkComposeNATSURL(t, where, s, services)
 		}
 	}
 
@@ -391,36 +376,101 @@ func TestComposeServices(t *testing.T) {
 	}
 }
 
-func TestComposeNATSJetStream(t *testing.T) {
-	services := loadCompose(t)
-	nats, ok := services["nats"]
+// checkComposeNATSURL checks a container's AGENTMESH_NATS_URL: every URL of
+// the list is a NATS service of the file on 4222 that the container waits
+// for, and a list of several (a cluster) leaves the streams' replicas at 3
+// or more (issue 26: clusters by default).
+func checkComposeNATSURL(t *testing.T, where string, s composeService, services map[string]composeService) {
+	t.Helper()
+	v, ok := s.env["AGENTMESH_NATS_URL"]
 	if !ok {
-		t.Fatal("compose: no nats service")
+		t.Errorf("%s: `agentmesh %s` needs NATS but AGENTMESH_NATS_URL is not set", where, s.command[0])
+		return
 	}
-	if !strings.HasPrefix(nats.image, "nats:") {
-		t.Errorf("compose nats: image %q, want the official nats image", nats.image)
-	}
-	// --config PATH, and PATH mounted from deploy/nats/nats.conf.
-	i := slices.Index(nats.command, "--config")
-	if i < 0 || i+1 >= len(nats.command) {
-		t.Fatalf("compose nats: command %v has no --config", nats.command)
-	}
-	conf := nats.command[i+1]
-	mounted := false
-	for _, v := range strings_(list(nats.raw, "volumes")) {
-		parts := strings.Split(v, ":")
-		if len(parts) >= 2 && filepath.Clean(parts[0]) == "deploy/nats/nats.conf" && parts[1] == conf {
-			mounted = true
+	urls := strings.Split(v, ",")
+	for _, u := range urls {
+		host, port := hostPort(t, where, strings.TrimSpace(u))
+		nats, ok := services[host]
+		if !ok || !strings.HasPrefix(nats.image, "nats") {
+			t.Errorf("%s: AGENTMESH_NATS_URL %q: %q is not a nats service", where, v, host)
+		}
+		if port != "4222" {
+			t.Errorf("%s: AGENTMESH_NATS_URL %q: port %q, want 4222", where, u, port)
+		}
+		if !slices.Contains(s.deps, host) {
+			t.Errorf("%s: does not depend_on %s", where, host)
 		}
 	}
-	if !mounted {
-		t.Errorf("compose nats: ./deploy/nats/nats.conf is not mounted at %s", conf)
+	if n := len(natsServices(services)); len(urls) != n {
+		t.Errorf("%s: AGENTMESH_NATS_URL lists %d servers, the file runs %d: list them all", where, len(urls), n)
+	}
+	if r, ok := s.env["AGENTMESH_STREAM_REPLICAS"]; ok && len(urls) > 1 && r != "3" {
+		t.Errorf("%s: AGENTMESH_STREAM_REPLICAS %q on a cluster of %d: want it unset (3 by default) or 3", where, r, len(urls))
+	}
+}
+
+// natsServices are the NATS servers of the compose file.
+func natsServices(services map[string]composeService) []composeService {
+	var out []composeService
+	for _, name := range sortedKeys(services) {
+		if strings.HasPrefix(services[name].image, "nats:") {
+			out = append(out, services[name])
+		}
+	}
+	return out
+}
+
+// The compose file runs a NATS cluster of three by default, each server
+// with its own data and the shared config, which routes to all of them.
+func TestComposeNATSJetStream(t *testing.T) {
+	services := loadCompose(t)
+	servers := natsServices(services)
+	if len(servers) != 3 {
+		t.Fatalf("compose: %d NATS servers, want a cluster of 3", len(servers))
 	}
 	b, err := os.ReadFile(filepath.Join("nats", "nats.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkJetStreamConf(t, "deploy/nats/nats.conf", string(b))
+	conf := string(b)
+	checkJetStreamConf(t, "deploy/nats/nats.conf", conf)
+	names, data := map[string]bool{}, map[string]bool{}
+	for _, nats := range servers {
+		where := "compose " + nats.name
+		// --config PATH, and PATH mounted from deploy/nats/nats.conf.
+		i := slices.Index(nats.command, "--config")
+		if i < 0 || i+1 >= len(nats.command) {
+			t.Fatalf("%s: command %v has no --config", where, nats.command)
+		}
+		path := nats.command[i+1]
+		mounted := false
+		for _, v := range strings_(list(nats.raw, "volumes")) {
+			parts := strings.Split(v, ":")
+			if len(parts) >= 2 && filepath.Clean(parts[0]) == "deploy/nats/nats.conf" && parts[1] == path {
+				mounted = true
+			}
+			if len(parts) >= 2 && parts[1] == "/data" {
+				if data[parts[0]] {
+					t.Errorf("%s: data volume %s is another server's too", where, parts[0])
+				}
+				data[parts[0]] = true
+			}
+		}
+		if !mounted {
+			t.Errorf("%s: ./deploy/nats/nats.conf is not mounted at %s", where, path)
+		}
+		name := nats.env["SERVER_NAME"]
+		if name == "" || names[name] {
+			t.Errorf("%s: SERVER_NAME %q: each server needs a name of its own (server_name: $SERVER_NAME)", where, name)
+		}
+		names[name] = true
+		if !strings.Contains(conf, "nats://"+nats.name+":6222") {
+			t.Errorf("deploy/nats/nats.conf: no cluster route to %s", nats.name)
+		}
+	}
+	if len(data) != len(servers) {
+		t.Errorf("compose: %d data volumes for %d NATS servers", len(data), len(servers))
+	}
 }
 
 // checkJetStreamConf checks a nats-server config: JetStream on, fsync on every write.
@@ -450,6 +500,8 @@ func TestComposeConfig(t *testing.T) {
 	}
 	cmd := exec.Command("docker", "compose", "-f", "docker-compose.yml", "config", "-q")
 	cmd.Dir = repoRoot
+	// The router's keys are a required variable: compose refuses the file without them.
+	cmd.Env = append(os.Environ(), "AGENTMESH_API_KEYS=ci-key=default")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("docker compose config -q: %v\n%s", err, out)
 	}
@@ -869,6 +921,58 @@ func TestK8sNATS(t *testing.T) {
 		if !strings.Contains(conf, route) {
 			t.Errorf("%s config: no cluster route to %s", sts, route)
 		}
+	}
+}
+
+// The Kubernetes files are safe as shipped too: nothing is reachable from
+// outside the cluster (every Service is ClusterIP, no pod takes a host port
+// or the host's network), and the router cannot run without API keys (they
+// come from the Secret, never an empty literal). That each pod mounts only
+// its own bus credential is TestK8sBusLocked.
+func TestK8sSafeAsShipped(t *testing.T) {
+	objs := loadK8s(t)
+	for _, o := range objs {
+		if o.kind() == "Service" {
+			if typ := str(o.doc, "spec", "type"); typ != "" && typ != "ClusterIP" {
+				t.Errorf("%s: type %s publishes the service outside the cluster; expose it with an Ingress or gateway you configure", o, typ)
+			}
+		}
+	}
+	routers := 0
+	for _, w := range workloads(objs) {
+		pod := mapping(w.doc, "spec", "template", "spec")
+		if get(pod, "hostNetwork") == true {
+			t.Errorf("%s: hostNetwork puts its ports on the node's interfaces", w)
+		}
+		for _, c := range list(pod, "containers") {
+			for _, p := range list(c, "ports") {
+				if get(p, "hostPort") != nil {
+					t.Errorf("%s: hostPort %v publishes on the node's interfaces", w, get(p, "hostPort"))
+				}
+			}
+			if args := strings_(list(c, "args")); len(args) == 0 || args[0] != "router" {
+				continue
+			}
+			routers++
+			var keys, file any
+			for _, e := range list(c, "env") {
+				switch str(e, "name") {
+				case "AGENTMESH_API_KEYS":
+					keys = e
+				case "AGENTMESH_API_KEYS_FILE":
+					file = e
+				}
+			}
+			switch {
+			case keys == nil && file == nil:
+				t.Errorf("%s: neither AGENTMESH_API_KEYS nor AGENTMESH_API_KEYS_FILE: the API would run without authentication", w)
+			case keys != nil && mapping(keys, "valueFrom", "secretKeyRef") == nil:
+				t.Errorf("%s: AGENTMESH_API_KEYS is a literal %q: take it from the Secret", w, str(keys, "value"))
+			}
+		}
+	}
+	if routers != 1 {
+		t.Errorf("deploy/k8s: %d router containers, want 1", routers)
 	}
 }
 

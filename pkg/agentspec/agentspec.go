@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -42,6 +43,14 @@ const (
 	MaxModelName    = 256
 	// MaxRoutingPriority bounds Agent.routing_priority.
 	MaxRoutingPriority = 100
+)
+
+// Tool-calling protocols of ModelSettings.tool_protocol (the executor's;
+// empty = native). Any other value is refused when the agent is defined,
+// not when its first task runs.
+const (
+	ToolProtocolNative = "native"
+	ToolProtocolReAct  = "react"
 )
 
 var (
@@ -139,6 +148,9 @@ func Agent(a *agentmeshv1.Agent) error {
 		}
 		servers[m.Name] = true
 	}
+	if err := toolPolicies(a.ToolPolicies); err != nil {
+		return err
+	}
 	if a.MaxConcurrency < 0 {
 		return bus.FieldError("agent.max_concurrency", "must not be negative")
 	}
@@ -172,6 +184,28 @@ func Agent(a *agentmeshv1.Agent) error {
 		}
 		if len(m.Model) > MaxModelName {
 			return bus.FieldError("agent.model.model", "longer than %d bytes", MaxModelName)
+		}
+		switch strings.ToLower(strings.TrimSpace(m.ToolProtocol)) {
+		case "", ToolProtocolNative, ToolProtocolReAct:
+		default:
+			return bus.FieldError("agent.model.tool_protocol", "unknown tool protocol %.80q: want %q (the provider's tool calls, the default) or %q (JSON ReAct for models without tool calling)",
+				m.ToolProtocol, ToolProtocolNative, ToolProtocolReAct)
+		}
+	}
+	return nil
+}
+
+// toolPolicies checks that every policy is one of the ToolPolicy values (a
+// number outside the enum arrives from clients that send numbers).
+func toolPolicies(p map[string]agentmeshv1.ToolPolicy) error {
+	tools := make([]string, 0, len(p))
+	for tool := range p {
+		tools = append(tools, tool)
+	}
+	slices.Sort(tools)
+	for _, tool := range tools {
+		if _, ok := agentmeshv1.ToolPolicy_name[int32(p[tool])]; !ok {
+			return bus.FieldError(fmt.Sprintf("agent.tool_policies[%s]", tool), "unknown tool policy %d: want TOOL_POLICY_DEFAULT, TOOL_POLICY_ALLOW, TOOL_POLICY_REQUIRE_APPROVAL or TOOL_POLICY_DENY", int32(p[tool]))
 		}
 	}
 	return nil

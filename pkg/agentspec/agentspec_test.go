@@ -47,6 +47,11 @@ func TestAgent(t *testing.T) {
 		{"hot temperature", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{Temperature: &temp}}, bus.CodeInvalidArgument, "agent.model.temperature"},
 		{"huge prompt", &agentmeshv1.Agent{Name: "a", SystemPrompt: strings.Repeat("x", MaxSystemPrompt+1)}, bus.CodeResourceExhausted, "agent.system_prompt"},
 		{"huge description", &agentmeshv1.Agent{Name: "a", Description: strings.Repeat("x", MaxDescription+1)}, bus.CodeResourceExhausted, "agent.description"},
+		{"react protocol", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{ToolProtocol: "react"}}, "", ""},
+		{"native protocol, any case", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{ToolProtocol: " Native"}}, "", ""},
+		{"unknown tool protocol", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{ToolProtocol: "xml"}}, bus.CodeInvalidArgument, "agent.model.tool_protocol"},
+		{"known tool policy", &agentmeshv1.Agent{Name: "a", ToolPolicies: map[string]agentmeshv1.ToolPolicy{"shell": agentmeshv1.ToolPolicy_TOOL_POLICY_DENY}}, "", ""},
+		{"unknown tool policy", &agentmeshv1.Agent{Name: "a", ToolPolicies: map[string]agentmeshv1.ToolPolicy{"echo": agentmeshv1.ToolPolicy_TOOL_POLICY_ALLOW, "shell": 9}}, bus.CodeInvalidArgument, "agent.tool_policies[shell]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ func TestServiceDownFailsFastWithStreams(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
+	if _, err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, subj := range []string{names.State(subjects.StateGetTask), names.Registry(subjects.RegistryMatch)} {
@@ -60,7 +60,7 @@ func TestAuditedRequestsAreRecorded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
+	if _, err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	subj := names.State(subjects.StateGetTask)

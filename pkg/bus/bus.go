@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -86,7 +87,9 @@ type HandlerFunc[Req, Resp proto.Message] func(ctx context.Context, req Req) (Re
 // Handler adapts a typed function to a micro handler. Each request gets a
 // context with a deadline and the caller's trace context. A payload that
 // does not decode is answered with invalid_argument and logged; a panic in
-// fn is answered with internal and logged; neither stops the service.
+// fn is answered with internal and logged; neither stops the service. A
+// reply the connection refuses for a passing reason (reconnecting) is sent
+// again until the request's deadline, not left for the caller to time out.
 func Handler[Req, Resp proto.Message](log *slog.Logger, newReq func() Req, fn HandlerFunc[Req, Resp]) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
@@ -95,23 +98,21 @@ func Handler[Req, Resp proto.Message](log *slog.Logger, newReq func() Req, fn Ha
 		req := newReq()
 		if err := proto.Unmarshal(r.Data(), req); err != nil {
 			log.Warn("malformed bus request set aside", "subject", r.Subject(), "bytes", len(r.Data()), "err", err)
-			respondError(log, r, &Error{Code: CodeInvalidArgument, Message: "malformed request: " + err.Error()})
+			respondError(ctx, log, r, &Error{Code: CodeInvalidArgument, Message: "malformed request: " + err.Error()})
 			return
 		}
 		resp, err := safeCall(ctx, fn, req)
 		if err != nil {
-			if CodeOf(err) == CodeInternal {
-				log.Error("request failed", "subject", r.Subject(), "err", err)
-			}
-			respondError(log, r, err)
+			logFailure(log, r.Subject(), err)
+			respondError(ctx, log, r, err)
 			return
 		}
 		data, err := proto.Marshal(resp)
 		if err != nil {
-			respondError(log, r, fmt.Errorf("marshal reply: %w", err))
+			respondError(ctx, log, r, fmt.Errorf("marshal reply: %w", err))
 			return
 		}
-		if err := r.Respond(data); err != nil {
+		if err := retryRespond(ctx, func() error { return r.Respond(data) }); err != nil {
 			log.Warn("reply not sent", "subject", r.Subject(), "err", err)
 		}
 	})
@@ -127,14 +128,14 @@ func safeCall[Req, Resp proto.Message](ctx context.Context, fn HandlerFunc[Req, 
 	return fn(ctx, req)
 }
 
-func respondError(log *slog.Logger, r micro.Request, err error) {
+func respondError(ctx context.Context, log *slog.Logger, r micro.Request, err error) {
 	pe := ToProto(err)
 	data, _ := proto.Marshal(pe)
 	desc := pe.Message
 	if desc == "" {
 		desc = pe.Code // micro refuses an empty description; a reply beats a timeout
 	}
-	if rerr := r.Error(pe.Code, desc, data); rerr != nil {
+	if rerr := retryRespond(ctx, func() error { return r.Error(pe.Code, desc, data) }); rerr != nil {
 		log.Warn("error reply not sent", "subject", r.Subject(), "err", rerr)
 	}
 }
@@ -174,7 +175,7 @@ func (d *detached) respond(m *nats.Msg, opts []micro.RespondOpt) error {
 	}
 	m.Subject = d.reply
 	if err := d.nc.PublishMsg(m); err != nil {
-		return fmt.Errorf("%w: %s", micro.ErrRespond, err)
+		return fmt.Errorf("%w: %w", micro.ErrRespond, err)
 	}
 	return nil
 }
@@ -209,3 +210,41 @@ func (d *detached) Data() []byte           { return d.data }
 func (d *detached) Headers() micro.Headers { return d.headers }
 func (d *detached) Subject() string        { return d.subject }
 func (d *detached) Reply() string          { return d.reply }
+
+// logFailure logs a request that failed on this side: internal errors
+// always, unavailable ones (a store that cannot reach its database: the
+// cause stays here, the caller is told only that it is unavailable) at most
+// once per subject every failureLogEvery.
+func logFailure(log *slog.Logger, subject string, err error) {
+	switch CodeOf(err) {
+	case CodeInternal:
+		log.Error("request failed", "subject", subject, "err", err)
+	case CodeUnavailable:
+		if failureLog.allow(subject, time.Now()) {
+			log.Warn("request failed: unavailable (logged once per subject every 5s)", "subject", subject, "err", err)
+		}
+	}
+}
+
+const failureLogEvery = 5 * time.Second
+
+// failureLog remembers when a failure of each subject was last logged.
+var failureLog = &rateLog{last: map[string]time.Time{}}
+
+type rateLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (r *rateLog) allow(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.last[key]; ok && now.Sub(t) < failureLogEvery {
+		return false
+	}
+	if len(r.last) > 4096 {
+		clear(r.last)
+	}
+	r.last[key] = now
+	return true
+}

@@ -13,7 +13,8 @@ import (
 
 // StreamOptions tune the streams of the bus.
 type StreamOptions struct {
-	// Replicas of each stream: 1 in dev, 3 in production.
+	// Replicas of each stream and KV bucket; 0 = Replicas(nc, 0): 3 when
+	// the connection knows more than one NATS server, else 1.
 	Replicas int
 	// MaxAge of events and audit records; 0 means 7 days.
 	MaxAge time.Duration
@@ -27,11 +28,10 @@ const DuplicateWindow = 2 * time.Minute
 // EnsureStreams creates or updates the bus streams: events, work and audit
 // (see package subjects). It is idempotent. Only the state service, the
 // streams' owner, calls it (only its identity may); the others bind with
-// WaitStream.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names, o StreamOptions) error {
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
+// WaitStream. Existing streams keep their replicas; it returns those with
+// fewer than wanted, for the caller to report (LogReplication).
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names, o StreamOptions) ([]Replication, error) {
+	o.Replicas = Replicas(js.Conn(), o.Replicas)
 	if o.MaxAge <= 0 {
 		o.MaxAge = 7 * 24 * time.Hour
 	}
@@ -70,12 +70,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names
 			NoAck:       true,
 		},
 	}
+	var reps []Replication
 	for _, cfg := range cfgs {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		_, r, err := EnsureStream(ctx, js, cfg)
+		reps = append(reps, r...)
+		if err != nil {
+			return reps, err
 		}
 	}
-	return nil
+	return reps, nil
 }
 
 // WaitStream waits, bounded by ctx, until the named stream exists. A

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/busauth"
@@ -40,6 +41,24 @@ type Config struct {
 	// authentications and permission violations, once per client and
 	// reason; nil uses slog.Default().
 	Log *slog.Logger
+	// Cluster, when its Name is set, makes the server a member of a
+	// JetStream cluster (tests of node loss: pkg/natstest.StartCluster).
+	Cluster Cluster
+}
+
+// Cluster is the route configuration of a clustered server.
+type Cluster struct {
+	// Name of the cluster, the same on every member.
+	Name string
+	// Port of the route listener on Host.
+	Port int
+	// Routes to the other members (nats-route://host:port).
+	Routes []string
+	// Advertise is the route address the server gossips to the others;
+	// empty = its listener. (A test cluster whose routes go through
+	// proxies gossips an address nobody dials, so all routes stay on the
+	// proxies.)
+	Advertise string
 }
 
 // Server is a running embedded nats-server.
@@ -87,6 +106,13 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.SyncAlways {
 		opts.SyncAlways = true
+	}
+	if cfg.Cluster.Name != "" {
+		opts.Cluster.Name = cfg.Cluster.Name
+		opts.Cluster.Host = cfg.Host
+		opts.Cluster.Port = cfg.Cluster.Port
+		opts.Cluster.Advertise = cfg.Cluster.Advertise
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Cluster.Routes, ","))
 	}
 	if err := cfg.Auth.ServerOptions(opts); err != nil {
 		return nil, fmt.Errorf("embednats: %w", err)

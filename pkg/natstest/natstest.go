@@ -43,13 +43,13 @@ func StartPrefix(t testing.TB, prefix string, dir ...string) *embednats.Server {
 // subscribe to anything in the agentmesh account (it plays clients and
 // services the test does not run), closed at cleanup. Services under test
 // connect with ConnectAs.
-func Connect(t testing.TB, srv *embednats.Server) *nats.Conn {
+func Connect(t testing.TB, srv *embednats.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	creds, err := srv.Auth().UserCreds("natstest-driver", subjects.Permission{Pub: []string{">"}, Sub: []string{">"}}, 0)
 	if err != nil {
 		t.Fatalf("driver creds: %v", err)
 	}
-	return ConnectCreds(t, srv, creds, "")
+	return ConnectCreds(t, srv, creds, "", opts...)
 }
 
 // ConnectAs opens a connection as a service identity (subjects.ServiceState,

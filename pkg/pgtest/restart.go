@@ -3,7 +3,9 @@ package pgtest
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"testing"
 )
 
 // Pause stops the cluster's server (fast shutdown: connections are closed)
@@ -30,4 +32,24 @@ func (c *Cluster) Resume() error {
 		return fmt.Errorf("pgtest: pg_ctl start: %v: %s", err, out)
 	}
 	return nil
+}
+
+// Own starts a cluster of the test's own, to Pause and Resume (stopped at
+// cleanup). Without Postgres binaries t is skipped (failed when CI=true);
+// when AGENTMESH_TEST_PG_URL names an outside server, which the test cannot
+// stop, t is skipped.
+func Own(t testing.TB) *Cluster {
+	t.Helper()
+	if os.Getenv(EnvURL) != "" {
+		t.Skip("needs a cluster of its own to stop; " + EnvURL + " names an outside server")
+	}
+	c, err := StartCluster("")
+	if errors.Is(err, ErrNoPostgres) && os.Getenv("CI") != "true" {
+		t.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("start Postgres: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }

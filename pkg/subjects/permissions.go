@@ -61,9 +61,11 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// The system of record: it owns every stream of the bus (creates
 		// and updates them) and the embedded store's buckets and history
 		// stream, serves <p>.state.> and publishes the public events.
+		// It relays the executors' streamed model output to the public
+		// live subjects, which no other identity may publish.
 		p.Responses = true
-		p.Sub = []string{n.StateAll(), "$SRV.>", inbox}
-		p.Pub = []string{n.Events(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO"}
+		p.Sub = []string{n.StateAll(), "$SRV.>", inbox, n.TokenRelayAll()}
+		p.Pub = []string{n.Events(), n.LiveAll(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO"}
 		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream()}
 		for _, b := range StoreBuckets {
 			streams = append(streams, "KV_"+n.StoreBucket(b))
@@ -111,12 +113,13 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerTrees)...)
 	case ServiceExecutor:
 		// Pulls work through the executors' durable consumer (which it
-		// creates), hears cancellations, publishes heartbeats and live
-		// tokens, and moves tasks only by its attempt-fenced intents.
+		// creates), hears cancellations, publishes heartbeats and its
+		// tasks' streamed output (to state's relay, never to an org's live
+		// subjects), and moves tasks only by its attempt-fenced intents.
 		p.Sub = []string{inbox, n.TaskEventsOfType(StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_CANCELLED))}
 		p.Pub = append(state(StateGetTask, StateHistory, StateAppendStep,
 			StateStart, StateComplete, StateFail, StateBlock, StateRequeue, StateSpawn, StateWait),
-			n.Heartbeats(), n.TokensAll(),
+			n.Heartbeats(), n.TokenRelayAll(),
 			// call_agent with skills: the registry picks the agent.
 			n.Registry(RegistryMatch),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),

@@ -15,8 +15,11 @@
 //	                               (JSON; shared agents under org "_shared")
 //	<p>.work.<agent>               dispatched work (scheduler → executors)
 //	<p>.exec.heartbeat.<node>      executor heartbeats
+//	<p>.token.<org>.task.<id>      streamed model output as an executor
+//	                               publishes it; state relays it to:
 //	<p>.live.<org>.task.<id>.token streamed model output (JSON, live only, in
-//	                               no stream: the step that follows stores it)
+//	                               no stream: the step that follows stores
+//	                               it); published by state only
 //	<p>.audit.<service>.<op>       the audit record of a request handled
 //
 // Everything under <p>.evt.<org>.> and <p>.live.<org>.> is the public,
@@ -38,7 +41,8 @@
 //	                                       code), and heartbeats; NoAck
 //
 // Together the three streams hold everything said under <p>.>, except the
-// live token stream (<p>.live.>), whose text the following step stores. No
+// live token streams (<p>.token.>, <p>.live.>), whose text the following
+// step stores. No
 // stream captures a request subject (<p>.state.>, <p>.registry.>): a stream
 // counts as interest, and a request to a service that is down must fail at
 // once with "no responders", not wait for its timeout.
@@ -283,13 +287,38 @@ func cutLast(s string) (before, last string, ok bool) {
 // TaskEventsAll matches every task event of every org.
 func (n Names) TaskEventsAll() string { return n.prefix + ".evt.*.task.>" }
 
-// TaskTokens returns the live subject of a task's streamed model output.
-// It lies outside <p>.evt.> so that no stream stores it.
+// TaskTokens returns the subject an executor publishes a task's streamed
+// model output on: <p>.token.<org>.task.<id>, heard by state only, which
+// relays each message to the public LiveTokens subject when the task runs
+// in that org under the message's attempt (services/state/live.go). Only
+// state may publish on <p>.live.>: a stolen executor credential cannot
+// write into an org's live subjects. Neither is in any stream.
 func (n Names) TaskTokens(org, taskID string) string {
+	return n.prefix + ".token." + OrgToken(org) + ".task." + taskID
+}
+
+// TokenRelayAll matches every executor's streamed model output (TaskTokens).
+func (n Names) TokenRelayAll() string { return n.prefix + ".token.*.task.*" }
+
+// ParseTaskTokens splits a TaskTokens subject into its org token and task
+// id.
+func (n Names) ParseTaskTokens(subject string) (org, taskID string, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(subject, n.prefix+"."), ".")
+	if len(parts) != 4 || !strings.HasPrefix(subject, n.prefix+".") || parts[0] != "token" || parts[2] != "task" {
+		return "", "", false
+	}
+	return parts[1], parts[3], true
+}
+
+// LiveTokens returns the public live subject of a task's streamed model
+// output, published by state's relay. It lies outside <p>.evt.> so that no
+// stream stores it.
+func (n Names) LiveTokens(org, taskID string) string {
 	return n.prefix + ".live." + OrgToken(org) + ".task." + taskID + "." + EventToken
 }
 
-// TokensAll matches the streamed model output of every task of every org.
+// TokensAll matches the public streamed model output of every task of
+// every org (LiveTokens).
 func (n Names) TokensAll() string { return n.prefix + ".live.*.task.*." + EventToken }
 
 // AgentEvent returns the subject of a change to org's agent name.

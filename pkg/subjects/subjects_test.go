@@ -15,7 +15,8 @@ func TestNames(t *testing.T) {
 		{n.TaskEvent("", "T1", "step"), "am.evt._.task.T1.step"},
 		{n.TaskEvents("acme", "T1"), "am.evt.acme.task.T1.>"},
 		{n.TaskEventsOfType("cancelled"), "am.evt.*.task.*.cancelled"},
-		{n.TaskTokens("acme", "T1"), "am.live.acme.task.T1.token"},
+		{n.TaskTokens("acme", "T1"), "am.token.acme.task.T1"},
+		{n.LiveTokens("acme", "T1"), "am.live.acme.task.T1.token"},
 		{n.AgentEvent(SharedOrg, "helper"), "am.evt._shared.agent.helper"},
 		{n.OrgEvents("acme"), "am.evt.acme.>"},
 		{n.Work("helper"), "am.work.helper"},
@@ -78,7 +79,7 @@ func TestTaskOf(t *testing.T) {
 		for _, subj := range []string{
 			n.TaskEvent("acme", "T1", StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_QUEUED)),
 			n.TaskEvent("", "T1", EventStep),
-			n.TaskTokens("acme", "T1"),
+			n.LiveTokens("acme", "T1"),
 		} {
 			if id, ok := TaskOf(subj); !ok || id != "T1" {
 				t.Errorf("TaskOf(%q) = %q, %v; want T1", subj, id, ok)

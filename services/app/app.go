@@ -644,7 +644,7 @@ func runService(ctx context.Context, name string, args []string) error {
 				// account being enabled): try again rather than exit.
 				for try := 1; ; try++ {
 					var kv *kvstore.Store
-					kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas})
+					kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas, Log: log})
 					if err == nil {
 						st = kv
 						break

@@ -97,15 +97,9 @@ func devAuth(dataDir, prefix string, rcfg router.Config, log *slog.Logger) (*bus
 	if created {
 		log.Info("created the bus credentials", "dir", dir)
 	}
-	orgs := []string{router.DefaultOrg}
-	if len(rcfg.APIKeys) > 0 {
-		orgs = orgs[:0]
-		for _, org := range rcfg.APIKeys {
-			if !slices.Contains(orgs, org) {
-				orgs = append(orgs, org)
-			}
-		}
-		slices.Sort(orgs)
+	orgs, err := tapOrgs(rcfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	taps := map[string]string{}
 	for _, org := range orgs {
@@ -120,6 +114,39 @@ func devAuth(dataDir, prefix string, rcfg router.Config, log *slog.Logger) (*bus
 		taps[org] = path
 	}
 	return auth, taps, nil
+}
+
+// tapOrgs are the orgs dev writes a tap credential for: those of the API
+// keys (AGENTMESH_API_KEYS, whose values are "org" or "org:role", and the
+// keys file), platform keys ("*:platform") naming none; the default org
+// when authentication is off.
+func tapOrgs(rcfg router.Config) ([]string, error) {
+	if len(rcfg.APIKeys) == 0 && rcfg.KeysFile == "" {
+		return []string{router.DefaultOrg}, nil
+	}
+	keys, err := router.EnvKeys(rcfg.APIKeys)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS: %w", err)}
+	}
+	if rcfg.KeysFile != "" {
+		data, err := os.ReadFile(rcfg.KeysFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS_FILE: %w", err)}
+		}
+		more, err := router.ParseKeysFile(data)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS_FILE: %w", err)}
+		}
+		keys = append(keys, more...)
+	}
+	var orgs []string
+	for _, k := range keys {
+		if k.Org != "" && !slices.Contains(orgs, k.Org) {
+			orgs = append(orgs, k.Org)
+		}
+	}
+	slices.Sort(orgs)
+	return orgs, nil
 }
 
 // printTaps tells how to tap each org's events with its credential.
@@ -140,13 +167,14 @@ func printTaps(w io.Writer, url string, auth *busauth.Bundle, taps map[string]st
 // runBus runs `agentmesh bus <sub>`.
 func runBus(args []string) error {
 	if len(args) == 0 || args[0] != "init" {
-		return usageError{errors.New("usage: agentmesh bus init --dir DIR [--prefix am] [--tls-hosts nats,localhost]")}
+		return usageError{errors.New("usage: agentmesh bus init --dir DIR [--split OUT] [--prefix am] [--tls-hosts nats,localhost]")}
 	}
 	flags := flag.NewFlagSet("agentmesh bus init", flag.ContinueOnError)
 	dir := flags.String("dir", "", "directory to write the bus identities to (created, 0700; existing keys are kept)")
 	prefix := flags.String("prefix", envOr("AGENTMESH_PREFIX", subjects.DefaultPrefix), "subject prefix the permissions are derived for ($AGENTMESH_PREFIX)")
 	hosts := flags.String("tls-hosts", "nats,localhost,127.0.0.1", "host names and IPs of the NATS server's TLS certificate, comma-separated; empty = no TLS files")
 	owner := flags.String("owner", "", "UID:GID to give the written files (when run as root for services that run as another user)")
+	split := flags.String("split", "", "also copy each service's own files into DIR/<service>/ (its creds, the CA; state the tap signer) and the NATS servers' into DIR/nats/ (auth.conf, TLS), so that each container mounts only its own")
 	if err := flags.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -187,9 +215,17 @@ func runBus(args []string) error {
 			fmt.Printf("  tls/: kept the existing files\n")
 		}
 	}
-	if *owner != "" {
-		if err := chownAll(*dir, *owner); err != nil {
-			return usageError{fmt.Errorf("--owner: %w", err)}
+	if *split != "" {
+		if err := splitBus(*dir, *split); err != nil {
+			return err
+		}
+		fmt.Printf("  %s/<service>/, %s/%s/: each container's own files (mount only those)\n", *split, *split, SplitNATS)
+	}
+	for _, d := range []string{*dir, *split} {
+		if *owner != "" && d != "" {
+			if err := chownAll(d, *owner); err != nil {
+				return usageError{fmt.Errorf("--owner: %w", err)}
+			}
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_NATS_CA", "", []string{"state", "registry", "scheduler", "executor", "router"}, "CA certificate (PEM) to verify the NATS server's TLS certificate; set it to require TLS to the bus"},
 		{"AGENTMESH_NATS_TAP_SIGNER", "", []string{"state"}, "file with the account's scoped tap signing key (tap-signer.nk from agentmesh bus init); empty = amctl taps create is refused"},
 		{"AGENTMESH_PREFIX", "am", []string{"*"}, "subject prefix of every bus subject and stream"},
-		{"AGENTMESH_STREAM_REPLICAS", "1", []string{"*"}, "JetStream replicas of the bus streams (3 in production)"},
+		{"AGENTMESH_STREAM_REPLICAS", "", []string{"*"}, "JetStream replicas of the bus streams and KV buckets (1-5); empty = 3 where more than one NATS server is known (a URL list, or the servers of a cluster), else 1; an existing stream keeps its replicas and is named in a warning at start when it has fewer"},
 		{"AGENTMESH_POSTGRES_URL", "", []string{"dev", "state"}, "Postgres URL of the system of record; empty = the embedded JetStream store"},
 		{"AGENTMESH_LISTEN", "127.0.0.1:7400", []string{"dev", "router"}, "gRPC API listen address"},
 		{"AGENTMESH_API_KEYS", "", []string{"dev", "router"}, "API keys as key=org or key=org:role, comma-separated (no role: admin; *:platform: a platform key); with no keys and no keys file, no authentication (org \"default\")"},

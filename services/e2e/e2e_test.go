@@ -282,6 +282,17 @@ func TestIdempotentSubmit(t *testing.T) {
 	if !first.Created || again.Created || again.Task.Id != first.Task.Id {
 		t.Fatalf("first created=%v id=%s, again created=%v id=%s: want one task", first.Created, first.Task.Id, again.Created, again.Task.Id)
 	}
+	// The key reused for another request is refused, naming the key; the
+	// first task is not handed back as if it were this request's.
+	for _, other := range []*agentmeshv1.SubmitTaskRequest{
+		{Input: "something else", Agent: "helper", IdempotencyKey: "k-1"},
+		{Input: "once", Agent: "helper", IdempotencyKey: "k-1", Priority: agentmeshv1.Priority_PRIORITY_HIGH},
+	} {
+		resp, err := e.tasks.SubmitTask(ctxT(t), other)
+		if status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "idempotency_key") {
+			t.Errorf("submit of another request under key k-1: got %v, %v; want AlreadyExists naming idempotency_key", resp, err)
+		}
+	}
 }
 
 func TestModelDownFailsTask(t *testing.T) {

@@ -414,7 +414,7 @@ func TestStateUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
+	if _, err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

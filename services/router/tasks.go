@@ -61,6 +61,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	if err := validateGraphFields(req, false); err != nil {
 		return nil, err
 	}
+	digest := requestDigest(req)
 	if err := s.checkParentTask(ctx, req.GetParentTaskId()); err != nil {
 		return nil, err
 	}
@@ -91,6 +92,7 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 		Priority:       prio,
 		Metadata:       req.GetMetadata(),
 		IdempotencyKey: req.GetIdempotencyKey(),
+		RequestDigest:  digest,
 		AgentSpec:      match.GetAgent(),
 		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
 		RetryPolicy:    req.GetRetryPolicy(),

@@ -78,7 +78,7 @@ func (f *fakeBus) publishToken(ev *agentmeshv1.TaskEvent) {
 	f.mu.Lock()
 	org := f.tasks[ev.TaskId].GetOrg()
 	f.mu.Unlock()
-	msg, err := bus.NewEventMsg(context.Background(), names.TaskTokens(org, ev.TaskId), ev)
+	msg, err := bus.NewEventMsg(context.Background(), names.LiveTokens(org, ev.TaskId), ev)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -224,6 +227,24 @@ func checkTime(field string, ts *timestamppb.Timestamp) error {
 		return bus.FieldError(field, "invalid timestamp")
 	}
 	return nil
+}
+
+// requestDigest is the SHA-256 (hex) of a submit as validated (skills and
+// parent id normalised; deterministic protobuf encoding, so the same
+// request hashes the same however it was written), recorded on a task
+// created under an idempotency key: the key reused for another request is
+// then refused (already_exists) instead of answered with the first task.
+// A submit without a key gets no digest.
+func requestDigest(req *agentmeshv1.SubmitTaskRequest) string {
+	if req.GetIdempotencyKey() == "" {
+		return ""
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return "" // cannot happen for a message that was just decoded; no digest means no check
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // validateAgent checks an agent with the same rules the registry and state

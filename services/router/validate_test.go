@@ -7,6 +7,9 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // FuzzValidateSubmit checks that validation never panics, that every
@@ -73,5 +76,43 @@ func TestCheckID(t *testing.T) {
 				t.Fatalf("checkID(%q) = %v, want ok=%v", tt.id, err, tt.ok)
 			}
 		})
+	}
+}
+
+// An agent with a value outside an enum — an unknown model tool_protocol, a
+// tool policy number the API does not define — is refused at create and at
+// update with InvalidArgument naming the field, before anything is stored.
+func TestAgentEnumsRefusedAtTheEdge(t *testing.T) {
+	e := start(t, Config{})
+	bad := map[string]*agentmeshv1.Agent{
+		"agent.model.tool_protocol":  {Name: "odd", Model: &agentmeshv1.ModelSettings{ToolProtocol: "xml-tools"}},
+		"agent.tool_policies[shell]": {Name: "odd", ToolPolicies: map[string]agentmeshv1.ToolPolicy{"shell": 42}},
+	}
+	for field, agent := range bad {
+		for _, op := range []string{"create", "update"} {
+			t.Run(op+" "+field, func(t *testing.T) {
+				var err error
+				if op == "create" {
+					_, err = e.agents.CreateAgent(testCtx(t), &agentmeshv1.CreateAgentRequest{Agent: agent})
+				} else {
+					_, err = e.agents.UpdateAgent(testCtx(t), &agentmeshv1.UpdateAgentRequest{Agent: agent})
+				}
+				st := status.Convert(err)
+				if st.Code() != codes.InvalidArgument {
+					t.Fatalf("got %v, want InvalidArgument", err)
+				}
+				named := false
+				for _, d := range st.Details() {
+					if br, ok := d.(*errdetails.BadRequest); ok {
+						for _, v := range br.FieldViolations {
+							named = named || v.Field == field
+						}
+					}
+				}
+				if !named || !strings.Contains(st.Message(), field) {
+					t.Fatalf("got %q with details %v, want the field %s named", st.Message(), st.Details(), field)
+				}
+			})
+		}
 	}
 }

@@ -40,9 +40,10 @@ const (
 // record, follow the events, dispatch, reconcile. It returns when term ends.
 func (s *Service) lead(term context.Context) {
 	for term.Err() == nil {
-		cc, err := s.rebuild(term)
+		cc, assigned, err := s.rebuild(term)
 		if err == nil {
 			s.leader.Store(true)
+			s.redeliverAll(term, assigned)
 			s.serve(term)
 			s.leader.Store(false)
 			cc.Stop()
@@ -65,18 +66,33 @@ var statusTokens = []agentmeshv1.TaskStatus{
 	taskstate.Completed, taskstate.Failed, taskstate.Cancelled,
 }
 
+// redeliverAll publishes, through the outbox, the work of the tasks the
+// record showed assigned when this term began (a dead leader may have
+// recorded the assignment and died before the publish).
+func (s *Service) redeliverAll(ctx context.Context, assigned []*agentmeshv1.Task) {
+	now, n := time.Now(), 0
+	for _, t := range assigned {
+		if s.redeliver(ctx, t, now) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Info("new leader: publishing the work of the assigned tasks again (duplicates are dropped)", "tasks", n)
+	}
+}
+
 // rebuild reads the queued, assigned and running tasks and the agents from
 // the record into a fresh model, then follows the events from the point the
 // events stream had reached before the reads (events older than what was
-// read are skipped by their seq).
-func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error) {
+// read are skipped by their seq). It returns the assigned tasks it read.
+func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, []*agentmeshv1.Task, error) {
 	stream, err := s.js.Stream(ctx, s.names.EventsStream())
 	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
+		return nil, nil, fmt.Errorf("events stream: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
+		return nil, nil, fmt.Errorf("events stream: %w", err)
 	}
 	from := info.State.LastSeq + 1
 
@@ -84,7 +100,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 	for token := ""; ; {
 		var resp busv1.ListAgentsResponse
 		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListAgents), &busv1.ListAgentsRequest{PageSize: 1000, PageToken: token}, &resp); err != nil {
-			return nil, fmt.Errorf("list agents: %w", err)
+			return nil, nil, fmt.Errorf("list agents: %w", err)
 		}
 		for _, a := range resp.Agents {
 			limits[taskstate.AgentKey(a.Org, a.Name)] = int(a.MaxConcurrency)
@@ -94,16 +110,20 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 		}
 	}
 	var tasks []update
+	var assigned []*agentmeshv1.Task
 	for token := ""; ; {
 		var resp busv1.ListTasksResponse
 		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListTasks), &busv1.ListTasksRequest{
 			Statuses: []agentmeshv1.TaskStatus{taskstate.Queued, taskstate.Assigned, taskstate.Running},
 			PageSize: 1000, PageToken: token,
 		}, &resp); err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
+			return nil, nil, fmt.Errorf("list tasks: %w", err)
 		}
 		for _, t := range resp.Tasks {
 			tasks = append(tasks, updateFromTask(t))
+			if t.Status == taskstate.Assigned {
+				assigned = append(assigned, t)
+			}
 		}
 		if token = resp.NextPageToken; token == "" {
 			break
@@ -111,7 +131,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 	}
 	waits, err := s.blockedWaits(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list blocked tasks: %w", err)
+		return nil, nil, fmt.Errorf("list blocked tasks: %w", err)
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -143,15 +163,15 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 		OptStartSeq:    from,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
+		return nil, nil, fmt.Errorf("events consumer: %w", err)
 	}
 	cc, err := cons.Consume(s.onEvent)
 	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
+		return nil, nil, fmt.Errorf("events consumer: %w", err)
 	}
 	s.log.Info("scheduler model rebuilt from the record", "tasks", len(tasks), "agents", len(limits), "events_from", from)
 	s.wake()
-	return cc, nil
+	return cc, assigned, nil
 }
 
 // onEvent folds one task or agent event into the model. Events are the
@@ -242,11 +262,17 @@ func (s *Service) refresh(ctx context.Context, id string) error {
 	u := updateFromTask(gt.Task)
 	if e == nil || u.seq > e.seq {
 		s.m.apply(u, time.Now())
-		return nil
+	} else {
+		// The record says nothing newer than the model knows: a picked
+		// task goes back to waiting.
+		s.m.requeue(e)
 	}
-	// The record says nothing newer than the model knows: a picked task
-	// goes back to waiting.
-	s.m.requeue(e)
+	if gt.Task.Status == taskstate.Assigned {
+		// Assigned, maybe by a dispatch whose reply was lost: its work
+		// may never have gone out (delivery.go). The outbox asks the
+		// model under s.mu, which is held here: it runs after.
+		s.redeliver(ctx, gt.Task, time.Now())
+	}
 	return nil
 }
 

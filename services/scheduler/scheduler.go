@@ -21,7 +21,10 @@
 // EXECUTOR_LOST (retried under the task's retry policy), which fences the
 // node if it returns (placement.go).
 //
-// A reconcile loop finds what the bus may have lost: tasks queued for
+// The work of an assigned attempt is published until JetStream stores it or
+// the attempt is fenced, and a new leader publishes at once the work of the
+// tasks assigned within the duplicate window (delivery.go). A reconcile
+// loop finds what the bus may have lost beyond that: tasks queued for
 // longer than QueuedGrace that the model does not know are queued again,
 // and tasks assigned for longer than AssignedGrace get their work
 // republished. It also fails the tasks whose pending approval passed its
@@ -118,6 +121,8 @@ type Service struct {
 	// waits holds the deadlines of the waits on sub-tasks (waits.go),
 	// guarded by mu.
 	waits *waitDeadlines
+	// out sends again the work whose first publish failed (delivery.go).
+	out *bus.Outbox
 }
 
 // Defaults.
@@ -185,17 +190,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	replicas := cfg.Streams.Replicas
-	if replicas <= 0 {
-		replicas = 1
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, reps, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      names.SchedulerBucket(),
 		Description: "agentmesh scheduler leader lease",
 		TTL:         cfg.LeaseTTL,
 		History:     1,
-		Replicas:    replicas,
+		Replicas:    bus.Replicas(deps.NC, cfg.Streams.Replicas),
 	})
+	bus.LogReplication(deps.Log.With("service", "scheduler"), reps)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: lease bucket: %w", err)
 	}
@@ -213,6 +215,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		kick: make(chan struct{}, 1), jobs: make(chan job, 4*cfg.Workers),
 		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res, trees: trees,
 		waits: newWaitDeadlines(),
+		out:   bus.NewOutbox(js, deps.Log.With("service", "scheduler"), "work"),
 	}
 	s.m = newModel(cfg.Aging, s.orgLimit, s.agentLimit)
 	return s, nil
@@ -236,6 +239,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		})
 	}
+	wg.Go(func() { s.out.Run(ctx) })
 	wg.Go(func() {
 		if err := s.deps.run(ctx); err != nil {
 			s.log.Error("dependency resolver stopped", "err", err)
@@ -254,7 +258,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 // dispatch moves a queued task to assigned (new attempt) and publishes its
 // work. When the task has moved on (cancelled, already assigned) the model
-// learns where it stands from the record.
+// learns where it stands from the record (and an assignment whose work may
+// not have gone out is delivered: refresh).
 func (s *Service) dispatch(ctx context.Context, taskID string) error {
 	var tr busv1.TransitionResponse
 	err := bus.Request(ctx, s.nc, s.names.State(subjects.StateDispatch), &busv1.TransitionRequest{
@@ -263,37 +268,14 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 	switch {
 	case err == nil:
 		s.applyEvent(tr.Event)
-		for i := 0; ; i++ {
-			err := s.publishWork(ctx, tr.Task, "")
-			if err == nil || i == 2 || ctx.Err() != nil {
-				// A publish that keeps failing is retried by reconcile
-				// (the task stays assigned, its slot held).
-				return err
-			}
-			sleep(ctx, time.Duration(50<<i)*time.Millisecond)
-		}
+		// Published now, or sent again until stored or fenced
+		// (delivery.go); the task holds its slot meanwhile.
+		return s.deliver(ctx, tr.Task)
 	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
 		return s.refresh(ctx, taskID)
 	default:
 		return err
 	}
-}
-
-func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, republish string) error {
-	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), workItem(task))
-	if err != nil {
-		return err
-	}
-	id := task.Id + ":" + strconv.Itoa(int(task.Attempt))
-	if republish != "" {
-		id += ":" + republish
-	}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("publish work of %s: %w", task.Id, err)
-	}
-	s.log.Debug("dispatched", "task", task.Id, "agent", task.Agent, "attempt", task.Attempt)
-	return nil
 }
 
 // Reconcile finds work the bus may have lost: tasks queued past

@@ -260,3 +260,72 @@ func TestReconcileExpiresApprovals(t *testing.T) {
 		t.Fatalf("before its deadline: %s, want still blocked", taskstate.Name(got.Status))
 	}
 }
+
+// Item 2 of issue 26: a dispatch whose work publish fails (the work stream
+// down) is delivered once the stream is back — by the dispatch itself,
+// sending the work again until it is stored, not by the reconcile loop,
+// which is minutes away here.
+func TestDispatchDeliveredAfterAFailedPublish(t *testing.T) {
+	s, nc, js := setup(t, Config{ReconcileInterval: 10 * time.Minute, QueuedGrace: time.Hour, AssignedGrace: time.Hour})
+	ctx := context.Background()
+	// The work stream goes down.
+	if err := js.DeleteStream(ctx, names.WorkStream()); err != nil {
+		t.Fatal(err)
+	}
+	runScheduler(t, s)
+	heartbeat(nc, "n1", 4) // a node with room that takes no work: the test reads the stream
+	task := createTask(t, nc)
+	// State records the assignment; the publish that follows fails. The
+	// stream stays down for 3 s, longer than the first tries take
+	// (JetStream's client itself tries a publish that finds no stream
+	// three times, 250 ms apart).
+	waitStatus(t, nc, task.Id, taskstate.Assigned, 20*time.Second)
+	time.Sleep(3 * time.Second)
+	if _, err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, func() error {
+		if a := workFor(t, js, task.Id); len(a) != 1 || a[0] != 1 {
+			return fmt.Errorf("work of %s in the stream: %v, want [1]", task.Id, a)
+		}
+		return nil
+	})
+	if got := getTask(t, nc, task.Id); got.Status != taskstate.Assigned || got.Attempt != 1 {
+		t.Fatalf("task = %s attempt %d, want assigned attempt 1 (delivered, not dispatched again)", taskstate.Name(got.Status), got.Attempt)
+	}
+}
+
+// A scheduler that starts leading (restarted, or taking over from a dead
+// leader) publishes at once the work of the tasks the record shows
+// assigned recently: the dead leader may have recorded the assignment and
+// died before the publish. Its copy of work already out is de-duplicated.
+func TestNewLeaderPublishesAssignedWork(t *testing.T) {
+	s, nc, js := setup(t, Config{ReconcileInterval: 10 * time.Minute, QueuedGrace: time.Hour, AssignedGrace: time.Hour})
+	published := createTask(t, nc)
+	lost := createTask(t, nc)
+	// A leader before this one assigned both and published only the
+	// first's work.
+	for _, task := range []*agentmeshv1.Task{published, lost} {
+		var tr busv1.TransitionResponse
+		if err := bus.Request(context.Background(), nc, names.State(subjects.StateDispatch), &busv1.TransitionRequest{
+			TaskId: task.Id, From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true,
+		}, &tr); err != nil {
+			t.Fatal(err)
+		}
+		if task == published {
+			if err := s.publishWork(context.Background(), tr.Task, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runScheduler(t, s)
+	poll.Until(t, 30*time.Second, func() error {
+		if a := workFor(t, js, lost.Id); len(a) != 1 || a[0] != 1 {
+			return fmt.Errorf("work of the task whose publish was lost: %v, want [1]", a)
+		}
+		return nil
+	})
+	if a := workFor(t, js, published.Id); len(a) != 1 {
+		t.Errorf("work of the task published before: %v, want one message (the copy de-duplicated)", a)
+	}
+}

@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		js, err = jetstream.New(nc)
 		if err == nil {
 			var kv *kvstore.Store
-			if kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory,
+			if kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory, Log: cfg.Log,
 				// With its own NATS server this is the only state service.
 				SoleWriter: cfg.NATSURL == ""}); err == nil {
 				s.store = kv

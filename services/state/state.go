@@ -29,10 +29,18 @@
 //	<p>.evt.<org>.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
 //	<p>.evt.<org>.agent.<name>      agentmesh.bus.v1.AgentEvent
 //
+// and relays the executors' streamed model output (<p>.token.>, core NATS)
+// to the public <p>.live.<org>.task.<id>.token of tasks that run there
+// (live.go): no other identity may publish on <p>.live.>.
+//
 // It replies after the publish acks, but a failed publish does not fail a
-// request: the record is the truth, and at start-up the latest event of
-// every unfinished task is republished (de-duplicated by Msg-Id), so what
-// the record holds and the bus lost comes back.
+// request: the record is the truth. An event whose publish failed for a
+// passing reason (the events stream electing a leader, a reconnect, a lost
+// acknowledgement) is handed to an outbox that sends it again, with the
+// same Msg-Id, until the stream has stored it (once: the Msg-Id
+// de-duplicates), so a blip of the bus loses no event. At start-up the
+// latest event of every unfinished task is republished (de-duplicated by
+// Msg-Id) too, for what a stopped state service still held.
 package state
 
 import (
@@ -112,6 +120,11 @@ type Service struct {
 	sem   chan struct{}
 	svc   micro.Service
 	taps  *busauth.TapSigner
+	// events sends again the events whose first publish failed.
+	events *bus.Outbox
+	// live relays the executors' streamed output to the public live
+	// subjects (live.go).
+	live *nats.Subscription
 
 	retention, retentionEvery time.Duration
 
@@ -147,17 +160,22 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	js, err := jetstream.New(deps.NC)
+	// Every async publish is answered within the try timeout (an ack lost
+	// to a leader change included), so a failed one goes to the outbox.
+	js, err := jetstream.New(deps.NC, jetstream.WithPublishAsyncTimeout(bus.PublishTryTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("state: jetstream: %w", err)
 	}
-	if err := bus.EnsureStreams(ctx, js, names, cfg.Streams); err != nil {
+	reps, err := bus.EnsureStreams(ctx, js, names, cfg.Streams)
+	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	bus.LogReplication(deps.Log.With("service", "state"), reps)
 	s := &Service{
 		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store), limits: cfg.Delegation.withDefaults(),
 		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
 		taps:      cfg.Taps,
+		events:    bus.NewOutbox(js, deps.Log.With("service", "state"), "event"),
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
 	}
 	if err := s.republish(ctx); err != nil {
@@ -176,6 +194,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := s.addEndpoints(); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("state: %w", err)
+	}
+	if s.live, err = s.startLiveRelay(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("state: live relay: %w", err)
 	}
 	// The server has the subscriptions once the flush returns: a request
 	// from another connection right after New is answered.
@@ -243,11 +265,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.retention > 0 {
 		loops.Go(func() { s.retentionLoop(ctx) })
 	}
+	// The outbox outlives intake by the drain, so the events of the last
+	// requests still get their tries.
+	outCtx, stopOut := context.WithCancel(context.WithoutCancel(ctx))
+	loops.Go(func() { s.events.Run(outCtx) })
 	defer loops.Wait()
+	defer stopOut()
 	<-ctx.Done()
 	if err := s.svc.Stop(); err != nil {
 		s.log.Warn("stop micro service", "err", err)
 	}
+	_ = s.live.Unsubscribe()
 	timeout := time.After(drainTimeout)
 	for range cap(s.sem) {
 		select {
@@ -259,6 +287,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	for range cap(s.sem) {
 		<-s.sem
+	}
+	for s.events.Len() > 0 {
+		select {
+		case <-timeout:
+			return nil // the outbox reports what it drops
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	return nil
 }
@@ -285,7 +320,9 @@ func eventToken(ev *agentmeshv1.TaskEvent) string {
 }
 
 // publishEvents publishes committed events in order and waits for their
-// acks. Failures are logged, not returned: the record is the truth.
+// acks. A publish that fails for a passing reason goes to the outbox,
+// which sends it again until it is stored; failures are not returned: the
+// record is the truth.
 func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.TaskEvent) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	for _, ev := range events {
@@ -298,14 +335,35 @@ func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.Task
 		if s.unfollowed(ctx, ev) {
 			msg.Header.Set(bus.HeaderFollowers, bus.FollowersNone)
 		}
-		f, err := s.js.PublishMsgAsync(msg)
-		if err != nil {
-			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
-			continue
+		if f := s.publishAsync(msg); f != nil {
+			futures = append(futures, f)
 		}
-		futures = append(futures, f)
 	}
 	s.await(ctx, futures)
+}
+
+// publishAsync starts the publish of msg; one that cannot start goes to
+// the outbox (nil).
+func (s *Service) publishAsync(msg *nats.Msg) jetstream.PubAckFuture {
+	f, err := s.js.PublishMsgAsync(msg)
+	if err != nil {
+		s.retryLater(msg, err)
+		return nil
+	}
+	return f
+}
+
+// retryLater hands a message whose publish failed to the outbox, unless
+// the failure is final.
+func (s *Service) retryLater(msg *nats.Msg, err error) {
+	if !bus.PublishRetryable(err) {
+		s.log.Error("event refused by the bus", "subject", msg.Subject, "err", err)
+		return
+	}
+	s.log.Debug("event not stored yet; the outbox sends it again", "subject", msg.Subject, "err", err)
+	if err := s.events.Add(msg, nil); err != nil {
+		s.log.Error("event not published", "subject", msg.Subject, "err", err)
+	}
 }
 
 // unfollowed reports whether ev ends a task that nothing follows (see
@@ -323,14 +381,19 @@ func (s *Service) unfollowed(ctx context.Context, ev *agentmeshv1.TaskEvent) boo
 	return none
 }
 
+// await waits for each publish's acknowledgement; one that fails, or is
+// still unanswered when ctx ends, goes to the outbox (a second copy of a
+// stored one is a duplicate the stream drops).
 func (s *Service) await(ctx context.Context, futures []jetstream.PubAckFuture) {
-	for _, f := range futures {
+	for i, f := range futures {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			s.log.Error("event not stored on the bus", "subject", f.Msg().Subject, "err", err)
+			s.retryLater(f.Msg(), err)
 		case <-ctx.Done():
-			s.log.Error("event publish not acknowledged", "subject", f.Msg().Subject, "err", ctx.Err())
+			for _, f := range futures[i:] {
+				s.retryLater(f.Msg(), ctx.Err())
+			}
 			return
 		}
 	}
@@ -342,15 +405,23 @@ func (s *Service) publishAgent(ctx context.Context, ev *busv1.AgentEvent) {
 		s.log.Error("agent event not published", "agent", ev.GetAgent().GetName(), "err", err)
 		return
 	}
-	if !ev.Deleted {
-		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("agent:%s:%d", ev.Agent.Name, ev.Agent.Version))
+	msg.Header.Set(jetstream.MsgIDHeader, agentEventID(ev))
+	if f := s.publishAsync(msg); f != nil {
+		s.await(ctx, []jetstream.PubAckFuture{f})
 	}
-	f, err := s.js.PublishMsgAsync(msg)
-	if err != nil {
-		s.log.Error("agent event not published", "agent", ev.GetAgent().GetName(), "err", err)
-		return
+}
+
+// agentEventID is the Nats-Msg-Id of an agent event: the org, the name,
+// the version and the time of the change (a deleted and re-created agent
+// starts again at version 1), and whether it is the deletion — one id per
+// change, the same for a retry of that change.
+func agentEventID(ev *busv1.AgentEvent) string {
+	a := ev.GetAgent()
+	id := fmt.Sprintf("agent:%s:%s:%d:%d", a.GetOrg(), a.GetName(), a.GetVersion(), a.GetUpdatedAt().AsTime().UnixNano())
+	if ev.Deleted {
+		id += ":deleted"
 	}
-	s.await(ctx, []jetstream.PubAckFuture{f})
+	return id
 }
 
 // republish publishes the latest event of every unfinished task. Msg-Id

@@ -90,10 +90,11 @@ func (s *Store) graphs(ctx context.Context) (jetstream.KeyValue, error) {
 	if s.memory {
 		storage = jetstream.MemoryStorage
 	}
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, reps, err := bus.EnsureKeyValue(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket: s.names.StoreBucket(graphsBucket), Description: "agentmesh graphs being created (first id → ids)",
 		History: 1, Storage: storage, Replicas: s.replicas,
 	})
+	bus.LogReplication(s.log, reps)
 	if err != nil {
 		return nil, store.Internal("graphs bucket", err)
 	}

@@ -45,6 +45,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -64,8 +65,13 @@ import (
 
 // Options tune the embedded store's buckets and stream.
 type Options struct {
-	// Replicas of each bucket and of the history stream; 0 means 1.
+	// Replicas of each bucket and of the history stream; 0 means
+	// bus.Replicas: 3 on more than one NATS server, else 1. Existing ones
+	// keep theirs (fewer than wanted is logged).
 	Replicas int
+	// Log receives the warnings about buckets with fewer replicas than
+	// wanted; nil uses slog.Default().
+	Log *slog.Logger
 	// Memory keeps everything in memory (tests that do not restart).
 	Memory bool
 	// SoleWriter says this process is the store's only writer (agentmesh
@@ -114,6 +120,7 @@ type Store struct {
 
 	memory   bool // the buckets' storage (graph.go creates one more)
 	replicas int
+	log      *slog.Logger
 	// soleWriter: see Options.SoleWriter.
 	soleWriter bool
 	graphKV    jetstream.KeyValue // the graphs bucket (graph.go)
@@ -134,8 +141,9 @@ var _ store.Store = (*Store)(nil)
 // Open creates (or updates) the buckets and the history stream, loads the
 // indexes and returns the store.
 func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opts Options) (*Store, error) {
-	if opts.Replicas <= 0 {
-		opts.Replicas = 1
+	opts.Replicas = bus.Replicas(js.Conn(), opts.Replicas)
+	if opts.Log == nil {
+		opts.Log = slog.Default()
 	}
 	storage := jetstream.FileStorage
 	if opts.Memory {
@@ -146,7 +154,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		taskIndex:  newIndex[*agentmeshv1.Task](),
 		agentIndex: newIndex[*agentmeshv1.Agent](),
 		heads:      map[string]head{},
-		memory:     opts.Memory, replicas: opts.Replicas, soleWriter: opts.SoleWriter,
+		memory:     opts.Memory, replicas: opts.Replicas, soleWriter: opts.SoleWriter, log: opts.Log,
 		waiting:  newReverse(waitingOn),
 		children: newReverse(subtaskOf),
 	}
@@ -159,10 +167,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 			// Only declared buckets are in the state identity's permissions.
 			return nil, fmt.Errorf("kvstore: bucket %q is not declared in subjects.StoreBuckets", name)
 		}
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, reps, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 			Bucket: names.StoreBucket(name), Description: desc, History: 1,
 			Storage: storage, Replicas: opts.Replicas,
 		})
+		bus.LogReplication(opts.Log, reps)
 		if err != nil {
 			return nil, fmt.Errorf("kvstore: bucket %s: %w", names.StoreBucket(name), err)
 		}
@@ -178,7 +187,8 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 	if s.idem, err = bucket("idempotency", "agentmesh idempotency keys (hash(org, key) → task id)"); err != nil {
 		return nil, err
 	}
-	s.hist, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	var reps []bus.Replication
+	s.hist, reps, err = bus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        names.StoreHistoryStream(),
 		Description: "agentmesh task histories, one subject per task",
 		Subjects:    []string{names.StoreHistoryAll()},
@@ -187,6 +197,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		Replicas:    opts.Replicas,
 		AllowDirect: true,
 	})
+	bus.LogReplication(opts.Log, reps)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: stream %s: %w", names.StoreHistoryStream(), err)
 	}
@@ -479,6 +490,9 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 					return nil, nil, false, err
 				}
 				if cur != nil {
+					if err := store.SameRequest(cur, t); err != nil {
+						return nil, nil, false, err
+					}
 					return cur, nil, false, nil
 				}
 				// The key was released or reclaimed: try to claim it again.

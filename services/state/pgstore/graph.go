@@ -182,7 +182,7 @@ func (s *Store) createWithDeps(ctx context.Context, t *agentmeshv1.Task) (*agent
 		return nil, nil, false, err
 	}
 	if !created {
-		cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey)
+		cur, err := s.keyed(ctx, t)
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("idempotency key %q lost a race, then: %w", t.IdempotencyKey, err)
 		}

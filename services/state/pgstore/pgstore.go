@@ -157,10 +157,8 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 		return nil, nil, false, bus.FieldError("task", "a task is required")
 	}
 	if t.IdempotencyKey != "" {
-		if cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey); err == nil {
-			return cur, nil, false, nil
-		} else if !errors.Is(err, bus.ErrNotFound) {
-			return nil, nil, false, err
+		if cur, err := s.keyed(ctx, t); err == nil || !errors.Is(err, bus.ErrNotFound) {
+			return cur, nil, false, err
 		}
 	}
 	if len(t.DependsOn) > 0 {
@@ -191,7 +189,7 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	}
 	if err != nil {
 		// Nothing inserted: another create with the same key won.
-		cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey)
+		cur, err := s.keyed(ctx, t)
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("idempotency key %q lost a race, then: %w", t.IdempotencyKey, err)
 		}
@@ -199,6 +197,19 @@ func (s *Store) CreateTask(ctx context.Context, t *agentmeshv1.Task) (*agentmesh
 	}
 	s.cache.put(task)
 	return task, events, true, nil
+}
+
+// keyed returns the org's task with t's idempotency key when t is a retry
+// of the request that created it (store.SameRequest).
+func (s *Store) keyed(ctx context.Context, t *agentmeshv1.Task) (*agentmeshv1.Task, error) {
+	cur, err := s.byKey(ctx, t.Org, t.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.SameRequest(cur, t); err != nil {
+		return nil, err
+	}
+	return cur, nil
 }
 
 func (s *Store) byKey(ctx context.Context, org, key string) (*agentmeshv1.Task, error) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -163,4 +164,18 @@ func AppendStepBy(ctx context.Context, checkpoint func(ctx context.Context, task
 		return nil, nil, err
 	}
 	return t, evs[0], nil
+}
+
+// SameRequest decides a create that found the org's task with its
+// idempotency key: a retry of the same request — same request digest
+// (Task.request_digest, set by the router), or a digest unknown on either
+// side (a sub-task's spawn, a task recorded before digests) — is answered
+// with that task; a different request under the same key is
+// already_exists naming idempotency_key, never silently the first task.
+func SameRequest(existing, t *agentmeshv1.Task) error {
+	if existing.RequestDigest == "" || t.RequestDigest == "" || existing.RequestDigest == t.RequestDigest {
+		return nil
+	}
+	return &bus.Error{Code: bus.CodeAlreadyExists, Field: "idempotency_key",
+		Message: fmt.Sprintf("already used for task %s, created by a different request; send the same request to get that task, or a new key for a new task", existing.Id)}
 }

@@ -28,7 +28,10 @@ type Store interface {
 	// commit: two events, created (seq 1) and queued (seq 2). It sets the
 	// id (a ULID, so ids sort by creation time), status, attempt and times.
 	// When t.IdempotencyKey is set and the org already has a task with that
-	// key, it returns that task, no events and created=false.
+	// key, it returns that task, no events and created=false — unless both
+	// carry a request digest and the digests differ (another request under
+	// the same key): then already_exists naming idempotency_key
+	// (SameRequest).
 	CreateTask(ctx context.Context, t *agentmeshv1.Task) (task *agentmeshv1.Task, events []*agentmeshv1.TaskEvent, created bool, err error)
 	// GetTask returns a task or not_found.
 	GetTask(ctx context.Context, id string) (*agentmeshv1.Task, error)

@@ -226,6 +226,48 @@ func testIdempotency(t *testing.T, s store.Store) {
 			}
 		})
 	}
+	testIdempotentRequestDigest(t, s)
+}
+
+// A key reused for a different request (another request digest) is
+// already_exists naming idempotency_key; the same request, or one whose
+// digest is unknown, gets the first task.
+func testIdempotentRequestDigest(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	withDigest := func(digest string) *agentmeshv1.Task {
+		task := newTask("org-a", "a", "key-digest")
+		task.RequestDigest = digest
+		return task
+	}
+	first, _, created, err := s.CreateTask(ctx, withDigest("d1"))
+	if err != nil || !created {
+		t.Fatalf("CreateTask: %v, created %v", err, created)
+	}
+	if first.RequestDigest != "d1" {
+		t.Errorf("request digest recorded: got %q, want d1", first.RequestDigest)
+	}
+	for _, tc := range []struct {
+		name, digest string
+		wantErr      error
+	}{
+		{"same request gets the task", "d1", nil},
+		{"unknown digest gets the task", "", nil},
+		{"another request under the key is refused", "d2", bus.ErrAlreadyExists},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, events, created, err := s.CreateTask(ctx, withDigest(tc.digest))
+			if tc.wantErr != nil {
+				var be *bus.Error
+				if !errors.Is(err, tc.wantErr) || !errors.As(err, &be) || be.Field != "idempotency_key" {
+					t.Fatalf("CreateTask: got %v (task %v), want %v naming idempotency_key", err, got, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || created || len(events) != 0 || got.Id != first.Id {
+				t.Fatalf("CreateTask: got %v created=%v events=%d err=%v, want task %s again", got.GetId(), created, len(events), err, first.Id)
+			}
+		})
+	}
 }
 
 func testConcurrentIdempotentCreates(t *testing.T, s store.Store) {

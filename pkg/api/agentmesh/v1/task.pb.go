@@ -1051,7 +1051,12 @@ type Task struct {
 	Priority       Priority          `protobuf:"varint,7,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
 	Metadata       map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	IdempotencyKey string            `protobuf:"bytes,9,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	Status         TaskStatus        `protobuf:"varint,10,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
+	// SHA-256 (hex) of the SubmitTask request that created the task under
+	// its idempotency_key, set by the router. A later submit with the same
+	// key and a different request is refused with ALREADY_EXISTS instead of
+	// being answered with this task.
+	RequestDigest string     `protobuf:"bytes,26,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	Status        TaskStatus `protobuf:"varint,10,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
 	// Dispatch attempt; the fencing token of the executor that runs it.
 	Attempt int32 `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The final answer of a completed task.
@@ -1227,6 +1232,13 @@ func (x *Task) GetMetadata() map[string]string {
 func (x *Task) GetIdempotencyKey() string {
 	if x != nil {
 		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *Task) GetRequestDigest() string {
+	if x != nil {
+		return x.RequestDigest
 	}
 	return ""
 }
@@ -3942,7 +3954,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xa3\x12\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xca\x12\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -3952,7 +3964,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0frequired_skills\x18\x06 \x03(\tR\x0erequiredSkills\x122\n" +
 	"\bpriority\x18\a \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12<\n" +
 	"\bmetadata\x18\b \x03(\v2 .agentmesh.v1.Task.MetadataEntryR\bmetadata\x12'\n" +
-	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x120\n" +
+	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12%\n" +
+	"\x0erequest_digest\x18\x1a \x01(\tR\rrequestDigest\x120\n" +
 	"\x06status\x18\n" +
 	" \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x12\x18\n" +
 	"\aattempt\x18\v \x01(\x05R\aattempt\x12\x16\n" +
