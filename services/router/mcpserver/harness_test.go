@@ -195,6 +195,13 @@ func (e *env) raw(t testing.TB, key, method string, params map[string]any, ext b
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", modernRevision)
+	req.Header.Set("Mcp-Method", method)
+	switch name := fmt.Sprint(params["name"]); {
+	case method == "tools/call":
+		req.Header.Set("Mcp-Name", name)
+	case strings.HasPrefix(method, "tasks/") && params["taskId"] != nil:
+		req.Header.Set("Mcp-Name", fmt.Sprint(params["taskId"])) // the extension's routing header
+	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
