@@ -11,13 +11,17 @@
 package doortest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,6 +111,9 @@ func Start(t testing.TB) *Stack {
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
+	// The machine is shared: a few agent processes, no warm pool.
+	cfg.Executor.Capacity = 8
+	cfg.Executor.WarmPool = -1
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {
@@ -212,4 +219,60 @@ func (s *Stack) Submit(t testing.TB, who string, req *agentmeshv1.SubmitTaskRequ
 		t.Fatalf("doortest: submit as %s: %v", who, err)
 	}
 	return resp.Task
+}
+
+// NodeExample makes sure node and the pinned packages of the example in
+// dir are there (npm ci when node_modules lacks pkg) and returns node's
+// path. Without node or npm the test is skipped, except under CI=true,
+// where it fails (CI installs node and runs npm ci in the examples).
+func NodeExample(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	missing := func(what string, err error) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s: %v (CI installs node 20 and runs npm ci in %s)", what, err, dir)
+		}
+		t.Skipf("%s: %v", what, err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("node", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg))); err != nil {
+		npm, err := exec.LookPath("npm")
+		if err != nil {
+			missing("npm", err)
+		}
+		cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			missing("npm ci in "+dir, errors.New(string(out)))
+		}
+	}
+	return node
+}
+
+// RunNode runs script of the example in dir with env and args, and returns
+// the JSON lines it printed, by their "step".
+func RunNode(t testing.TB, node, dir string, env []string, args ...string) map[string]map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{"client.mjs"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", dir, err, out, stderr.String())
+	}
+	steps := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("node printed %q: %v", line, err)
+		}
+		steps[fmt.Sprint(m["step"])] = m
+	}
+	return steps
 }
