@@ -46,15 +46,13 @@ func parseRequest(body []byte) (*request, json.RawMessage, *door.RPCError) {
 	if body[0] != '{' || json.Unmarshal(body, &raw) != nil {
 		return nil, nullID, &door.RPCError{Code: door.CodeInvalidRequest, Message: "a request is a JSON object with jsonrpc, id, method and params"}
 	}
-	id := nullID
 	switch {
 	case len(raw.ID) == 0 || string(raw.ID) == "null":
 		return nil, nullID, &door.RPCError{Code: door.CodeInvalidRequest, Message: "id: required (every A2A method answers)"}
-	case raw.ID[0] == '"' || raw.ID[0] == '-' || (raw.ID[0] >= '0' && raw.ID[0] <= '9'):
-		id = raw.ID
-	default:
+	case raw.ID[0] != '"' && raw.ID[0] != '-' && (raw.ID[0] < '0' || raw.ID[0] > '9'):
 		return nil, nullID, &door.RPCError{Code: door.CodeInvalidRequest, Message: "id: must be a string or a number"}
 	}
+	id := raw.ID
 	if raw.JSONRPC == nil || *raw.JSONRPC != "2.0" {
 		return nil, id, &door.RPCError{Code: door.CodeInvalidRequest, Message: `jsonrpc: must be "2.0"`}
 	}

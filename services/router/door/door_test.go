@@ -54,7 +54,7 @@ func TestFromError(t *testing.T) {
 		code int64
 		msg  string
 	}{
-		{status.Error(codes.NotFound, `task "x" not found`), CodeTaskNotFoundForTest, `task "x" not found`},
+		{status.Error(codes.NotFound, `task "x" not found`), taskNotFound, `task "x" not found`},
 		{status.Error(codes.InvalidArgument, "input: required"), CodeInvalidParams, "input: required"},
 		{status.Error(codes.PermissionDenied, "CancelTask needs role operator"), CodePermissionDenied, "CancelTask needs role operator"},
 		{status.Error(codes.Unavailable, "connection error: dial tcp 10.1.2.3:7400: refused"), CodeUnavailable, msgUnavailable},
@@ -62,7 +62,7 @@ func TestFromError(t *testing.T) {
 		{errors.New("dial tcp 10.1.2.3:7400"), CodeInternal, msgInternal},
 		{context.DeadlineExceeded, CodeTimeout, msgTimeout},
 	} {
-		re := FromError(log, tt.err, CodeTaskNotFoundForTest)
+		re := FromError(log, tt.err, taskNotFound)
 		if re.Code != tt.code || re.Message != tt.msg {
 			t.Errorf("%v: got %d %q, want %d %q", tt.err, re.Code, re.Message, tt.code, tt.msg)
 		}
@@ -72,7 +72,7 @@ func TestFromError(t *testing.T) {
 	}
 }
 
-const CodeTaskNotFoundForTest = -32001
+const taskNotFound = -32001
 
 type tools struct {
 	agentmeshv1.UnimplementedToolServiceServer

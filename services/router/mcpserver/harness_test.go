@@ -188,26 +188,35 @@ func (e *env) raw(t testing.TB, key, method string, params map[string]any, ext b
 		"io.modelcontextprotocol/clientCapabilities": caps,
 	}
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	h := http.Header{}
+	h.Set("MCP-Protocol-Version", modernRevision)
+	h.Set("Mcp-Method", method)
+	switch name := fmt.Sprint(params["name"]); {
+	case method == "tools/call":
+		h.Set("Mcp-Name", name)
+	case strings.HasPrefix(method, "tasks/") && params["taskId"] != nil:
+		h.Set("Mcp-Name", fmt.Sprint(params["taskId"])) // the extension's routing header
+	}
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return e.post(t, h, body)
+}
+
+// post sends one JSON-RPC message with the headers and reads the reply
+// (JSON or SSE).
+func (e *env) post(t testing.TB, h http.Header, body []byte) rpcReply {
+	t.Helper()
 	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, e.srv.URL, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header = h.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", modernRevision)
-	req.Header.Set("Mcp-Method", method)
-	switch name := fmt.Sprint(params["name"]); {
-	case method == "tools/call":
-		req.Header.Set("Mcp-Name", name)
-	case strings.HasPrefix(method, "tasks/") && params["taskId"] != nil:
-		req.Header.Set("Mcp-Name", fmt.Sprint(params["taskId"])) // the extension's routing header
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s: %v", method, err)
+		t.Fatalf("post: %v", err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -220,7 +229,7 @@ func (e *env) raw(t testing.TB, key, method string, params map[string]any, ext b
 	}
 	if len(data) > 0 && data[0] == '{' {
 		if err := json.Unmarshal(data, &r); err != nil {
-			t.Fatalf("%s: reply %q: %v", method, data, err)
+			t.Fatalf("reply %q: %v", data, err)
 		}
 	}
 	return r

@@ -38,7 +38,7 @@ func (s *server) rpcError(err error, uri string) error {
 	if status.Code(err) == codes.NotFound {
 		return mcp.ResourceNotFoundError(uri)
 	}
-	re := door.FromError(s.log, err, mcp.CodeResourceNotFound)
+	re := door.FromError(s.log, err, door.CodeInvalidParams)
 	data, _ := json.Marshal(re.Data)
 	return &jsonrpc.Error{Code: re.Code, Message: re.Message, Data: data}
 }

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,34 @@ func TestTasksExtensionErrors(t *testing.T) {
 	w := e.pollTask(t, "a-op", created.TaskID, "completed")
 	if w.Result == nil || !w.Result.IsError || !strings.Contains(w.StatusMessage, "budget") {
 		t.Errorf("a failed task is %+v %+v", w, w.Result)
+	}
+}
+
+// A client of the 2025-11-25 revision that declared the extension in its
+// initialize capabilities (a session) gets delegate's task handle without
+// a per-request declaration; a key sent as X-API-Key works as a bearer.
+func TestTasksExtensionDeclaredAtInitialize(t *testing.T) {
+	e := start(t)
+	h := http.Header{}
+	h.Set("X-API-Key", doortest.Secret(t, "a-op"))
+	r := e.post(t, h, []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",
+		"clientInfo":{"name":"raw","version":"1"},"capabilities":{"extensions":{"`+TasksExtension+`":{}}}}}`))
+	sid := r.header.Get("Mcp-Session-Id")
+	if r.status != http.StatusOK || r.Error != nil || sid == "" {
+		t.Fatalf("initialize: %d %+v %s", r.status, r.Error, r.Result)
+	}
+	h.Set("Mcp-Session-Id", sid)
+	h.Set("MCP-Protocol-Version", "2025-11-25")
+	if r = e.post(t, h, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); r.status != http.StatusAccepted {
+		t.Fatalf("initialized: %d", r.status)
+	}
+	r = e.post(t, h, []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delegate","arguments":{"task":"declared once","agent":"plain"}}}`))
+	w := decodeTask(t, r)
+	if w.ResultType != "task" || w.TaskID == "" {
+		t.Fatalf("delegate in a declaring session answered %s", r.Result)
+	}
+	r = e.post(t, h, []byte(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+w.TaskID+`"}}`))
+	if got := decodeTask(t, r); got.TaskID != w.TaskID {
+		t.Errorf("tasks/get in the session answered %s", r.Result)
 	}
 }
