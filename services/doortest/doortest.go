@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,4 +276,24 @@ func RunNode(t testing.TB, node, dir string, env []string, args ...string) map[s
 		steps[fmt.Sprint(m["step"])] = m
 	}
 	return steps
+}
+
+// KeyTransport adds an API key (Authorization: Bearer) to every request of
+// an HTTP client ("" adds none).
+type KeyTransport struct{ Key string }
+
+// RoundTrip implements http.RoundTripper.
+func (k KeyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if k.Key != "" {
+		r.Header.Set("Authorization", "Bearer "+k.Key)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Ctx returns a context for a test's calls (90 s), cancelled at cleanup.
+func Ctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -39,7 +39,6 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/router/door"
-	"google.golang.org/grpc"
 )
 
 // Defaults of Config.
@@ -89,13 +88,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// Deps are the A2A server's dependencies.
-type Deps struct {
-	// Conn reaches the router's public gRPC API. Required.
-	Conn grpc.ClientConnInterface
-	// Log receives what goes wrong inside (never sent to clients). Required.
-	Log *slog.Logger
-}
+// Deps are the A2A server's dependencies: Conn, a connection to the
+// router's public gRPC API, and Log. Both are required.
+type Deps = door.Deps
 
 // Server is the A2A door: one http.Handler for both of its paths (GET
 // serves the agent card, POST the JSON-RPC methods). Mount it at /a2a and
@@ -109,11 +104,8 @@ type Server struct {
 
 // New returns the A2A server.
 func New(cfg Config, deps Deps) (*Server, error) {
-	if deps.Conn == nil {
-		return nil, errors.New("a2a: Deps.Conn is required")
-	}
-	if deps.Log == nil {
-		return nil, errors.New("a2a: Deps.Log is required")
+	if err := deps.Check("a2a"); err != nil {
+		return nil, err
 	}
 	cfg.defaults()
 	return &Server{cfg: cfg, log: deps.Log, api: door.NewAPI(deps.Conn), checker: door.NewChecker(deps.Conn, cfg.KeyTTL)}, nil

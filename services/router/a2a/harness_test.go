@@ -47,20 +47,7 @@ func start(t testing.TB) *env {
 	return &env{stack: st, srv: srv}
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// keyTransport adds the API key to every request of an HTTP client.
-type keyTransport struct{ key string }
-
-func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+k.key)
-	return http.DefaultTransport.RoundTrip(r)
-}
+func ctxT(t testing.TB) context.Context { return doortest.Ctx(t) }
 
 // client resolves the agent card as who and returns the official A2A Go
 // SDK's client for it, authenticating as who.
@@ -72,7 +59,7 @@ func (e *env) client(t testing.TB, who string) (*a2aclient.Client, *a2a.AgentCar
 		t.Fatalf("resolve the agent card: %v", err)
 	}
 	c, err := a2aclient.NewFromCard(ctxT(t), card,
-		a2aclient.WithJSONRPCTransport(&http.Client{Transport: keyTransport{key}}))
+		a2aclient.WithJSONRPCTransport(&http.Client{Transport: doortest.KeyTransport{Key: key}}))
 	if err != nil {
 		t.Fatalf("a2a client: %v", err)
 	}

@@ -2,11 +2,33 @@ package door
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"google.golang.org/grpc"
 )
+
+// Deps are a door's dependencies (mcpserver.Deps and a2a.Deps are this).
+type Deps struct {
+	// Conn reaches the router's public gRPC API (a client connection to
+	// its listen address). Required.
+	Conn grpc.ClientConnInterface
+	// Log receives what goes wrong inside (never sent to clients). Required.
+	Log *slog.Logger
+}
+
+// Check names a missing dependency of the door pkg.
+func (d Deps) Check(pkg string) error {
+	if d.Conn == nil {
+		return fmt.Errorf("%s: Deps.Conn is required", pkg)
+	}
+	if d.Log == nil {
+		return fmt.Errorf("%s: Deps.Log is required", pkg)
+	}
+	return nil
+}
 
 // CallTimeout bounds one unary call of API.
 const CallTimeout = 30 * time.Second

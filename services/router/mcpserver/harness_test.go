@@ -47,22 +47,7 @@ func start(t testing.TB) *env {
 	return &env{stack: st, h: h, srv: srv}
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// keyTransport adds the API key to every request of an HTTP client.
-type keyTransport struct{ key string }
-
-func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	if k.key != "" {
-		r.Header.Set("Authorization", "Bearer "+k.key)
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
+func ctxT(t testing.TB) context.Context { return doortest.Ctx(t) }
 
 // notes collects what the server told a client.
 type notes struct {
@@ -113,7 +98,7 @@ func (e *env) connect(t testing.TB, who, revision string) (*mcp.ClientSession, *
 		},
 	})
 	transport := &mcp.StreamableClientTransport{Endpoint: e.srv.URL,
-		HTTPClient: &http.Client{Transport: keyTransport{doortest.Secret(t, who)}}}
+		HTTPClient: &http.Client{Transport: doortest.KeyTransport{Key: doortest.Secret(t, who)}}}
 	cs, err := client.Connect(ctxT(t), transport, &mcp.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", who, err)

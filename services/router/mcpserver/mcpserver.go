@@ -44,7 +44,6 @@ import (
 	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc"
 )
 
 // Defaults of Config.
@@ -94,24 +93,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// Deps are the MCP server's dependencies.
-type Deps struct {
-	// Conn reaches the router's public gRPC API (a client connection to its
-	// listen address). Required.
-	Conn grpc.ClientConnInterface
-	// Log receives what goes wrong inside (never sent to clients). Required.
-	Log *slog.Logger
-}
-
-func (d Deps) check() error {
-	if d.Conn == nil {
-		return errors.New("mcpserver: Deps.Conn is required")
-	}
-	if d.Log == nil {
-		return errors.New("mcpserver: Deps.Log is required")
-	}
-	return nil
-}
+// Deps are the MCP server's dependencies: Conn, a connection to the
+// router's public gRPC API, and Log. Both are required.
+type Deps = door.Deps
 
 // server is one MCP server (the SDK's) with agentmesh's tools, resources
 // and the tasks extension on it.
@@ -192,7 +176,7 @@ type Handler struct {
 
 // New returns the HTTP handler (mount it at /mcp).
 func New(cfg Config, deps Deps) (*Handler, error) {
-	if err := deps.check(); err != nil {
+	if err := deps.Check("mcpserver"); err != nil {
 		return nil, err
 	}
 	s := newServer(cfg, deps, false, "")
@@ -248,7 +232,7 @@ func (h *Handler) Close() {
 // Every call carries key; with key "" the calls carry what Deps.Conn
 // carries (amctl's connection sends its own key).
 func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.ReadCloser, out io.WriteCloser) error {
-	if err := deps.check(); err != nil {
+	if err := deps.Check("mcpserver"); err != nil {
 		return err
 	}
 	s := newServer(cfg, deps, true, key)

@@ -180,32 +180,40 @@ func (s *server) taskRPCError(err error) error {
 	return &jsonrpc.Error{Code: re.Code, Message: re.Message, Data: data}
 }
 
-func checkTaskID(id string) error {
-	if strings.TrimSpace(id) == "" {
+// admit checks a request of the extension: the client declared it, and it
+// names a task.
+func admit(ss *mcp.ServerSession, meta mcp.Meta, taskID string) error {
+	if !declared(ss, meta) {
+		return errUndeclared
+	}
+	if strings.TrimSpace(taskID) == "" {
 		return &jsonrpc.Error{Code: door.CodeInvalidParams, Message: "taskId: required"}
 	}
 	return nil
 }
 
-func (s *server) tasksGet(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*extTask, error) {
-	if !declared(ss, p.Meta) {
-		return nil, errUndeclared
-	}
-	if err := checkTaskID(p.TaskID); err != nil {
+// task reads the task a request of the extension names.
+func (s *server) task(ctx context.Context, ss *mcp.ServerSession, meta mcp.Meta, taskID string) (*agentmeshv1.Task, error) {
+	if err := admit(ss, meta, taskID); err != nil {
 		return nil, err
 	}
-	t, err := s.api.Get(ctx, p.TaskID)
+	t, err := s.api.Get(ctx, taskID)
 	if err != nil {
 		return nil, s.taskRPCError(err)
+	}
+	return t, nil
+}
+
+func (s *server) tasksGet(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*extTask, error) {
+	t, err := s.task(ctx, ss, p.Meta, p.TaskID)
+	if err != nil {
+		return nil, err
 	}
 	return s.extTaskOf(t), nil
 }
 
 func (s *server) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*ackResult, error) {
-	if !declared(ss, p.Meta) {
-		return nil, errUndeclared
-	}
-	if err := checkTaskID(p.TaskID); err != nil {
+	if err := admit(ss, p.Meta, p.TaskID); err != nil {
 		return nil, err
 	}
 	_, err := s.api.Cancel(ctx, p.TaskID, "cancelled by the MCP client (tasks/cancel)")
@@ -223,15 +231,9 @@ func (s *server) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *task
 // that are not outstanding are ignored. Deciding needs the approver role:
 // the API refuses other keys (PermissionDenied naming the role).
 func (s *server) tasksUpdate(ctx context.Context, ss *mcp.ServerSession, p *updateParams) (*ackResult, error) {
-	if !declared(ss, p.Meta) {
-		return nil, errUndeclared
-	}
-	if err := checkTaskID(p.TaskID); err != nil {
-		return nil, err
-	}
-	t, err := s.api.Get(ctx, p.TaskID)
+	t, err := s.task(ctx, ss, p.Meta, p.TaskID)
 	if err != nil {
-		return nil, s.taskRPCError(err)
+		return nil, err
 	}
 	a := t.GetPendingApproval()
 	if a == nil || t.GetStatus() != agentmeshv1.TaskStatus_TASK_STATUS_BLOCKED {
