@@ -76,6 +76,11 @@ type Config struct {
 	// KeyTTL is how long a key that was checked is remembered
 	// (door.Checker); default door.DefaultCheckTTL.
 	KeyTTL time.Duration
+	// AnyHost turns off the SDK's DNS-rebinding protection, which refuses
+	// a request that arrived on a loopback address with a Host header that
+	// is not loopback: set it when a reverse proxy on the same host
+	// forwards requests for a public name.
+	AnyHost bool
 }
 
 func (c *Config) defaults() {
@@ -117,7 +122,7 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	s.subs = newSubscriptions(s)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentmesh", Title: "agentmesh", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       deps.Log,
+		Logger:       quiet(deps.Log),
 		Capabilities: &mcp.ServerCapabilities{
 			Extensions: map[string]any{TasksExtension: map[string]any{}},
 		},
@@ -131,6 +136,30 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	}
 	s.mcp.AddReceivingMiddleware(s.middleware)
 	return s
+}
+
+// quiet is log for the SDK: warnings and errors only (it logs every
+// notification it sends at info).
+func quiet(log *slog.Logger) *slog.Logger {
+	return slog.New(atLeast{Handler: log.Handler(), min: slog.LevelWarn})
+}
+
+// atLeast drops records below min.
+type atLeast struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h atLeast) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return atLeast{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{Handler: h.Handler.WithGroup(name), min: h.min}
 }
 
 // instructions tell the client's model what the server is for.
@@ -183,10 +212,11 @@ func New(cfg Config, deps Deps) (*Handler, error) {
 	get := func(*http.Request) *mcp.Server { return s.mcp }
 	opts := func(stateless bool) *mcp.StreamableHTTPOptions {
 		return &mcp.StreamableHTTPOptions{
-			Stateless:           stateless,
-			Logger:              deps.Log,
-			SessionTimeout:      s.cfg.SessionTimeout,
-			MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
+			Stateless:                  stateless,
+			Logger:                     quiet(deps.Log),
+			DisableLocalhostProtection: s.cfg.AnyHost,
+			SessionTimeout:             s.cfg.SessionTimeout,
+			MaxRequestBodyBytes:        s.cfg.MaxBodyBytes,
 		}
 	}
 	// The SDK binds a session to the UserID of the token that opened it;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -162,5 +163,35 @@ func TestHTTPAuthentication(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: %d, want 413", resp.StatusCode)
+	}
+}
+
+// A request on a loopback address for another host name is refused (DNS
+// rebinding), unless AnyHost says a proxy forwards a public name.
+func TestHostProtection(t *testing.T) {
+	e := start(t)
+	proxied, err := New(Config{AnyHost: true}, Deps{Conn: e.stack.Conn, Log: doortest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := httptest.NewServer(proxied)
+	t.Cleanup(behind.Close)
+	for _, tt := range []struct {
+		url  string
+		want int
+	}{{e.srv.URL, http.StatusForbidden}, {behind.URL, http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodPost, tt.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","clientInfo":{"name":"x","version":"1"},"capabilities":{}}}`))
+		req.Host = "agents.example.com"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+doortest.Secret(t, "a-op"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s with Host agents.example.com: %d, want %d", tt.url, resp.StatusCode, tt.want)
+		}
 	}
 }
