@@ -65,6 +65,19 @@ func TestGoClientSendsAndStreams(t *testing.T) {
 		t.Fatalf("the follow-up does not continue %s: %v %+v", task.ID, err, got.GetTask())
 	}
 
+	// A task from another door is a context too: its id continues it.
+	other := e.stack.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "from gRPC", Agent: doortest.AgentPlain})
+	e.stack.WaitStatus(t, "a-reader", other.Id, taskstate.Completed)
+	next = userMessage("go on from gRPC")
+	next.ContextID = other.Id
+	if res, err = c.SendMessage(ctxT(t), &a2a.MessageSendParams{Message: next}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.stack.Tasks.GetTask(doortest.As(t, "a-reader"), &agentmeshv1.GetTaskRequest{Id: string(res.(*a2a.Task).ID)})
+	if err != nil || got.Task.ContinueFrom != other.Id || res.(*a2a.Task).ContextID != other.Id {
+		t.Fatalf("a message in the context of %s: %v %+v", other.Id, err, got.GetTask())
+	}
+
 	// Streaming: the task, its progress, the answer, the final status.
 	var events []a2a.Event
 	for ev, err := range c.SendStreamingMessage(ctxT(t), &a2a.MessageSendParams{Message: userMessage("stream it"), Metadata: map[string]any{"agent": doortest.AgentPlain}}) {

@@ -176,17 +176,20 @@ func TestTenancyOverA2A(t *testing.T) {
 			}
 		}
 	}
-	// B naming A's context gets a context of its own: no continue_from A's.
-	r = e.call(t, bKey, MethodSend, map[string]any{"message": map[string]any{"role": "user", "messageId": "mb2", "contextId": "ctx-a",
-		"parts": []any{map[string]any{"kind": "text", "text": "continue theirs"}}}, "configuration": map[string]any{"blocking": false},
-		"metadata": map[string]any{"agent": doortest.AgentPlain}})
-	var bt Task
-	if err := json.Unmarshal(r.Result, &bt); err != nil {
-		t.Fatalf("B's message answered %s %+v", r.Result, r.Error)
-	}
-	got, err := e.stack.Tasks.GetTask(doortest.As(t, "b-admin"), &agentmeshv1.GetTaskRequest{Id: bt.ID})
-	if err != nil || got.Task.ContinueFrom != "" {
-		t.Errorf("B's task in context ctx-a continues %q (%v)", got.GetTask().GetContinueFrom(), err)
+	// B naming A's context, or A's task as a context, gets a context of its
+	// own: no continue_from A's.
+	for i, ctxID := range []string{"ctx-a", done.ID} {
+		r = e.call(t, bKey, MethodSend, map[string]any{"message": map[string]any{"role": "user", "messageId": fmt.Sprintf("mb-%d", i), "contextId": ctxID,
+			"parts": []any{map[string]any{"kind": "text", "text": "continue theirs"}}}, "configuration": map[string]any{"blocking": false},
+			"metadata": map[string]any{"agent": doortest.AgentPlain}})
+		var bt Task
+		if err := json.Unmarshal(r.Result, &bt); err != nil {
+			t.Fatalf("B's message answered %s %+v", r.Result, r.Error)
+		}
+		got, err := e.stack.Tasks.GetTask(doortest.As(t, "b-admin"), &agentmeshv1.GetTaskRequest{Id: bt.ID})
+		if err != nil || got.Task.ContinueFrom != "" {
+			t.Errorf("B's task in context %s continues %q (%v)", ctxID, got.GetTask().GetContinueFrom(), err)
+		}
 	}
 
 	// A's reader: no send, no cancel, no decision.

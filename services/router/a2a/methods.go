@@ -117,13 +117,11 @@ func (s *Server) start(ctx context.Context, p *sendParams) (*agentmeshv1.Task, *
 	if ctxID == "" {
 		ctxID = ulid.Make().String()
 	} else {
-		prev, err := s.api.List(ctx, &agentmeshv1.ListTasksRequest{Tag: ContextTagPrefix + ctxID, PageSize: 1})
-		if err != nil {
-			return nil, s.apiError(err, door.CodeInvalidParams)
+		prev, rerr := s.newestOf(ctx, ctxID)
+		if rerr != nil {
+			return nil, rerr
 		}
-		if ts := prev.GetTasks(); len(ts) > 0 {
-			req.ContinueFrom = ts[0].GetId()
-		}
+		req.ContinueFrom = prev
 	}
 	req.Tags = []string{ContextTagPrefix + ctxID}
 	req.Metadata[MetaContextID] = ctxID
@@ -132,6 +130,28 @@ func (s *Server) start(ctx context.Context, p *sendParams) (*agentmeshv1.Task, *
 		return nil, s.apiError(err, door.CodeInvalidParams)
 	}
 	return t, nil
+}
+
+// newestOf is the task a new message of context ctxID continues: the
+// context's newest task, or — a context no A2A message opened — the task
+// whose id the context is (a task from another door: contextOf names a
+// task so), or none.
+func (s *Server) newestOf(ctx context.Context, ctxID string) (string, *door.RPCError) {
+	prev, err := s.api.List(ctx, &agentmeshv1.ListTasksRequest{Tag: ContextTagPrefix + ctxID, PageSize: 1})
+	if err != nil {
+		return "", s.apiError(err, door.CodeInvalidParams)
+	}
+	if ts := prev.GetTasks(); len(ts) > 0 {
+		return ts[0].GetId(), nil
+	}
+	t, err := s.api.Get(ctx, ctxID)
+	switch status.Code(err) {
+	case codes.OK:
+		return t.GetId(), nil
+	case codes.NotFound, codes.InvalidArgument:
+		return "", nil // a fresh context the client named
+	}
+	return "", s.apiError(err, door.CodeInvalidParams)
 }
 
 // choices reads agentmesh's choices from the request's (or the message's)
