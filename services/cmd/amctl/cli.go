@@ -115,6 +115,7 @@ func commands() []command {
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},
+		{"mcp", "serve agentmesh as an MCP server on stdin/stdout (for desktop MCP clients)", (*cli).mcpCmd},
 		{"help", "show help for amctl or a command", nil},
 	}
 }

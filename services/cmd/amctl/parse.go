@@ -8,6 +8,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/router/door"
 )
 
 // stringList is a repeatable flag; each use may also hold a
@@ -62,36 +63,12 @@ func parseMeta(s string) (key, value string, err error) {
 	return k, v, nil
 }
 
-var priorities = map[string]agentmeshv1.Priority{
-	"backlog":  agentmeshv1.Priority_PRIORITY_BACKLOG,
-	"low":      agentmeshv1.Priority_PRIORITY_LOW,
-	"normal":   agentmeshv1.Priority_PRIORITY_NORMAL,
-	"high":     agentmeshv1.Priority_PRIORITY_HIGH,
-	"critical": agentmeshv1.Priority_PRIORITY_CRITICAL,
-}
-
 // parsePriority reads low|normal|high|critical|backlog (any case, or the
 // enum name); "" is unspecified (the server's default, normal).
-func parsePriority(s string) (agentmeshv1.Priority, error) {
-	if s == "" {
-		return agentmeshv1.Priority_PRIORITY_UNSPECIFIED, nil
-	}
-	low := strings.ToLower(strings.TrimPrefix(strings.ToUpper(s), "PRIORITY_"))
-	if p, ok := priorities[low]; ok {
-		return p, nil
-	}
-	return 0, fmt.Errorf("unknown priority %q (want backlog, low, normal, high or critical)", s)
-}
+func parsePriority(s string) (agentmeshv1.Priority, error) { return door.ParsePriority(s) }
 
 // priorityName prints a priority as parsePriority reads it.
-func priorityName(p agentmeshv1.Priority) string {
-	for name, v := range priorities {
-		if v == p {
-			return name
-		}
-	}
-	return "normal"
-}
+func priorityName(p agentmeshv1.Priority) string { return door.PriorityName(p) }
 
 // parseStatuses reads status names (queued, running, ...).
 func parseStatuses(names []string) ([]agentmeshv1.TaskStatus, error) {
