@@ -7,13 +7,15 @@ import (
 	"strings"
 	"time"
 
+	"slices"
+
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go/jetstream"
-	"slices"
 )
 
 // job is work for the dispatch workers (bus requests are made outside the
@@ -50,7 +52,7 @@ func (s *Service) lead(term context.Context) {
 		}
 		if term.Err() == nil {
 			s.log.Warn("scheduler: rebuild from the record failed; retrying", "err", err)
-			sleep(term, time.Second)
+			backoff.Sleep(term, time.Second)
 		}
 	}
 	s.mu.Lock()
@@ -343,7 +345,7 @@ func (s *Service) do(ctx context.Context, j job) {
 	case jobDispatch:
 		if err := s.dispatch(ctx, j.task); err != nil {
 			s.log.Warn("dispatch failed; will retry", "task", j.task, "err", err)
-			sleep(ctx, 200*time.Millisecond)
+			backoff.Sleep(ctx, 200*time.Millisecond)
 			// Learn whether the move happened (a lost reply) or not: a task
 			// the record still shows queued goes back to waiting.
 			_ = s.refresh(ctx, j.task)
@@ -377,7 +379,7 @@ func (s *Service) do(ctx context.Context, j job) {
 		}
 		s.mu.Unlock()
 		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			sleep(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 		}
 		s.wake()
 	}
@@ -396,7 +398,7 @@ func (s *Service) finishWith(ctx context.Context, id, op string, req *busv1.Tran
 		_ = s.refresh(ctx, id)
 	default:
 		s.log.Warn("scheduler transition failed; will retry", "task", id, "to", taskstate.Name(req.To), "err", err)
-		sleep(ctx, time.Second)
+		backoff.Sleep(ctx, time.Second)
 		_ = s.refresh(ctx, id)
 	}
 }

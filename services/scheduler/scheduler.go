@@ -46,6 +46,7 @@ import (
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -270,7 +271,7 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 				// (the task stays assigned, its slot held).
 				return err
 			}
-			sleep(ctx, time.Duration(50<<i)*time.Millisecond)
+			backoff.Sleep(ctx, backoff.Exponential(i, 50*time.Millisecond, time.Second))
 		}
 	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
 		return s.refresh(ctx, taskID)

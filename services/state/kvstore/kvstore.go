@@ -52,6 +52,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -545,10 +546,8 @@ func (s *Store) awaitKeyed(ctx context.Context, key string) (*agentmeshv1.Task, 
 		if time.Now().After(deadline) {
 			return nil, bus.Errorf(bus.CodeUnavailable, "a task with this idempotency key is still being created; retry")
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, 5*time.Millisecond) {
 			return nil, bus.Errorf(bus.CodeUnavailable, "waiting for a task with this idempotency key: %v", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
