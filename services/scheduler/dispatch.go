@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"slices"
@@ -159,8 +158,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 // onEvent folds one task or agent event into the model. Events are the
 // public JSON of <p>.evt.<org>.<kind>.…: kind "agent" or "task".
 func (s *Service) onEvent(m jetstream.Msg) {
-	rest := strings.TrimPrefix(m.Subject(), s.names.Prefix()+".evt.")
-	if parts := strings.SplitN(rest, ".", 3); len(parts) == 3 && parts[1] == "agent" {
+	if subj, ok := s.names.ParseEvent(m.Subject()); ok && subj.Kind == subjects.KindAgent {
 		var ev busv1.AgentEvent
 		if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.Agent == nil {
 			return
