@@ -241,6 +241,27 @@ func wrongOp(want string) error {
 	return bus.FieldError("op", "this subject takes an AgentOp with %s set", want)
 }
 
+// putAgent checks and stores org's agent a (create, or update at expected:
+// 0 = any version), as putSkill does a skill.
+func (s *Service) putAgent(ctx context.Context, org string, a *agentmeshv1.Agent, create bool, expected int64) (*agentmeshv1.Agent, error) {
+	if err := agentspec.Agent(a); err != nil {
+		return nil, err
+	}
+	a = proto.Clone(a).(*agentmeshv1.Agent)
+	a.Org = org
+	var resp busv1.PutAgentResponse
+	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: create, ExpectedVersion: expected}, &resp); err != nil {
+		return nil, err
+	}
+	s.cands.invalidate(org)
+	if create {
+		s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
+	} else {
+		s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
+	}
+	return resp.Agent, nil
+}
+
 func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.CreateAgentResponse, error) {
 	org, err := scope(op)
 	if err != nil {
@@ -249,18 +270,11 @@ func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if op.GetCreate() == nil {
 		return nil, wrongOp("create")
 	}
-	if err := agentspec.Agent(op.GetCreate().GetAgent()); err != nil {
+	a, err := s.putAgent(ctx, org, op.GetCreate().GetAgent(), true, 0)
+	if err != nil {
 		return nil, err
 	}
-	a := proto.Clone(op.GetCreate().GetAgent()).(*agentmeshv1.Agent)
-	a.Org = org
-	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: true}, &resp); err != nil {
-		return nil, err
-	}
-	s.cands.invalidate(org)
-	s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
-	return &agentmeshv1.CreateAgentResponse{Agent: resp.Agent}, nil
+	return &agentmeshv1.CreateAgentResponse{Agent: a}, nil
 }
 
 func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.UpdateAgentResponse, error) {
@@ -272,18 +286,11 @@ func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if req == nil {
 		return nil, wrongOp("update")
 	}
-	if err := agentspec.Agent(req.GetAgent()); err != nil {
+	a, err := s.putAgent(ctx, org, req.GetAgent(), false, req.ExpectedVersion)
+	if err != nil {
 		return nil, err
 	}
-	a := proto.Clone(req.GetAgent()).(*agentmeshv1.Agent)
-	a.Org = org
-	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
-		return nil, err
-	}
-	s.cands.invalidate(org)
-	s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
-	return &agentmeshv1.UpdateAgentResponse{Agent: resp.Agent}, nil
+	return &agentmeshv1.UpdateAgentResponse{Agent: a}, nil
 }
 
 func (s *Service) getAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.GetAgentResponse, error) {

@@ -20,13 +20,21 @@ type agentServer struct {
 	s *Service
 }
 
-// agentOp wraps a request for the registry with the caller's scope.
-func agentOp(ctx context.Context, op any) *busv1.AgentOp {
+// callerScope is what a catalogue operation (AgentOp, SkillOp) acts for: the
+// caller's org, or with a platform key the shared catalogue.
+func callerScope(ctx context.Context) (org string, shared bool) {
 	c, _ := CallerFrom(ctx)
-	out := &busv1.AgentOp{Org: c.Org}
 	if c.Role == RolePlatform {
-		out = &busv1.AgentOp{Shared: true}
+		return "", true
 	}
+	return c.Org, false
+}
+
+// agentOp wraps a request for the registry with the caller's scope. (Op is
+// a oneof whose interface is not exported: hence the switch.)
+func agentOp(ctx context.Context, op any) *busv1.AgentOp {
+	out := &busv1.AgentOp{}
+	out.Org, out.Shared = callerScope(ctx)
 	switch o := op.(type) {
 	case *busv1.AgentOp_Create:
 		out.Op = o
@@ -37,6 +45,8 @@ func agentOp(ctx context.Context, op any) *busv1.AgentOp {
 	case *busv1.AgentOp_Update:
 		out.Op = o
 	case *busv1.AgentOp_Delete:
+		out.Op = o
+	case *busv1.AgentOp_Versions:
 		out.Op = o
 	}
 	return out

@@ -21,11 +21,8 @@ type skillServer struct {
 
 // skillOp wraps a request for the registry with the caller's scope.
 func skillOp(ctx context.Context, op any) *busv1.SkillOp {
-	c, _ := CallerFrom(ctx)
-	out := &busv1.SkillOp{Org: c.Org}
-	if c.Role == RolePlatform {
-		out = &busv1.SkillOp{Shared: true}
-	}
+	out := &busv1.SkillOp{}
+	out.Org, out.Shared = callerScope(ctx)
 	switch o := op.(type) {
 	case *busv1.SkillOp_Create:
 		out.Op = o
@@ -87,7 +84,6 @@ func (a *agentServer) ListAgentVersions(ctx context.Context, req *agentmeshv1.Li
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	op := agentOp(ctx, nil)
-	op.Op = &busv1.AgentOp_Versions{Versions: req}
-	return registry(ctx, a.s, "ListAgentVersions", subjects.RegistryAgentVersions, check, op, &agentmeshv1.ListAgentVersionsResponse{})
+	return registry(ctx, a.s, "ListAgentVersions", subjects.RegistryAgentVersions, check,
+		agentOp(ctx, &busv1.AgentOp_Versions{Versions: req}), &agentmeshv1.ListAgentVersionsResponse{})
 }
