@@ -271,7 +271,7 @@ func (s *Service) dispatch(ctx context.Context, taskID string) error {
 				// (the task stays assigned, its slot held).
 				return err
 			}
-			backoff.Sleep(ctx, backoff.Exponential(i, 50*time.Millisecond, time.Second))
+			backoff.Sleep(ctx, backoff.Backoff{Initial: 50 * time.Millisecond}.Delay(i+1))
 		}
 	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
 		return s.refresh(ctx, taskID)
