@@ -45,6 +45,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -186,17 +187,22 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("registry: jetstream: %w", err)
+	}
 	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopFollow, s.followed = stop, make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		s.follow(followCtx)
+		s.follow(followCtx, js)
 	}()
 	go func() {
 		defer wg.Done()
-		s.followAgents(followCtx)
+		s.followAgents(followCtx, js)
 	}()
 	go func() {
 		wg.Wait()

@@ -40,24 +40,31 @@ const (
 // lead runs this replica's term as leader: rebuild the model from the
 // record, follow the events, dispatch, reconcile. It returns when term ends.
 func (s *Service) lead(term context.Context) {
-	for term.Err() == nil {
-		cc, err := s.rebuild(term)
-		if err == nil {
-			s.leader.Store(true)
-			s.serve(term)
-			s.leader.Store(false)
-			cc.Stop()
-			break
-		}
-		if term.Err() == nil {
-			s.log.Warn("scheduler: rebuild from the record failed; retrying", "err", err)
-			backoff.Sleep(term, time.Second)
-		}
-	}
+	s.follow().Run(term, s.js, func(term context.Context) {
+		s.wake()
+		s.leader.Store(true)
+		s.serve(term)
+		s.leader.Store(false)
+	})
 	s.mu.Lock()
 	s.m.reset()
 	s.waits.reset()
 	s.mu.Unlock()
+}
+
+// follow is the leader's view of the record: the model rebuilt from it,
+// then kept by the events.
+func (s *Service) follow() bus.Follow {
+	// Agent changes (limits), status changes (capacity) and updates
+	// (UpdateTask re-orders a queued task whose priority changed).
+	filters := []string{s.names.AgentEvents(), s.names.TaskEventsOfType(subjects.EventUpdated)}
+	for _, st := range statusTokens {
+		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
+	}
+	return bus.Follow{
+		Stream: s.names.EventsStream(), Filters: filters, List: s.rebuild, Handle: s.onEvent,
+		Failed: func(err error) { s.log.Warn("scheduler: rebuild from the record failed; retrying", "err", err) },
+	}
 }
 
 // statusTokens are the events that change what holds or waits for capacity.
@@ -67,25 +74,15 @@ var statusTokens = []agentmeshv1.TaskStatus{
 }
 
 // rebuild reads the queued, assigned and running tasks and the agents from
-// the record into a fresh model, then follows the events from the point the
-// events stream had reached before the reads (events older than what was
-// read are skipped by their seq).
-func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error) {
-	stream, err := s.js.Stream(ctx, s.names.EventsStream())
-	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
-	}
-	from := info.State.LastSeq + 1
-
+// the record into a fresh model (follow then follows the events from the
+// point the events stream had reached before the reads, from; events older
+// than what was read are skipped by their seq).
+func (s *Service) rebuild(ctx context.Context, from uint64) error {
 	limits := map[string]int{}
 	for token := ""; ; {
 		var resp busv1.ListAgentsResponse
 		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListAgents), &busv1.ListAgentsRequest{PageSize: 1000, PageToken: token}, &resp); err != nil {
-			return nil, fmt.Errorf("list agents: %w", err)
+			return fmt.Errorf("list agents: %w", err)
 		}
 		for _, a := range resp.Agents {
 			limits[taskstate.AgentKey(a.Org, a.Name)] = int(a.MaxConcurrency)
@@ -101,7 +98,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 			Statuses: []agentmeshv1.TaskStatus{taskstate.Queued, taskstate.Assigned, taskstate.Running},
 			PageSize: 1000, PageToken: token,
 		}, &resp); err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
+			return fmt.Errorf("list tasks: %w", err)
 		}
 		for _, t := range resp.Tasks {
 			tasks = append(tasks, updateFromTask(t))
@@ -112,7 +109,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 	}
 	waits, err := s.blockedWaits(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list blocked tasks: %w", err)
+		return fmt.Errorf("list blocked tasks: %w", err)
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -132,27 +129,8 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, error)
 	s.fencing = map[string]bool{}
 	s.mu.Unlock()
 
-	// Agent changes (limits), status changes (capacity) and updates
-	// (UpdateTask re-orders a queued task whose priority changed).
-	filters := []string{s.names.AgentEvents(), s.names.TaskEventsOfType(subjects.EventUpdated)}
-	for _, st := range statusTokens {
-		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
-	}
-	cons, err := s.js.OrderedConsumer(ctx, s.names.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
-	}
-	cc, err := cons.Consume(s.onEvent)
-	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
-	}
 	s.log.Info("scheduler model rebuilt from the record", "tasks", len(tasks), "agents", len(limits), "events_from", from)
-	s.wake()
-	return cc, nil
+	return nil
 }
 
 // onEvent folds one task or agent event into the model. Events are the
