@@ -54,31 +54,6 @@ import (
 // Version of the registry service, reported by micro.
 const Version = "0.1.0"
 
-// Config of the registry.
-type Config struct {
-	// Prefix of every subject ("" = subjects.DefaultPrefix).
-	Prefix  string
-	Streams bus.StreamOptions
-	// Concurrency bounds requests served at once (default 256).
-	Concurrency int
-	// DefaultAgent runs tasks that name neither an agent nor skills
-	// (default "assistant"; it must exist in the catalogue).
-	DefaultAgent string
-	// Weights of scored matching (nil = DefaultWeights; see ParseWeights).
-	Weights *Weights
-	// AffinityWindow: how far back an org's finished tasks count for
-	// affinity (default 1h, at most 7 days).
-	AffinityWindow time.Duration
-	// CandidateTTL bounds how long matching uses cached candidates
-	// (agentcache.go; 0 = the default CandidateTTL, < 0 = no cache).
-	CandidateTTL time.Duration
-	// Analysis is the model of the task analysis (analysis.go); an empty
-	// BaseURL leaves the deterministic fallback alone.
-	Analysis AnalysisConfig
-	// Proposals: agents drafted when none fits (proposals.go).
-	Proposals ProposalConfig
-}
-
 // Deps are the registry's required dependencies.
 type Deps struct {
 	NC  *nats.Conn
@@ -118,30 +93,15 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 256
-	}
-	if cfg.DefaultAgent == "" {
-		cfg.DefaultAgent = DefaultAgent
-	}
-	weights := DefaultWeights
-	if cfg.Weights != nil {
-		weights = *cfg.Weights
-		if weights.Capability < 0 || weights.Workload < 0 || weights.Priority < 0 || weights.Affinity < 0 || !(weights.sum() > 0) {
-			return nil, fmt.Errorf("registry: match weights %+v: each must be ≥ 0 and their sum > 0", weights)
-		}
-	}
-	if cfg.AffinityWindow <= 0 {
-		cfg.AffinityWindow = time.Hour
-	}
-	if cfg.AffinityWindow > 7*24*time.Hour {
-		return nil, fmt.Errorf("registry: affinity window %s is over 7 days", cfg.AffinityWindow)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
 	}
 	props, err := newProposals(cfg.Proposals)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{weights: weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
+	s := &Service{weights: *cfg.Weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
 		proposals: props}
 	svc, err := micro.AddService(deps.NC, micro.Config{
 		Name:        "agentmesh-registry",
