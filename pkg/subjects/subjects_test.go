@@ -104,7 +104,7 @@ func TestParseEvent(t *testing.T) {
 		{n.AgentEvent("acme", "helper"), EventSubject{Org: "acme", Kind: KindAgent, ID: "helper"}, true},
 		{n.AgentEvent("", "helper"), EventSubject{Org: NoOrg, Kind: KindAgent, ID: "helper"}, true},
 		{Must("am").TaskEvent("acme", "T1", "queued"), EventSubject{}, false}, // another prefix
-		{n.TaskTokens("acme", "T1"), EventSubject{}, false},                  // the live family
+		{n.TaskTokens("acme", "T1"), EventSubject{}, false},                   // the live family
 		{n.Heartbeat("node1"), EventSubject{}, false},
 		{"am.x.evt.acme.task.T1", EventSubject{}, false},
 		{"am.x.evt.acme.task.T1.queued.more", EventSubject{}, false},
