@@ -101,6 +101,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("registry: jetstream: %w", err)
+	}
 	s := &Service{weights: *cfg.Weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
 		proposals: props}
 	svc, err := micro.AddService(deps.NC, micro.Config{
@@ -147,28 +151,22 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
-	js, err := jetstream.New(deps.NC)
-	if err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("registry: jetstream: %w", err)
-	}
+	s.startFollowing(ctx, js)
+	return s, nil
+}
+
+// startFollowing keeps the workload model and the candidate cache current
+// (workload.go, agentcache.go) until Run stops them.
+func (s *Service) startFollowing(ctx context.Context, js jetstream.JetStream) {
 	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopFollow, s.followed = stop, make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.follow(followCtx, js)
-	}()
-	go func() {
-		defer wg.Done()
-		s.followAgents(followCtx, js)
-	}()
+	wg.Go(func() { s.follow(followCtx, js) })
+	wg.Go(func() { s.followAgents(followCtx, js) })
 	go func() {
 		wg.Wait()
 		close(s.followed)
 	}()
-	return s, nil
 }
 
 // Run serves until ctx ends, then stops serving and returns nil.

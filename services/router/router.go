@@ -118,17 +118,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	envKeys, err := EnvKeys(cfg.APIKeys)
+	keys, authOff, err := keysOf(cfg, deps.Log)
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
-	}
-	keys, err := newKeySource(envKeys, cfg.KeysFile)
-	if err != nil {
-		return nil, fmt.Errorf("router: %w", err)
-	}
-	authOff := len(cfg.APIKeys) == 0 && cfg.KeysFile == ""
-	if authOff {
-		deps.Log.Warn("router: no API keys configured; authentication is OFF and every caller is an admin of org " + DefaultOrg + " (development only)")
 	}
 	creds, err := serverTLS(cfg)
 	if err != nil {
