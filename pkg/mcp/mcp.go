@@ -468,9 +468,6 @@ func (s *Server) Tools(runs tools.Where) []tools.Tool {
 	return out
 }
 
-// Name is the server's name.
-func (s *Server) Name() string { return s.cfg.GetName() }
-
 // Call calls the tool the agent knows as name (an agentmesh name) with
 // arguments that passed its schema, and returns the flattened result.
 func (s *Server) Call(ctx context.Context, name string, args json.RawMessage) (string, bool, error) {
