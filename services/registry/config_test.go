@@ -1,11 +1,11 @@
 package registry
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/envconf/envconftest"
 )
 
 // Every bad value refuses the start naming its variable; good ones reach
@@ -30,7 +30,7 @@ func TestConfigFromEnv(t *testing.T) {
 		def.Concurrency != 256 || def.DefaultAgent != DefaultAgent {
 		t.Errorf("defaults: got %+v, %v", def, err)
 	}
-	for _, tt := range []struct{ name, value string }{
+	envconftest.Refused(t, ConfigFromEnv, []envconftest.Bad{
 		{EnvMatchWeights, "capability=0.5,workload=-0.1"},
 		{EnvMatchWeights, "speed=1"},
 		{EnvMatchWeights, "capability=0"},
@@ -44,13 +44,5 @@ func TestConfigFromEnv(t *testing.T) {
 		{EnvProposalThreshold, "1"},
 		{EnvProposalThreshold, "half"},
 		{"AGENTMESH_PREFIX", "a*"},
-	} {
-		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
-			_, err := ConfigFromEnv(envconf.Map(map[string]string{tt.name: tt.value}))
-			var e *envconf.Error
-			if !errors.As(err, &e) || e.Name != tt.name {
-				t.Fatalf("got %v, want an error naming %s", err, tt.name)
-			}
-		})
-	}
+	})
 }

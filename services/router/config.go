@@ -210,21 +210,17 @@ func (c Config) validate() error {
 // parseAPIKeys parses AGENTMESH_API_KEYS, "key=org,key2=org2:role", into
 // Config.APIKeys.
 func parseAPIKeys(v string) (map[string]string, error) {
-	keys := map[string]string{}
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, org, ok := strings.Cut(part, "=")
-		k, org = strings.TrimSpace(k), strings.TrimSpace(org)
-		if !ok || k == "" || org == "" {
-			return nil, fmt.Errorf("want key=org pairs separated by commas, got %q", part)
+	keys, err := envconf.ParsePairs(v)
+	if err != nil {
+		return nil, err
+	}
+	for k, org := range keys {
+		if org == "" {
+			return nil, fmt.Errorf("key %q names no org: want key=org or key=org:role", k)
 		}
 		if o, role, _ := strings.Cut(org, ":"); (o != "*" || role != string(RolePlatform)) && !ValidOrg(o) {
 			return nil, fmt.Errorf("org %q must match %s", o, OrgPattern)
 		}
-		keys[k] = org
 	}
 	return keys, nil
 }

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
@@ -126,20 +125,18 @@ func (c Config) validate() error {
 
 // parseOrgLimits reads "org=N,org2=M".
 func parseOrgLimits(v string) (map[string]int, error) {
-	out := map[string]int{}
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
+	pairs, err := envconf.ParsePairs(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(pairs))
+	for org, n := range pairs {
+		if !subjects.ValidToken(org) {
+			return nil, fmt.Errorf("%q is not an org", org)
 		}
-		org, n, ok := strings.Cut(part, "=")
-		org = strings.TrimSpace(org)
-		if !ok || !subjects.ValidToken(org) {
-			return nil, fmt.Errorf("%q is not org=N", part)
-		}
-		limit, err := strconv.Atoi(strings.TrimSpace(n))
+		limit, err := strconv.Atoi(n)
 		if err != nil || limit < 0 {
-			return nil, fmt.Errorf("%q: the limit must be a number ≥ 0", part)
+			return nil, fmt.Errorf("%s=%s: the limit must be a number ≥ 0", org, n)
 		}
 		out[org] = limit
 	}

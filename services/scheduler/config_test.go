@@ -1,13 +1,13 @@
 package scheduler
 
 import (
-	"errors"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/envconf/envconftest"
 )
 
 // Every bad value refuses the start naming its variable; good ones reach
@@ -28,7 +28,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || def.LeaseTTL != DefaultLeaseTTL || def.Aging != DefaultAging || def.Workers != 64 || def.NodeTTL != DefaultNodeTTL {
 		t.Errorf("defaults: got %+v, %v", def, err)
 	}
-	for _, tt := range []struct{ name, value string }{
+	envconftest.Refused(t, ConfigFromEnv, []envconftest.Bad{
 		{EnvOrgMaxConcurrency, "-1"},
 		{EnvOrgMaxConcurrency, "many"},
 		{EnvOrgLimits, "acme"},
@@ -40,15 +40,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{EnvLease, "6"},
 		{"AGENTMESH_PREFIX", "a b"},
 		{"AGENTMESH_STREAM_REPLICAS", "9"},
-	} {
-		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
-			_, err := ConfigFromEnv(envconf.Map(map[string]string{tt.name: tt.value}))
-			var e *envconf.Error
-			if !errors.As(err, &e) || e.Name != tt.name {
-				t.Fatalf("got %v, want an error naming %s", err, tt.name)
-			}
-		})
-	}
+	})
 }
 
 func TestParseOrgLimits(t *testing.T) {

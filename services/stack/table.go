@@ -46,11 +46,17 @@ type Needs struct {
 // executor, router. Stop is the reverse.
 func Services() []Service {
 	return []Service{
-		{Name: subjects.ServiceState, Needs: Needs{Store: true}, ReadConfig: readState, build: (*Stack).buildState},
-		{Name: subjects.ServiceRegistry, ReadConfig: readRegistry, build: (*Stack).buildRegistry},
-		{Name: subjects.ServiceScheduler, ReadConfig: readScheduler, build: (*Stack).buildScheduler},
+		{Name: subjects.ServiceState, Needs: Needs{Store: true}, build: (*Stack).buildState,
+			ReadConfig: read(state.ConfigFromEnv, func(c *Config) *state.Config { return &c.State })},
+		{Name: subjects.ServiceRegistry, build: (*Stack).buildRegistry,
+			ReadConfig: read(registry.ConfigFromEnv, func(c *Config) *registry.Config { return &c.Registry })},
+		{Name: subjects.ServiceScheduler, build: (*Stack).buildScheduler,
+			ReadConfig: read(scheduler.ConfigFromEnv, func(c *Config) *scheduler.Config { return &c.Scheduler })},
+		// The executor's ReadConfig comes with executor.ConfigFromEnv
+		// (read(executor.ConfigFromEnv, …)); services/app reads it meanwhile.
 		{Name: subjects.ServiceExecutor, Needs: Needs{Model: true}, build: (*Stack).buildExecutor},
-		{Name: subjects.ServiceRouter, ReadConfig: readRouter, build: (*Stack).buildRouter},
+		{Name: subjects.ServiceRouter, build: (*Stack).buildRouter,
+			ReadConfig: read(router.ConfigFromEnv, func(c *Config) *router.Config { return &c.Router })},
 	}
 }
 
@@ -119,22 +125,11 @@ func rowsOf(names []string) ([]Service, error) {
 	return rows, nil
 }
 
-func readState(get envconf.Getter, c *Config) (err error) {
-	c.State, err = state.ConfigFromEnv(get)
-	return err
-}
-
-func readRegistry(get envconf.Getter, c *Config) (err error) {
-	c.Registry, err = registry.ConfigFromEnv(get)
-	return err
-}
-
-func readScheduler(get envconf.Getter, c *Config) (err error) {
-	c.Scheduler, err = scheduler.ConfigFromEnv(get)
-	return err
-}
-
-func readRouter(get envconf.Getter, c *Config) (err error) {
-	c.Router, err = router.ConfigFromEnv(get)
-	return err
+// read makes a row's ReadConfig of a service's ConfigFromEnv and the field
+// of Config it fills.
+func read[C any](fromEnv func(envconf.Getter) (C, error), field func(*Config) *C) func(envconf.Getter, *Config) error {
+	return func(get envconf.Getter, c *Config) (err error) {
+		*field(c), err = fromEnv(get)
+		return err
+	}
 }

@@ -1,11 +1,11 @@
 package state
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/envconf/envconftest"
 )
 
 // A bad value refuses the start naming its variable; unset values take the
@@ -22,18 +22,10 @@ func TestConfigFromEnv(t *testing.T) {
 	if forever, err := ConfigFromEnv(envconf.Map(map[string]string{EnvRetention: "0"})); err != nil || forever.Retention != 0 {
 		t.Errorf("retention 0: got %v, %v; want 0 (for ever)", forever.Retention, err)
 	}
-	for _, tt := range []struct{ name, value string }{
+	envconftest.Refused(t, ConfigFromEnv, []envconftest.Bad{
 		{EnvRetention, "a month"},
 		{EnvRetention, "-1h"},
 		{"AGENTMESH_PREFIX", "a..b"},
 		{"AGENTMESH_STREAM_REPLICAS", "x"},
-	} {
-		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
-			_, err := ConfigFromEnv(envconf.Map(map[string]string{tt.name: tt.value}))
-			var e *envconf.Error
-			if !errors.As(err, &e) || e.Name != tt.name {
-				t.Fatalf("got %v, want an error naming %s", err, tt.name)
-			}
-		})
-	}
+	})
 }
