@@ -1,7 +1,7 @@
 // Package grpcretry retries agentmesh API calls that failed with
 // UNAVAILABLE — the gRPC convention for "try again": the router could not
 // reach a service, or the store could not reach its database. It waits
-// with jittered exponential backoff (pkg/bus.Backoff), at least as long as
+// with jittered exponential backoff (pkg/backoff), at least as long as
 // the server's RetryInfo detail asks, and gives up after a bounded number
 // of tries or when the call's context ends. Other codes are answers and
 // are returned at once.
