@@ -58,9 +58,6 @@ var (
 	skillRE = regexp.MustCompile(`^` + SkillPattern + `$`)
 )
 
-// ValidName reports whether name is a valid agent name.
-func ValidName(name string) bool { return nameRE.MatchString(name) }
-
 // ValidSkill reports whether sk is a valid (normalised) skill name.
 func ValidSkill(sk string) bool { return skillRE.MatchString(sk) }
 

@@ -3,8 +3,6 @@ package bus_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
@@ -64,7 +63,7 @@ func TestAuditedRequestsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	subj := names.State(subjects.StateGetTask)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testlog.New(t)
 	svc, err := micro.AddService(nc, micro.Config{Name: "test", Version: "0.0.1"})
 	if err != nil {
 		t.Fatal(err)

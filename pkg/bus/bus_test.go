@@ -3,14 +3,13 @@ package bus_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -18,7 +17,7 @@ import (
 // serve registers fn as a micro endpoint on subject "t.get".
 func serve(t *testing.T, nc *nats.Conn, fn bus.HandlerFunc[*busv1.GetTaskRequest, *busv1.GetTaskResponse]) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testlog.New(t)
 	svc, err := micro.AddService(nc, micro.Config{Name: "test", Version: "0.0.1"})
 	if err != nil {
 		t.Fatal(err)

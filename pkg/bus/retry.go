@@ -3,8 +3,9 @@ package bus
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 )
 
 // Transient reports whether a failed request is worth sending again as it
@@ -17,32 +18,14 @@ func Transient(err error) bool {
 
 // Backoff says how Retry waits between tries: exponential from Initial,
 // doubling up to Max, each wait jittered by up to a half; at most Tries
-// tries (0: until the context ends).
-type Backoff struct {
-	Initial time.Duration
-	Max     time.Duration
-	Tries   int
-}
+// tries (0: until the context ends). It is backoff.Backoff, named here for
+// the callers of Retry.
+type Backoff = backoff.Backoff
 
 // DefaultBackoff retries a transient failure for about ten seconds: long
 // enough for a service to restart, short enough that a caller with a
 // deadline of its own still hears the error.
 var DefaultBackoff = Backoff{Initial: 20 * time.Millisecond, Max: time.Second, Tries: 16}
-
-// Delay is the wait before try n+1 (n ≥ 1), without jitter.
-func (b Backoff) Delay(n int) time.Duration {
-	d := b.Initial
-	if d <= 0 {
-		d = 10 * time.Millisecond
-	}
-	for i := 1; i < n && (b.Max <= 0 || d < b.Max); i++ {
-		d *= 2
-	}
-	if b.Max > 0 && d > b.Max {
-		d = b.Max
-	}
-	return d
-}
 
 // Retry calls fn until it succeeds, fails with an error that is not
 // Transient, the tries run out or ctx ends; it returns fn's last error (or
@@ -53,14 +36,8 @@ func Retry(ctx context.Context, b Backoff, fn func(ctx context.Context) error) e
 		if err == nil || !Transient(err) || (b.Tries > 0 && n >= b.Tries) {
 			return err
 		}
-		d := b.Delay(n)
-		d += time.Duration(rand.Int64N(int64(d)/2 + 1))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, b.Jittered(n)) {
 			return err
-		case <-t.C:
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,8 +87,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names
 // creates the bus streams) calls it in New, so services still start in any
 // order.
 func WaitStream(ctx context.Context, js jetstream.JetStream, name string) error {
-	delay := 50 * time.Millisecond
-	for {
+	wait := backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
+	for n := 1; ; n++ {
 		_, err := js.Stream(ctx, name)
 		if err == nil {
 			return nil
@@ -97,13 +98,8 @@ func WaitStream(ctx context.Context, js jetstream.JetStream, name string) error 
 		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, wait.Delay(n)) {
 			return fmt.Errorf("stream %s does not exist (is the state service running?): %w", name, ctx.Err())
-		case <-t.C:
 		}
-		delay = min(2*delay, time.Second)
 	}
 }

@@ -189,24 +189,36 @@ func (r *Reader) List(name string) []string {
 	return out
 }
 
-// Pairs is name's "key=value,key2=value2" value (an empty map when unset);
-// a key may not be empty or repeated.
+// Pairs is name's "key=value,key2=value2" value (ParsePairs; an empty map
+// when unset).
 func (r *Reader) Pairs(name string) map[string]string {
 	out := map[string]string{}
-	for _, item := range r.List(name) {
-		k, v, ok := strings.Cut(item, "=")
+	r.Parse(name, func(v string) (err error) {
+		out, err = ParsePairs(v)
+		return err
+	})
+	return out
+}
+
+// ParsePairs reads "key=value,key2=value2": items and their halves trimmed,
+// empty items dropped; a key may not be empty or repeated.
+func ParsePairs(v string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(item, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			r.Failf(name, "%q is not key=value", item)
-			return out
+			return out, fmt.Errorf("%q is not key=value", item)
 		}
 		if _, dup := out[k]; dup {
-			r.Failf(name, "%q is given twice", k)
-			return out
+			return out, fmt.Errorf("%q is given twice", k)
 		}
-		out[k] = strings.TrimSpace(v)
+		out[k] = strings.TrimSpace(val)
 	}
-	return out
+	return out, nil
 }
 
 // ParseBytes reads a size: a whole number of bytes with an optional unit,

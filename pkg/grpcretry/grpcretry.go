@@ -1,7 +1,7 @@
 // Package grpcretry retries agentmesh API calls that failed with
 // UNAVAILABLE — the gRPC convention for "try again": the router could not
 // reach a service, or the store could not reach its database. It waits
-// with jittered exponential backoff (pkg/bus.Backoff), at least as long as
+// with jittered exponential backoff (pkg/backoff), at least as long as
 // the server's RetryInfo detail asks, and gives up after a bounded number
 // of tries or when the call's context ends. Other codes are answers and
 // are returned at once.
@@ -14,9 +14,9 @@ package grpcretry
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -55,13 +55,8 @@ func Unary(b bus.Backoff) grpc.UnaryClientInterceptor {
 			if n >= limit {
 				return err
 			}
-			d := Wait(b, n, err)
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !backoff.Sleep(ctx, Wait(b, n, err)) {
 				return err
-			case <-t.C:
 			}
 		}
 	}
@@ -71,8 +66,7 @@ func Unary(b bus.Backoff) grpc.UnaryClientInterceptor {
 // with up to a half of jitter, or the server's RetryInfo delay if longer
 // (bounded).
 func Wait(b bus.Backoff, n int, err error) time.Duration {
-	d := b.Delay(n)
-	d += time.Duration(rand.Int64N(int64(d)/2 + 1))
+	d := b.Jittered(n)
 	if p := Pushback(err); p > d {
 		d = min(p, maxPushback)
 	}

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/tail"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -290,7 +291,7 @@ type Server struct {
 	tools   []tools.Tool
 	// remote maps an agentmesh tool name to the server's name for it.
 	remote map[string]string
-	stderr *tail
+	stderr *tail.Buffer
 	once   sync.Once
 }
 
@@ -389,7 +390,7 @@ func (s *Server) command(argv []string, workspace string) *exec.Cmd {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
 	cmd.Dir = workspace
-	s.stderr = &tail{max: 2 << 10}
+	s.stderr = tail.New(2 << 10)
 	cmd.Stderr = s.stderr
 	cmd.WaitDelay = stopGrace
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -467,9 +468,6 @@ func (s *Server) Tools(runs tools.Where) []tools.Tool {
 	return out
 }
 
-// Name is the server's name.
-func (s *Server) Name() string { return s.cfg.GetName() }
-
 // Call calls the tool the agent knows as name (an agentmesh name) with
 // arguments that passed its schema, and returns the flattened result.
 func (s *Server) Call(ctx context.Context, name string, args json.RawMessage) (string, bool, error) {
@@ -523,26 +521,3 @@ var defaultHTTPClient = &http.Client{Transport: &http.Transport{
 	IdleConnTimeout:       90 * time.Second,
 	MaxIdleConnsPerHost:   4,
 }}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}

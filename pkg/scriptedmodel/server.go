@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 )
 
 // MaxRequestBytes bounds a request body.
@@ -489,7 +491,7 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model st
 		return
 	}
 	for _, piece := range chunks(a.content) {
-		if chunkDelay > 0 && !sleepCtx(ctx, chunkDelay) {
+		if chunkDelay > 0 && !backoff.Sleep(ctx, chunkDelay) {
 			return
 		}
 		if !send(delta(wireMessage{Content: &piece}), nil) {
@@ -549,15 +551,4 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]any{
 		"message": msg, "type": typ, "param": nil, "code": nil,
 	}})
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -275,6 +275,49 @@ func TaskOf(subject string) (id string, ok bool) {
 	return id, true
 }
 
+// Kinds of event subjects (EventSubject.Kind).
+const (
+	KindTask  = "task"
+	KindAgent = "agent"
+)
+
+// EventSubject is an event subject taken apart: <p>.evt.<org>.task.<id>.<type>
+// (TaskEvent) or <p>.evt.<org>.agent.<name> (AgentEvent).
+type EventSubject struct {
+	// Org is the org token as on the subject (NoOrg, SharedOrg or an org).
+	Org string
+	// Kind is KindTask or KindAgent.
+	Kind string
+	// ID is the task id or the agent name.
+	ID string
+	// Type is a task event's type token (a status, EventStep, ...); "" for
+	// an agent event.
+	Type string
+}
+
+// ParseEvent takes apart a subject TaskEvent or AgentEvent built under n's
+// prefix; ok is false for any other subject (another prefix, another
+// family, a missing or empty token, a token too many).
+func (n Names) ParseEvent(subject string) (EventSubject, bool) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".evt.")
+	if !ok {
+		return EventSubject{}, false
+	}
+	toks := strings.Split(rest, ".")
+	for _, t := range toks {
+		if t == "" {
+			return EventSubject{}, false
+		}
+	}
+	switch {
+	case len(toks) == 4 && toks[1] == KindTask:
+		return EventSubject{Org: toks[0], Kind: KindTask, ID: toks[2], Type: toks[3]}, true
+	case len(toks) == 3 && toks[1] == KindAgent:
+		return EventSubject{Org: toks[0], Kind: KindAgent, ID: toks[2]}, true
+	}
+	return EventSubject{}, false
+}
+
 // cutLast splits s at its last '.'.
 func cutLast(s string) (before, last string, ok bool) {
 	i := strings.LastIndexByte(s, '.')

@@ -92,3 +92,57 @@ func TestTaskOf(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEvent(t *testing.T) {
+	n := Must("am.x")
+	for _, tt := range []struct {
+		subject string
+		want    EventSubject
+		ok      bool
+	}{
+		{n.TaskEvent("acme", "T1", "queued"), EventSubject{Org: "acme", Kind: KindTask, ID: "T1", Type: "queued"}, true},
+		{n.TaskEvent("", "T1", EventStep), EventSubject{Org: NoOrg, Kind: KindTask, ID: "T1", Type: EventStep}, true},
+		{n.AgentEvent("acme", "helper"), EventSubject{Org: "acme", Kind: KindAgent, ID: "helper"}, true},
+		{n.AgentEvent("", "helper"), EventSubject{Org: NoOrg, Kind: KindAgent, ID: "helper"}, true},
+		{Must("am").TaskEvent("acme", "T1", "queued"), EventSubject{}, false}, // another prefix
+		{n.TaskTokens("acme", "T1"), EventSubject{}, false},                   // the live family
+		{n.Heartbeat("node1"), EventSubject{}, false},
+		{"am.x.evt.acme.task.T1", EventSubject{}, false},
+		{"am.x.evt.acme.task.T1.queued.more", EventSubject{}, false},
+		{"am.x.evt.acme.agent.a.b", EventSubject{}, false},
+		{"am.x.evt.acme..T1.queued", EventSubject{}, false},
+		{"am.x.evt.acme.skill.s", EventSubject{}, false},
+	} {
+		got, ok := n.ParseEvent(tt.subject)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ParseEvent(%q) = %+v, %v; want %+v, %v", tt.subject, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzParseEvent: a subject from the bus either parses into tokens that
+// rebuild it, or is refused.
+func FuzzParseEvent(f *testing.F) {
+	n := Must("am")
+	for _, s := range []string{n.TaskEvent("acme", "T1", "queued"), n.AgentEvent("", "a"), "am.evt..task.x.y", "am.evt", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		ev, ok := n.ParseEvent(subject)
+		if !ok {
+			return
+		}
+		var back string
+		switch ev.Kind {
+		case KindTask:
+			back = n.prefix + ".evt." + ev.Org + ".task." + ev.ID + "." + ev.Type
+		case KindAgent:
+			back = n.prefix + ".evt." + ev.Org + ".agent." + ev.ID
+		default:
+			t.Fatalf("ParseEvent(%q): kind %q", subject, ev.Kind)
+		}
+		if back != subject {
+			t.Fatalf("ParseEvent(%q) = %+v, which rebuilds %q", subject, ev, back)
+		}
+	})
+}

@@ -52,11 +52,6 @@ func Allowed(from, to status) bool {
 	return false
 }
 
-// Transitions returns the statuses reachable from s in one step.
-func Transitions(s status) []status {
-	return append([]status(nil), table[s]...)
-}
-
 // ErrInvalidTransition is returned (wrapped) for a move the table forbids.
 type ErrInvalidTransition struct {
 	From, To status

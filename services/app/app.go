@@ -14,20 +14,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
@@ -35,16 +35,8 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
-	"github.com/agentmesh/agentmesh/services/registry"
-	"github.com/agentmesh/agentmesh/services/router"
-	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/stack"
-	"github.com/agentmesh/agentmesh/services/state"
-	"github.com/agentmesh/agentmesh/services/state/kvstore"
-	"github.com/agentmesh/agentmesh/services/state/pgstore"
-	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -126,10 +118,13 @@ type settings struct {
 	cmd  string
 	fs   *flag.FlagSet
 	vals map[string]*string
+	// read holds the variables this command read (TestEnvVarsAreRead
+	// checks them against EnvVars).
+	read map[string]bool
 }
 
 func newSettings(cmd string) *settings {
-	s := &settings{cmd: cmd, fs: flag.NewFlagSet("agentmesh "+cmd, flag.ContinueOnError), vals: map[string]*string{}}
+	s := &settings{cmd: cmd, fs: flag.NewFlagSet("agentmesh "+cmd, flag.ContinueOnError), vals: map[string]*string{}, read: map[string]bool{}}
 	for _, e := range EnvVars() {
 		if !e.readBy(cmd) {
 			continue
@@ -169,7 +164,38 @@ func (s *settings) parse(args []string) error {
 	return nil
 }
 
+// get is the settings as an envconf.Getter, the services' ConfigFromEnv
+// read them through. AGENTMESH_MODEL_API_KEY falls back to OPENAI_API_KEY.
+func (s *settings) get(name string) string {
+	v := s.str(name)
+	if v == "" && name == "AGENTMESH_MODEL_API_KEY" {
+		v = os.Getenv("OPENAI_API_KEY")
+	}
+	return v
+}
+
+// observe starts what every server command has besides its services: the
+// logger, pprof (AGENTMESH_DEBUG_LISTEN), metrics (AGENTMESH_METRICS_LISTEN)
+// and tracing (OTEL_EXPORTER_OTLP_ENDPOINT); stop ends them.
+func (s *settings) observe(ctx context.Context, name string) (log *slog.Logger, stop func(), err error) {
+	if log, err = s.logger(os.Stderr); err != nil {
+		return nil, nil, err
+	}
+	s.debugServer(log)
+	closeMetrics, err := s.metricsServer(ctx, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	shutdown, err := telemetry.Setup(ctx, name)
+	if err != nil {
+		closeMetrics()
+		return nil, nil, err
+	}
+	return log, func() { shutdown(); closeMetrics() }, nil
+}
+
 func (s *settings) str(name string) string {
+	s.read[name] = true
 	if p := s.vals[name]; p != nil {
 		return strings.TrimSpace(*p)
 	}
@@ -249,39 +275,6 @@ func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
 	default:
 		return nil, usageError{fmt.Errorf("AGENTMESH_LOG_FORMAT: want text or json, got %q", s.str("AGENTMESH_LOG_FORMAT"))}
 	}
-}
-
-func (s *settings) streams() (bus.StreamOptions, error) {
-	n, err := s.int("AGENTMESH_STREAM_REPLICAS")
-	if err != nil {
-		return bus.StreamOptions{}, err
-	}
-	if n < 0 || n > 5 {
-		return bus.StreamOptions{}, usageError{fmt.Errorf("AGENTMESH_STREAM_REPLICAS: want 1 to 5, got %d", n)}
-	}
-	return bus.StreamOptions{Replicas: n}, nil
-}
-
-// ParseAPIKeys parses "key=org,key2=org2:role" (the router checks orgs
-// and roles).
-func ParseAPIKeys(v string) (map[string]string, error) {
-	keys := map[string]string{}
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, org, ok := strings.Cut(part, "=")
-		k, org = strings.TrimSpace(k), strings.TrimSpace(org)
-		if !ok || k == "" || org == "" {
-			return nil, fmt.Errorf("AGENTMESH_API_KEYS: want key=org pairs separated by commas, got %q", part)
-		}
-		if o, role, _ := strings.Cut(org, ":"); (o != "*" || role != string(router.RolePlatform)) && !router.ValidOrg(o) {
-			return nil, fmt.Errorf("AGENTMESH_API_KEYS: org %q must match %s", o, router.OrgPattern)
-		}
-		keys[k] = org
-	}
-	return keys, nil
 }
 
 func (s *settings) executorConfig() (executor.Config, error) {
@@ -384,33 +377,6 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	}, nil
 }
 
-func (s *settings) routerConfig() (router.Config, error) {
-	keys, err := ParseAPIKeys(s.str("AGENTMESH_API_KEYS"))
-	if err != nil {
-		return router.Config{}, usageError{err}
-	}
-	cfg := router.Config{
-		Prefix: s.str("AGENTMESH_PREFIX"), Listen: s.str("AGENTMESH_LISTEN"), APIKeys: keys,
-		KeysFile: s.str("AGENTMESH_API_KEYS_FILE"),
-		TLSCert:  s.str("AGENTMESH_TLS_CERT"), TLSKey: s.str("AGENTMESH_TLS_KEY"), TLSClientCA: s.str("AGENTMESH_TLS_CLIENT_CA"),
-	}
-	if cfg.MaxConnections, err = s.int("AGENTMESH_MAX_CONNECTIONS"); err != nil {
-		return router.Config{}, err
-	}
-	if cfg.MaxWatchesPerOrg, err = s.int("AGENTMESH_MAX_WATCHES_PER_ORG"); err != nil {
-		return router.Config{}, err
-	}
-	if cfg.AuthTimeout, err = s.duration("AGENTMESH_AUTH_TIMEOUT"); err != nil {
-		return router.Config{}, err
-	}
-	rate, err := strconv.ParseFloat(s.str("AGENTMESH_ORG_RATE"), 64)
-	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) || rate == 0 || rate > 1e6 {
-		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_ORG_RATE: want requests per second (a positive number up to 1000000, or -1 for unlimited), got %q", s.str("AGENTMESH_ORG_RATE"))}
-	}
-	cfg.OrgRate = rate
-	return cfg, nil
-}
-
 func loadScript(path string) (*scriptedmodel.Script, error) {
 	if path == "" {
 		return scriptedmodel.DefaultScript(), nil
@@ -420,110 +386,84 @@ func loadScript(path string) (*scriptedmodel.Script, error) {
 
 func runDev(ctx context.Context, args []string) error { return runDevTo(ctx, args, os.Stderr) }
 
-// runDevTo is runDev writing its start-up banner to w.
+// runDevTo is runDev writing its start-up banner to w: every service of the
+// table over an embedded NATS server (stack.New).
 func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	s := newSettings("dev")
 	if err := s.parse(args); err != nil {
 		return err
 	}
-	log, err := s.logger(os.Stderr)
+	return s.runDev(ctx, w)
+}
+
+// runDev runs dev with the parsed settings.
+func (s *settings) runDev(ctx context.Context, w io.Writer) error {
+	log, stop, err := s.observe(ctx, "dev")
 	if err != nil {
 		return err
 	}
-	s.debugServer(log)
-	closeMetrics, err := s.metricsServer(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer closeMetrics()
-	retention, err := s.duration("AGENTMESH_RETENTION")
-	if err != nil {
-		return err
-	}
-	shutdown, err := telemetry.Setup(ctx, "dev")
-	if err != nil {
-		return err
-	}
-	defer shutdown()
-	streams, err := s.streams()
-	if err != nil {
-		return err
-	}
-	exCfg, err := s.executorConfig()
-	if err != nil {
-		return err
-	}
-	closeTools, err := s.privileged(ctx, &exCfg)
+	defer stop()
+	cfg, closeTools, err := s.stackConfig(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeTools()
-	rCfg, err := s.routerConfig()
+	cfg.Log = log
+	taps, err := s.devConfig(&cfg, log)
 	if err != nil {
 		return err
-	}
-	script, err := loadScript(s.str("AGENTMESH_SCRIPT"))
-	if err != nil {
-		return err
-	}
-	schedCfg, err := s.schedulerConfig()
-	if err != nil {
-		return err
-	}
-	regCfg, err := s.registryConfig()
-	if err != nil {
-		return err
-	}
-	dataDir, err := filepath.Abs(s.str("AGENTMESH_DATA_DIR"))
-	if err != nil {
-		return err
-	}
-	auth, taps, err := devAuth(dataDir, s.str("AGENTMESH_PREFIX"), rCfg, log)
-	if err != nil {
-		return err
-	}
-	cfg := stack.Config{
-		Auth:   auth,
-		Prefix: s.str("AGENTMESH_PREFIX"), DataDir: filepath.Join(dataDir, "nats"),
-		PostgresURL: s.str("AGENTMESH_POSTGRES_URL"),
-		Router:      rCfg, Executor: exCfg, Script: script, Streams: streams, Log: log,
-		Scheduler:  schedCfg,
-		Registry:   regCfg,
-		NATSPort:   -1,
-		SeedSkills: stack.DefaultSkills(),
-		SeedAgents: []*agentmeshv1.Agent{stack.DefaultAgent()},
-		State:      state.Config{Retention: retention},
-	}
-	if l := s.str("AGENTMESH_NATS_LISTEN"); l != "off" {
-		host, port, err := net.SplitHostPort(l)
-		if err != nil {
-			return usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: %w", err)}
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: bad port %q", port)}
-		}
-		cfg.NATSHost, cfg.NATSPort = host, p
-	} else {
-		cfg.NATSHost, cfg.NATSPort = "127.0.0.1", -1
 	}
 	st, err := stack.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	storeKind := "embedded JetStream store in " + dataDir
+	storeKind := "embedded JetStream store in " + filepath.Dir(cfg.DataDir)
 	if cfg.PostgresURL != "" {
 		storeKind = "Postgres"
 	}
-	model := exCfg.Model.BaseURL
+	model := cfg.Executor.Model.BaseURL
 	if model == "" {
 		model = "SCRIPTED model at " + st.ModelURL() + " (a demo aid, not a language model; set AGENTMESH_MODEL_BASE_URL for a real one)"
 	}
 	log.Info("agentmesh dev is up",
 		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
 	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
-	printTaps(w, st.NATSURL(), auth, taps)
+	printTaps(w, st.NATSURL(), cfg.Auth, taps)
 	return st.Run(ctx)
+}
+
+// devConfig adds dev's own settings to cfg: the data directory and the bus
+// identities in it (with a tap credential per org), the embedded server's
+// loopback listener, the scripted model's script and the seeds. It returns
+// the taps' paths by org.
+func (s *settings) devConfig(cfg *stack.Config, log *slog.Logger) (map[string]string, error) {
+	script, err := loadScript(s.str("AGENTMESH_SCRIPT"))
+	if err != nil {
+		return nil, err
+	}
+	dataDir, err := filepath.Abs(s.str("AGENTMESH_DATA_DIR"))
+	if err != nil {
+		return nil, err
+	}
+	auth, taps, err := devAuth(dataDir, cfg.Prefix, cfg.Router, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Auth, cfg.DataDir, cfg.Script = auth, filepath.Join(dataDir, "nats"), script
+	cfg.SeedSkills, cfg.SeedAgents = stack.DefaultSkills(), []*agentmeshv1.Agent{stack.DefaultAgent()}
+	cfg.NATSHost, cfg.NATSPort = "127.0.0.1", -1
+	if l := s.str("AGENTMESH_NATS_LISTEN"); l != "off" {
+		host, port, err := net.SplitHostPort(l)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: %w", err)}
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("AGENTMESH_NATS_LISTEN: bad port %q", port)}
+		}
+		cfg.NATSHost, cfg.NATSPort = host, p
+	}
+	return taps, nil
 }
 
 func runScripted(ctx context.Context, args []string) error {
@@ -550,173 +490,96 @@ func runScripted(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runService runs one service of the table (stack.NewService) against the
+// bus at AGENTMESH_NATS_URL, as its own identity.
 func runService(ctx context.Context, name string, args []string) error {
 	s := newSettings(name)
 	if err := s.parse(args); err != nil {
 		return err
 	}
-	log, err := s.logger(os.Stderr)
+	return s.runService(ctx)
+}
+
+// runService runs the service s.cmd with the parsed settings.
+func (s *settings) runService(ctx context.Context) error {
+	name := s.cmd
+	log, stop, err := s.observe(ctx, name)
 	if err != nil {
 		return err
 	}
-	s.debugServer(log)
-	closeMetrics, err := s.metricsServer(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer closeMetrics()
-	shutdown, err := telemetry.Setup(ctx, name)
-	if err != nil {
-		return err
-	}
-	defer shutdown()
-	streams, err := s.streams()
-	if err != nil {
-		return err
-	}
+	defer stop()
 	// Read the whole configuration before connecting, so a bad setting is
 	// reported at once rather than after waiting for the bus.
-	var exCfg executor.Config
-	var rCfg router.Config
-	switch name {
-	case "executor":
-		if exCfg, err = s.executorConfig(); err != nil {
-			return err
-		}
-		closeTools, err := s.privileged(ctx, &exCfg)
-		if err != nil {
-			return err
-		}
-		defer closeTools()
-		if exCfg.Model.BaseURL == "" {
-			return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
-		}
-		exCfg.Streams = streams
-	case "router":
-		if rCfg, err = s.routerConfig(); err != nil {
-			return err
-		}
-	}
-	prefix := s.str("AGENTMESH_PREFIX")
-	names, err := subjects.New(prefix)
+	cfg, closeTools, err := s.stackConfig(ctx, name)
 	if err != nil {
-		return usageError{fmt.Errorf("AGENTMESH_PREFIX: %w", err)}
+		return err
 	}
-	if name == "registry" {
-		// Refuse bad match settings before anything connects.
-		if _, err := s.registryConfig(); err != nil {
-			return err
-		}
-	}
-	opts := []nats.Option{nats.Name("agentmesh-" + name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second)}
+	defer closeTools()
 	creds, err := s.busCreds(name, log)
 	if err != nil {
 		return err
 	}
-	opts = append(opts, creds.opts...)
-	nc, err := nats.Connect(s.str("AGENTMESH_NATS_URL"), opts...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", s.str("AGENTMESH_NATS_URL"), err)
-	}
-	defer nc.Close()
-	// Wait (bounded by ctx) for the first connection, so New can create streams.
-	if !nc.IsConnected() {
-		log.Warn("waiting for NATS", "url", s.str("AGENTMESH_NATS_URL"))
-	}
-	for !nc.IsConnected() {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(200 * time.Millisecond):
+	if name == subjects.ServiceState {
+		if cfg.State.Taps, err = s.tapSigner(creds.raw); err != nil {
+			return err
 		}
 	}
-	var run func(context.Context) error
-	switch name {
-	case "state":
-		var st store.Store
-		if url := s.str("AGENTMESH_POSTGRES_URL"); url != "" {
-			st, err = pgstore.Open(ctx, url)
-		} else {
-			log.Warn("no AGENTMESH_POSTGRES_URL: using the embedded JetStream store")
-			var js jetstream.JetStream
-			if js, err = jetstream.New(nc); err == nil {
-				// JetStream may not be ready yet (a server starting, an
-				// account being enabled): try again rather than exit.
-				for try := 1; ; try++ {
-					var kv *kvstore.Store
-					kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: streams.Replicas, Log: log})
-					if err == nil {
-						st = kv
-						break
-					}
-					if !kvstore.Unreachable(err) || ctx.Err() != nil {
-						break
-					}
-					if try == 1 || try%10 == 0 {
-						log.Warn("embedded store not ready; trying again", "err", err, "try", try)
-					}
-					select {
-					case <-ctx.Done():
-					case <-time.After(min(time.Duration(try)*100*time.Millisecond, 2*time.Second)):
-					}
-				}
+	cfg.Log, cfg.Dial = log, s.dialer(creds, log)
+	st, err := stack.NewService(ctx, name, cfg)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // stopped while waiting for the bus
+	case errors.Is(err, stack.ErrNoModel):
+		return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
+	case err != nil:
+		return err
+	}
+	log.Info("agentmesh "+name+" started", "nats", st.NATSURL(), "version", Version)
+	return st.Run(ctx)
+}
+
+// stackConfig reads the configuration of the named services of the table
+// (none: all of them, as dev) — the table's readers, then the executor's,
+// still read here — and builds the executor's privileged tools; the
+// returned func closes them.
+func (s *settings) stackConfig(ctx context.Context, services ...string) (stack.Config, func(), error) {
+	cfg, err := stack.ConfigFromEnv(s.get, services...)
+	if err != nil {
+		return stack.Config{}, nil, usageError{err}
+	}
+	closeTools := func() {}
+	if len(services) == 0 || slices.Contains(services, subjects.ServiceExecutor) {
+		if cfg.Executor, err = s.executorConfig(); err != nil {
+			return stack.Config{}, nil, err
+		}
+		if closeTools, err = s.privileged(ctx, &cfg.Executor); err != nil {
+			return stack.Config{}, nil, err
+		}
+	}
+	return cfg, closeTools, nil
+}
+
+// dialer connects a service to AGENTMESH_NATS_URL with creds and waits,
+// bounded by ctx, for the first connection, so that its New can create
+// streams.
+func (s *settings) dialer(creds serviceCreds, log *slog.Logger) func(context.Context, string) (*nats.Conn, error) {
+	url := s.str("AGENTMESH_NATS_URL")
+	return func(ctx context.Context, service string) (*nats.Conn, error) {
+		opts := append([]nats.Option{nats.Name("agentmesh-" + service), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+			nats.ReconnectWait(time.Second)}, creds.opts...)
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		}
+		if !nc.IsConnected() {
+			log.Warn("waiting for NATS", "url", url)
+		}
+		for !nc.IsConnected() {
+			if !backoff.Sleep(ctx, 200*time.Millisecond) {
+				nc.Close()
+				return nil, ctx.Err()
 			}
 		}
-		if err != nil {
-			return fmt.Errorf("open store: %w", err)
-		}
-		defer st.Close()
-		taps, err := s.tapSigner(creds.raw)
-		if err != nil {
-			return err
-		}
-		retention, err := s.duration("AGENTMESH_RETENTION")
-		if err != nil {
-			return err
-		}
-		svc, err := state.New(ctx, state.Config{Prefix: prefix, Streams: streams, Taps: taps, Retention: retention}, state.Deps{NC: nc, Store: st, Log: log})
-		if err != nil {
-			return err
-		}
-		run = svc.Run
-	case "registry":
-		regCfg, err := s.registryConfig()
-		if err != nil {
-			return err
-		}
-		regCfg.Prefix, regCfg.Streams = prefix, streams
-		svc, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: log})
-		if err != nil {
-			return err
-		}
-		run = svc.Run
-	case "scheduler":
-		schedCfg, err := s.schedulerConfig()
-		if err != nil {
-			return err
-		}
-		schedCfg.Prefix, schedCfg.Streams = prefix, streams
-		svc, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: log})
-		if err != nil {
-			return err
-		}
-		run = svc.Run
-	case "executor":
-		svc, err := executor.New(ctx, exCfg, executor.Deps{NC: nc, Log: log})
-		if err != nil {
-			return err
-		}
-		run = svc.Run
-	case "router":
-		svc, err := router.New(ctx, rCfg, router.Deps{NC: nc, Log: log})
-		if err != nil {
-			return err
-		}
-		log.Info("router serving gRPC", "addr", svc.Addr())
-		run = svc.Run
+		return nc, nil
 	}
-	log.Info("agentmesh "+name+" started", "nats", nc.ConnectedUrlRedacted(), "version", Version)
-	err = run(ctx)
-	_ = nc.Drain()
-	return err
 }

@@ -18,41 +18,6 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 	}
 }
 
-func TestParseAPIKeys(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    map[string]string
-		wantErr bool
-	}{
-		{"", map[string]string{}, false},
-		{"k1=acme", map[string]string{"k1": "acme"}, false},
-		{" k1 = acme , k2=globex ,", map[string]string{"k1": "acme", "k2": "globex"}, false},
-		{"k1", nil, true},
-		{"=acme", nil, true},
-		{"k1=", nil, true},
-		{"k1=ac.me", nil, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseAPIKeys(tt.in)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
-			}
-			if tt.wantErr {
-				return
-			}
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-			for k, v := range tt.want {
-				if got[k] != v {
-					t.Fatalf("got %v, want %v", got, tt.want)
-				}
-			}
-		})
-	}
-}
-
 func TestMainExitCodes(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -72,21 +37,4 @@ func TestMainExitCodes(t *testing.T) {
 			}
 		})
 	}
-}
-
-func FuzzParseAPIKeys(f *testing.F) {
-	for _, s := range []string{"k=o", "a=b,c=d", ",,", "=", "k=o.x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		keys, err := ParseAPIKeys(s)
-		if err != nil {
-			return
-		}
-		for k, org := range keys {
-			if k == "" || org == "" || strings.ContainsAny(org, ".*> ") {
-				t.Fatalf("ParseAPIKeys(%q) accepted key %q org %q", s, k, org)
-			}
-		}
-	})
 }

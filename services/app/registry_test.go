@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestRegistryConfigWeights(t *testing.T) {
 		if err := s.parse(nil); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.registryConfig()
+		_, err := registryConfig(s)
 		var ue usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "AGENTMESH_MATCH_WEIGHTS") || !strings.Contains(err.Error(), tt.mention) {
 			t.Errorf("%q: got %v, want a usage error naming %s", tt.env, err, tt.mention)
@@ -32,7 +33,7 @@ func TestRegistryConfigWeights(t *testing.T) {
 	if err := s.parse([]string{"--match-affinity-window", "2h"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := s.registryConfig()
+	cfg, err := registryConfig(s)
 	if err != nil || *cfg.Weights != (registry.Weights{Capability: 1, Affinity: 1}) || cfg.AffinityWindow.Hours() != 2 {
 		t.Fatalf("got %+v %v", cfg, err)
 	}
@@ -61,7 +62,7 @@ func TestRegistryConfigAnalysis(t *testing.T) {
 		if err := s.parse(nil); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := s.registryConfig()
+		cfg, err := registryConfig(s)
 		if tt.bad != "" {
 			var ue usageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.bad) {
@@ -73,4 +74,10 @@ func TestRegistryConfigAnalysis(t *testing.T) {
 			t.Errorf("%+v: got %+v %v", tt, cfg.Analysis, err)
 		}
 	}
+}
+
+// registryConfig reads the registry's settings as `agentmesh registry` does.
+func registryConfig(s *settings) (registry.Config, error) {
+	cfg, _, err := s.stackConfig(context.Background(), "registry")
+	return cfg.Registry, err
 }

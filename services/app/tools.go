@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentmesh/agentmesh/pkg/envconf"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/sqltool"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
@@ -96,22 +97,5 @@ func (s *settings) modelOutbound() (executor.ModelConfig, error) {
 }
 
 // parseBytes reads a size: a number of bytes with an optional K, M or G
-// (KiB, MiB, GiB; powers of 1024).
-func parseBytes(v string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(v))
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q: want a number of bytes with an optional K, M or G", v)
-	}
-	return n * mult, nil
-}
+// (KiB, MiB, GiB; powers of 1024) — envconf's.
+func parseBytes(v string) (int64, error) { return envconf.ParseBytes(v) }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -115,48 +114,26 @@ func (c *candidateCache) setReady(ready bool) {
 }
 
 // followAgents keeps the candidate cache coherent with the agent events
-// until ctx ends.
-func (s *Service) followAgents(ctx context.Context) {
-	for ctx.Err() == nil {
-		cc, err := s.consumeAgentEvents(ctx)
-		if err != nil {
-			s.log.Debug("agent events: follow failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
+// until ctx ends: the cache is on while they are followed (it reads the
+// record lazily, so nothing is listed first).
+func (s *Service) followAgents(ctx context.Context, js jetstream.JetStream) {
+	bus.Follow{
+		Stream: s.names.EventsStream(), Filters: []string{s.names.AgentEvents()}, Handle: s.onAgentEvent,
+		Failed: func(err error) { s.log.Debug("agent events: follow failed; retrying", "err", err) },
+	}.Run(ctx, js, func(ctx context.Context) {
 		s.cands.setReady(true)
 		<-ctx.Done()
 		s.cands.setReady(false)
-		cc.Stop()
-	}
+	})
 }
 
-func (s *Service) consumeAgentEvents(ctx context.Context) (jetstream.ConsumeContext, error) {
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+// onAgentEvent drops the cached candidates of the agent's org.
+func (s *Service) onAgentEvent(m jetstream.Msg) {
+	var ev busv1.AgentEvent
+	if err := bus.DecodeEvent(m.Data(), &ev); err != nil {
+		s.log.Warn("malformed agent event: every cached candidate dropped", "subject", m.Subject(), "err", err)
+		s.cands.invalidate("")
+		return
 	}
-	cons, err := js.OrderedConsumer(ctx, s.names.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.names.AgentEvents()},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("agent events consumer: %w", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var ev busv1.AgentEvent
-		if err := bus.DecodeEvent(m.Data(), &ev); err != nil {
-			s.log.Warn("malformed agent event: every cached candidate dropped", "subject", m.Subject(), "err", err)
-			s.cands.invalidate("")
-			return
-		}
-		s.cands.invalidate(ev.GetAgent().GetOrg())
-	})
-	if err != nil {
-		return nil, fmt.Errorf("agent events consumer: %w", err)
-	}
-	return cc, nil
+	s.cands.invalidate(ev.GetAgent().GetOrg())
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
@@ -35,8 +34,6 @@ const (
 
 // Analysis bounds.
 const (
-	// DefaultAnalysisTimeout bounds the model call.
-	DefaultAnalysisTimeout = 2 * time.Second
 	// MaxAnalysisSkills is the most skills an analysis chooses.
 	MaxAnalysisSkills = 3
 	// maxAnalysisOutput is the most model output the parser reads.
@@ -48,25 +45,6 @@ const (
 	// maxCatalogueInPrompt is the most skills described to the model.
 	maxCatalogueInPrompt = 500
 )
-
-// AnalysisConfig is the model of the task analysis. An empty BaseURL
-// leaves the fallback alone.
-type AnalysisConfig struct {
-	// BaseURL of the OpenAI-compatible API (the operator's
-	// AGENTMESH_MODEL_BASE_URL: the only endpoint the registry calls).
-	BaseURL string
-	APIKey  string
-	// Model name (AGENTMESH_MODEL; "" = the provider's default is not
-	// guessed: the request names "gpt-4o-mini").
-	Model string
-	// Timeout of the call (0 = DefaultAnalysisTimeout).
-	Timeout time.Duration
-	// FallbackOnly: never call a model, even one a dev stack offers.
-	FallbackOnly bool
-	// Off: no analysis; a task naming neither agent nor skills goes to
-	// the default agent.
-	Off bool
-}
 
 // SkillCatalog lists an org's skills (its own and the shared ones).
 type SkillCatalog interface {
@@ -83,12 +61,7 @@ type analyzer struct {
 }
 
 func newAnalyzer(cfg AnalysisConfig) *analyzer {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultAnalysisTimeout
-	}
-	if cfg.Model == "" {
-		cfg.Model = "gpt-4o-mini"
-	}
+	cfg = cfg.withDefaults()
 	a := &analyzer{cfg: cfg}
 	if cfg.BaseURL != "" && !cfg.FallbackOnly {
 		oc := openai.DefaultConfig(cfg.APIKey)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
@@ -30,51 +28,6 @@ import (
 // MethodProposal is the routing method of a task waiting on a proposal.
 const MethodProposal = "proposal"
 
-// DefaultProposalThreshold is the capability a candidate must score above
-// for no proposal to be drafted: an agent covering more than half of the
-// required skills is used (or waited for, when busy) rather than replaced.
-const DefaultProposalThreshold = 0.5
-
-// ProposalConfig configures agent proposals.
-type ProposalConfig struct {
-	// Off keeps the refusal when no agent fits (AGENTMESH_PROPOSALS=off).
-	Off bool
-	// Threshold on the best candidate's capability part of the score, in
-	// [0, 1) (AGENTMESH_PROPOSAL_THRESHOLD); nil = DefaultProposalThreshold.
-	Threshold *float64
-	// Model the drafted agents name (AGENTMESH_MODEL); "" leaves it to
-	// the executor's default model.
-	Model string
-}
-
-// ParseProposals reads AGENTMESH_PROPOSALS: "on" (or empty) or "off".
-func ParseProposals(s string) (off bool, err error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "on", "true", "1":
-		return false, nil
-	case "off", "false", "0":
-		return true, nil
-	}
-	return false, fmt.Errorf("AGENTMESH_PROPOSALS %q: want on or off", s)
-}
-
-// ParseProposalThreshold reads AGENTMESH_PROPOSAL_THRESHOLD: a number in
-// [0, 1); empty gives DefaultProposalThreshold.
-func ParseProposalThreshold(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return DefaultProposalThreshold, nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("AGENTMESH_PROPOSAL_THRESHOLD %q is not a number", s)
-	}
-	if f < 0 || f >= 1 {
-		return 0, fmt.Errorf("AGENTMESH_PROPOSAL_THRESHOLD %v: want a number from 0 to below 1 (a capability is at most 1)", f)
-	}
-	return f, nil
-}
-
 // proposals is the registry's proposal settings, checked.
 type proposals struct {
 	off       bool
@@ -82,16 +35,13 @@ type proposals struct {
 	model     string
 }
 
+// newProposals checks the settings and takes them.
 func newProposals(cfg ProposalConfig) (proposals, error) {
-	p := proposals{off: cfg.Off, threshold: DefaultProposalThreshold, model: cfg.Model}
-	if cfg.Threshold != nil {
-		t := *cfg.Threshold
-		if math.IsNaN(t) || t < 0 || t >= 1 {
-			return proposals{}, fmt.Errorf("registry: proposal threshold %v: want a number from 0 to below 1", t)
-		}
-		p.threshold = t
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return proposals{}, fmt.Errorf("registry: %w", err)
 	}
-	return p, nil
+	return proposals{off: cfg.Off, threshold: *cfg.Threshold, model: cfg.Model}, nil
 }
 
 // errNotDraftable: a required skill is not in the catalogue.

@@ -45,6 +45,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -52,31 +53,6 @@ import (
 
 // Version of the registry service, reported by micro.
 const Version = "0.1.0"
-
-// Config of the registry.
-type Config struct {
-	// Prefix of every subject ("" = subjects.DefaultPrefix).
-	Prefix  string
-	Streams bus.StreamOptions
-	// Concurrency bounds requests served at once (default 256).
-	Concurrency int
-	// DefaultAgent runs tasks that name neither an agent nor skills
-	// (default "assistant"; it must exist in the catalogue).
-	DefaultAgent string
-	// Weights of scored matching (nil = DefaultWeights; see ParseWeights).
-	Weights *Weights
-	// AffinityWindow: how far back an org's finished tasks count for
-	// affinity (default 1h, at most 7 days).
-	AffinityWindow time.Duration
-	// CandidateTTL bounds how long matching uses cached candidates
-	// (agentcache.go; 0 = the default CandidateTTL, < 0 = no cache).
-	CandidateTTL time.Duration
-	// Analysis is the model of the task analysis (analysis.go); an empty
-	// BaseURL leaves the deterministic fallback alone.
-	Analysis AnalysisConfig
-	// Proposals: agents drafted when none fits (proposals.go).
-	Proposals ProposalConfig
-}
 
 // Deps are the registry's required dependencies.
 type Deps struct {
@@ -117,30 +93,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 256
-	}
-	if cfg.DefaultAgent == "" {
-		cfg.DefaultAgent = DefaultAgent
-	}
-	weights := DefaultWeights
-	if cfg.Weights != nil {
-		weights = *cfg.Weights
-		if weights.Capability < 0 || weights.Workload < 0 || weights.Priority < 0 || weights.Affinity < 0 || !(weights.sum() > 0) {
-			return nil, fmt.Errorf("registry: match weights %+v: each must be ≥ 0 and their sum > 0", weights)
-		}
-	}
-	if cfg.AffinityWindow <= 0 {
-		cfg.AffinityWindow = time.Hour
-	}
-	if cfg.AffinityWindow > 7*24*time.Hour {
-		return nil, fmt.Errorf("registry: affinity window %s is over 7 days", cfg.AffinityWindow)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
 	}
 	props, err := newProposals(cfg.Proposals)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{weights: weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("registry: jetstream: %w", err)
+	}
+	s := &Service{weights: *cfg.Weights, affinityWindow: cfg.AffinityWindow, defaultAgent: cfg.DefaultAgent, names: names, nc: deps.NC, log: deps.Log.With("service", "registry"),
 		proposals: props}
 	svc, err := micro.AddService(deps.NC, micro.Config{
 		Name:        "agentmesh-registry",
@@ -186,23 +151,22 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("registry: flush subscriptions: %w", err)
 	}
+	s.startFollowing(ctx, js)
+	return s, nil
+}
+
+// startFollowing keeps the workload model and the candidate cache current
+// (workload.go, agentcache.go) until Run stops them.
+func (s *Service) startFollowing(ctx context.Context, js jetstream.JetStream) {
 	followCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopFollow, s.followed = stop, make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.follow(followCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.followAgents(followCtx)
-	}()
+	wg.Go(func() { s.follow(followCtx, js) })
+	wg.Go(func() { s.followAgents(followCtx, js) })
 	go func() {
 		wg.Wait()
 		close(s.followed)
 	}()
-	return s, nil
 }
 
 // Run serves until ctx ends, then stops serving and returns nil.
@@ -241,6 +205,27 @@ func wrongOp(want string) error {
 	return bus.FieldError("op", "this subject takes an AgentOp with %s set", want)
 }
 
+// putAgent checks and stores org's agent a (create, or update at expected:
+// 0 = any version), as putSkill does a skill.
+func (s *Service) putAgent(ctx context.Context, org string, a *agentmeshv1.Agent, create bool, expected int64) (*agentmeshv1.Agent, error) {
+	if err := agentspec.Agent(a); err != nil {
+		return nil, err
+	}
+	a = proto.Clone(a).(*agentmeshv1.Agent)
+	a.Org = org
+	var resp busv1.PutAgentResponse
+	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: create, ExpectedVersion: expected}, &resp); err != nil {
+		return nil, err
+	}
+	s.cands.invalidate(org)
+	if create {
+		s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
+	} else {
+		s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
+	}
+	return resp.Agent, nil
+}
+
 func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.CreateAgentResponse, error) {
 	org, err := scope(op)
 	if err != nil {
@@ -249,18 +234,11 @@ func (s *Service) createAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if op.GetCreate() == nil {
 		return nil, wrongOp("create")
 	}
-	if err := agentspec.Agent(op.GetCreate().GetAgent()); err != nil {
+	a, err := s.putAgent(ctx, org, op.GetCreate().GetAgent(), true, 0)
+	if err != nil {
 		return nil, err
 	}
-	a := proto.Clone(op.GetCreate().GetAgent()).(*agentmeshv1.Agent)
-	a.Org = org
-	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, Create: true}, &resp); err != nil {
-		return nil, err
-	}
-	s.cands.invalidate(org)
-	s.log.Info("agent created", "org", org, "agent", resp.Agent.GetName())
-	return &agentmeshv1.CreateAgentResponse{Agent: resp.Agent}, nil
+	return &agentmeshv1.CreateAgentResponse{Agent: a}, nil
 }
 
 func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.UpdateAgentResponse, error) {
@@ -272,18 +250,11 @@ func (s *Service) updateAgent(ctx context.Context, op *busv1.AgentOp) (*agentmes
 	if req == nil {
 		return nil, wrongOp("update")
 	}
-	if err := agentspec.Agent(req.GetAgent()); err != nil {
+	a, err := s.putAgent(ctx, org, req.GetAgent(), false, req.ExpectedVersion)
+	if err != nil {
 		return nil, err
 	}
-	a := proto.Clone(req.GetAgent()).(*agentmeshv1.Agent)
-	a.Org = org
-	var resp busv1.PutAgentResponse
-	if err := s.stateReq(ctx, subjects.StatePutAgent, &busv1.PutAgentRequest{Agent: a, ExpectedVersion: req.ExpectedVersion}, &resp); err != nil {
-		return nil, err
-	}
-	s.cands.invalidate(org)
-	s.log.Info("agent updated", "org", org, "agent", resp.Agent.GetName(), "version", resp.Agent.GetVersion())
-	return &agentmeshv1.UpdateAgentResponse{Agent: resp.Agent}, nil
+	return &agentmeshv1.UpdateAgentResponse{Agent: a}, nil
 }
 
 func (s *Service) getAgent(ctx context.Context, op *busv1.AgentOp) (*agentmeshv1.GetAgentResponse, error) {

@@ -162,34 +162,33 @@ func (w *workload) stats(org string, agents []*agentmeshv1.Agent) (out []*busv1.
 
 // follow builds the model from the record and follows the events until ctx
 // ends, rebuilding after a failure; it retries every second while state or
-// the stream is not there yet.
-func (s *Service) follow(ctx context.Context) {
-	for ctx.Err() == nil {
-		cc, err := s.rebuildWorkload(ctx)
-		if err != nil {
-			s.log.Debug("workload model: rebuild failed; retrying", "err", err)
+// the stream is not there yet. While it follows, it prunes the model every
+// minute.
+func (s *Service) follow(ctx context.Context, js jetstream.JetStream) {
+	filters := make([]string, 0, len(workloadStatuses))
+	for _, st := range workloadStatuses {
+		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
+	}
+	bus.Follow{
+		Stream: s.names.EventsStream(), Filters: filters, List: s.rebuildWorkload, Handle: s.onTaskEvent,
+		Failed: func(err error) { s.log.Debug("workload model: rebuild failed; retrying", "err", err) },
+	}.Run(ctx, js, func(ctx context.Context) {
+		s.work.mu.Lock()
+		s.work.ready = true
+		s.work.mu.Unlock()
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+				return
+			case <-tick.C:
+				s.work.mu.Lock()
+				s.work.prune(time.Now())
+				s.work.mu.Unlock()
 			}
-			continue
 		}
-		tick := time.NewTicker(time.Minute)
-		func() {
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					s.work.mu.Lock()
-					s.work.prune(time.Now())
-					s.work.mu.Unlock()
-				}
-			}
-		}()
-		cc.Stop()
-	}
+	})
 }
 
 // workloadStatuses are the event types that move a task into or out of an
@@ -199,20 +198,10 @@ var workloadStatuses = []agentmeshv1.TaskStatus{
 	taskstate.Completed, taskstate.Failed, taskstate.Cancelled,
 }
 
-func (s *Service) rebuildWorkload(ctx context.Context) (jetstream.ConsumeContext, error) {
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	stream, err := js.Stream(ctx, s.names.EventsStream())
-	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("events stream: %w", err)
-	}
-	from := info.State.LastSeq + 1
+// rebuildWorkload reads the live tasks and those that finished within the
+// affinity window into a fresh model (follow then follows the events from
+// the stream's position before the reads, from).
+func (s *Service) rebuildWorkload(ctx context.Context, from uint64) error {
 	var tasks []*agentmeshv1.Task
 	read := func(req *busv1.ListTasksRequest) error {
 		for token := ""; ; {
@@ -228,11 +217,11 @@ func (s *Service) rebuildWorkload(ctx context.Context) (jetstream.ConsumeContext
 		}
 	}
 	if err := read(&busv1.ListTasksRequest{Statuses: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := read(&busv1.ListTasksRequest{Statuses: []agentmeshv1.TaskStatus{taskstate.Completed, taskstate.Failed},
 		UpdatedAfter: timestamppb.New(time.Now().Add(-s.work.window))}); err != nil {
-		return nil, err
+		return err
 	}
 	s.work.mu.Lock()
 	s.work.reset()
@@ -241,27 +230,8 @@ func (s *Service) rebuildWorkload(ctx context.Context) (jetstream.ConsumeContext
 	}
 	s.work.mu.Unlock()
 
-	filters := make([]string, 0, len(workloadStatuses))
-	for _, st := range workloadStatuses {
-		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
-	}
-	cons, err := js.OrderedConsumer(ctx, s.names.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
-	}
-	cc, err := cons.Consume(s.onTaskEvent)
-	if err != nil {
-		return nil, fmt.Errorf("events consumer: %w", err)
-	}
-	s.work.mu.Lock()
-	s.work.ready = true
-	s.work.mu.Unlock()
 	s.log.Info("workload model built from the record", "tasks", len(tasks), "events_from", from)
-	return cc, nil
+	return nil
 }
 
 func (s *Service) onTaskEvent(m jetstream.Msg) {

@@ -20,13 +20,21 @@ type agentServer struct {
 	s *Service
 }
 
-// agentOp wraps a request for the registry with the caller's scope.
-func agentOp(ctx context.Context, op any) *busv1.AgentOp {
+// callerScope is what a catalogue operation (AgentOp, SkillOp) acts for: the
+// caller's org, or with a platform key the shared catalogue.
+func callerScope(ctx context.Context) (org string, shared bool) {
 	c, _ := CallerFrom(ctx)
-	out := &busv1.AgentOp{Org: c.Org}
 	if c.Role == RolePlatform {
-		out = &busv1.AgentOp{Shared: true}
+		return "", true
 	}
+	return c.Org, false
+}
+
+// agentOp wraps a request for the registry with the caller's scope. (Op is
+// a oneof whose interface is not exported: hence the switch.)
+func agentOp(ctx context.Context, op any) *busv1.AgentOp {
+	out := &busv1.AgentOp{}
+	out.Org, out.Shared = callerScope(ctx)
 	switch o := op.(type) {
 	case *busv1.AgentOp_Create:
 		out.Op = o
@@ -38,26 +46,35 @@ func agentOp(ctx context.Context, op any) *busv1.AgentOp {
 		out.Op = o
 	case *busv1.AgentOp_Delete:
 		out.Op = o
+	case *busv1.AgentOp_Versions:
+		out.Op = o
 	}
 	return out
 }
 
-// registry sends req (an AgentOp or a SkillOp) to a registry operation
-// after check passes.
-func registry[Req, Resp proto.Message](ctx context.Context, s *Service, method, op string, check error, req Req, resp Resp) (Resp, error) {
+// call is one RPC forwarded to the registry: the API method (for its
+// errors), the registry operation, and what the request's checks found.
+type call struct {
+	method, op string
+	check      error
+}
+
+// registry sends req (an AgentOp or a SkillOp) to c's registry operation
+// after c's check passed.
+func registry[Req, Resp proto.Message](ctx context.Context, s *Service, c call, req Req, resp Resp) (Resp, error) {
 	var zero Resp
-	if check != nil {
-		return zero, toStatus(s.log, method, check)
+	if c.check != nil {
+		return zero, toStatus(s.log, c.method, c.check)
 	}
-	if err := bus.Request(ctx, s.nc, s.names.Registry(op), req, resp); err != nil {
-		return zero, toStatus(s.log, method, err)
+	if err := bus.Request(ctx, s.nc, s.names.Registry(c.op), req, resp); err != nil {
+		return zero, toStatus(s.log, c.method, err)
 	}
 	return resp, nil
 }
 
 func (a *agentServer) CreateAgent(ctx context.Context, req *agentmeshv1.CreateAgentRequest) (*agentmeshv1.CreateAgentResponse, error) {
-	return registry(ctx, a.s, "CreateAgent", subjects.RegistryCreateAgent,
-		validateAgent(req.GetAgent()), agentOp(ctx, &busv1.AgentOp_Create{Create: req}), &agentmeshv1.CreateAgentResponse{})
+	return registry(ctx, a.s, call{"CreateAgent", subjects.RegistryCreateAgent, validateAgent(req.GetAgent())},
+		agentOp(ctx, &busv1.AgentOp_Create{Create: req}), &agentmeshv1.CreateAgentResponse{})
 }
 
 func (a *agentServer) GetAgent(ctx context.Context, req *agentmeshv1.GetAgentRequest) (*agentmeshv1.GetAgentResponse, error) {
@@ -65,7 +82,8 @@ func (a *agentServer) GetAgent(ctx context.Context, req *agentmeshv1.GetAgentReq
 	if check == nil && req.GetVersion() < 0 {
 		check = bus.FieldError("version", "must not be negative")
 	}
-	return registry(ctx, a.s, "GetAgent", subjects.RegistryGetAgent, check, agentOp(ctx, &busv1.AgentOp_Get{Get: req}), &agentmeshv1.GetAgentResponse{})
+	return registry(ctx, a.s, call{"GetAgent", subjects.RegistryGetAgent, check},
+		agentOp(ctx, &busv1.AgentOp_Get{Get: req}), &agentmeshv1.GetAgentResponse{})
 }
 
 func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgentsRequest) (*agentmeshv1.ListAgentsResponse, error) {
@@ -79,7 +97,8 @@ func (a *agentServer) ListAgents(ctx context.Context, req *agentmeshv1.ListAgent
 			check = bus.FieldError("skill", "must match %s", agentspec.SkillPattern)
 		}
 	}
-	return registry(ctx, a.s, "ListAgents", subjects.RegistryListAgents, check, agentOp(ctx, &busv1.AgentOp_List{List: req}), &agentmeshv1.ListAgentsResponse{})
+	return registry(ctx, a.s, call{"ListAgents", subjects.RegistryListAgents, check},
+		agentOp(ctx, &busv1.AgentOp_List{List: req}), &agentmeshv1.ListAgentsResponse{})
 }
 
 func (a *agentServer) UpdateAgent(ctx context.Context, req *agentmeshv1.UpdateAgentRequest) (*agentmeshv1.UpdateAgentResponse, error) {
@@ -87,12 +106,13 @@ func (a *agentServer) UpdateAgent(ctx context.Context, req *agentmeshv1.UpdateAg
 	if check == nil && req.GetExpectedVersion() < 0 {
 		check = bus.FieldError("expected_version", "must not be negative")
 	}
-	return registry(ctx, a.s, "UpdateAgent", subjects.RegistryUpdateAgent, check, agentOp(ctx, &busv1.AgentOp_Update{Update: req}), &agentmeshv1.UpdateAgentResponse{})
+	return registry(ctx, a.s, call{"UpdateAgent", subjects.RegistryUpdateAgent, check},
+		agentOp(ctx, &busv1.AgentOp_Update{Update: req}), &agentmeshv1.UpdateAgentResponse{})
 }
 
 func (a *agentServer) DeleteAgent(ctx context.Context, req *agentmeshv1.DeleteAgentRequest) (*agentmeshv1.DeleteAgentResponse, error) {
-	return registry(ctx, a.s, "DeleteAgent", subjects.RegistryDeleteAgent,
-		checkName("name", req.GetName()), agentOp(ctx, &busv1.AgentOp_Delete{Delete: req}), &agentmeshv1.DeleteAgentResponse{})
+	return registry(ctx, a.s, call{"DeleteAgent", subjects.RegistryDeleteAgent, checkName("name", req.GetName())},
+		agentOp(ctx, &busv1.AgentOp_Delete{Delete: req}), &agentmeshv1.DeleteAgentResponse{})
 }
 
 // Bounds of MatchAgents.

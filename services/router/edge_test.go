@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/pkg/tlstest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -166,7 +166,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 			{TLSCert: pki.ServerCert, TLSKey: pki.ServerKey, TLSClientCA: pki.ServerKey},
 		} {
 			cfg.Listen = "127.0.0.1:0"
-			if _, err := New(context.Background(), cfg, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}); err == nil {
+			if _, err := New(context.Background(), cfg, Deps{NC: nc, Log: testlog.New(t)}); err == nil {
 				t.Errorf("New(%+v) accepted", cfg)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"sort"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -343,7 +343,7 @@ func start(t testing.TB, cfg Config) *env {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, cfg, Deps{NC: routerNC, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc, err := New(ctx, cfg, Deps{NC: routerNC, Log: testlog.New(t)})
 	if err != nil {
 		cancel()
 		t.Fatalf("New: %v", err)

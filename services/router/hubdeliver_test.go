@@ -2,14 +2,13 @@ package router
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 )
 
 // BenchmarkHubDeliver is the router's cost of one task event (a model
@@ -31,7 +30,7 @@ func BenchmarkHubDeliver(b *testing.B) {
 			name = "watched"
 		}
 		b.Run(name, func(b *testing.B) {
-			h := newHub(&Service{log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := newHub(&Service{log: testlog.New(b)})
 			w := &watcher{id: "T1", org: "acme", wake: make(chan struct{}, 1)}
 			if watched {
 				h.watchers["T1"] = map[*watcher]struct{}{w: {}}

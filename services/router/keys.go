@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -244,3 +245,20 @@ func readLimited(path string, limit int64) ([]byte, error) {
 }
 
 func (ks *keySource) ring() *keyring { return ks.cur.Load() }
+
+// keysOf builds the key source of cfg (its API keys and keys file); with
+// neither, authentication is off (and said so in the log).
+func keysOf(cfg Config, log *slog.Logger) (keys *keySource, authOff bool, err error) {
+	envKeys, err := EnvKeys(cfg.APIKeys)
+	if err != nil {
+		return nil, false, err
+	}
+	if keys, err = newKeySource(envKeys, cfg.KeysFile); err != nil {
+		return nil, false, err
+	}
+	authOff = len(cfg.APIKeys) == 0 && cfg.KeysFile == ""
+	if authOff {
+		log.Warn("router: no API keys configured; authentication is OFF and every caller is an admin of org " + DefaultOrg + " (development only)")
+	}
+	return keys, authOff, nil
+}

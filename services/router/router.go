@@ -72,85 +72,8 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// Defaults of Config.
-const (
-	DefaultListen             = "127.0.0.1:7400"
-	DefaultMaxInputBytes      = 256 << 10
-	DefaultMaxMetadataEntries = 64
-	DefaultMaxMetadataBytes   = 16 << 10
-	DefaultMaxRequestBytes    = 4 << 20
-	DefaultWatchRefetch       = 30 * time.Second
-	DefaultStopTimeout        = 10 * time.Second
-	DefaultKeysReload         = 2 * time.Second
-	DefaultMaxConnections     = 4096
-	DefaultHandshakeTimeout   = 10 * time.Second
-	DefaultAuthTimeout        = 10 * time.Second
-	DefaultIdleTimeout        = 5 * time.Minute
-	DefaultMaxStreamsPerConn  = 100
-	DefaultMaxWatchesPerOrg   = 256
-	DefaultOrgRate            = 100
-)
-
 // DefaultOrg is the org of every caller when authentication is off.
 const DefaultOrg = "default"
-
-// Config configures the router.
-type Config struct {
-	// Prefix of the bus subjects ("" means subjects.DefaultPrefix).
-	Prefix string
-	// Listen is the gRPC listen address; default DefaultListen. New opens
-	// the listener, so ":0" works and Addr reports the port.
-	Listen string
-	// APIKeys maps an API key to "org" (role admin) or "org:role"
-	// ("*:platform" for a platform key): the AGENTMESH_API_KEYS form. With
-	// neither APIKeys nor KeysFile authentication is off and every caller
-	// is an admin of org "default" (development only).
-	APIKeys map[string]string
-	// KeysFile is a JSON file of hashed keys with names, orgs and roles
-	// (see ParseKeysFile). It is re-read when it changes (checked every
-	// KeysReload, default 2 s) and on SIGHUP; a file that does not parse
-	// leaves the keys as they were (and is logged).
-	KeysFile   string
-	KeysReload time.Duration
-	// TLSCert and TLSKey (PEM files) serve the API over TLS; TLSClientCA
-	// (PEM) also requires clients to present a certificate it signed.
-	TLSCert, TLSKey, TLSClientCA string
-	// MaxConnections caps the connections held (default 4096, and never
-	// more than the open-file limit allows); HandshakeTimeout bounds the
-	// TLS and HTTP/2 handshake (default 10 s); AuthTimeout closes a
-	// connection that made no authenticated RPC that long after it was
-	// accepted (default 10 s); IdleTimeout closes a connection without
-	// RPCs for that long (default 5 min).
-	MaxConnections   int
-	HandshakeTimeout time.Duration
-	AuthTimeout      time.Duration
-	IdleTimeout      time.Duration
-	// MaxStreamsPerConn caps concurrent RPCs on one connection (default 100).
-	MaxStreamsPerConn uint32
-	// MaxWatchesPerOrg caps the WatchTask streams an org holds open at
-	// once (default 256).
-	MaxWatchesPerOrg int
-	// OrgRate is each org's sustained request rate per second (default
-	// 100; negative: unlimited) and OrgBurst its burst (default 2×OrgRate).
-	// With authentication off there is one org and no rate limit.
-	OrgRate  float64
-	OrgBurst int
-	// MaxInputBytes bounds SubmitTask's input; default 256 KiB.
-	MaxInputBytes int
-	// MaxMetadataEntries and MaxMetadataBytes (keys plus values) bound a
-	// task's metadata; defaults 64 and 16 KiB.
-	MaxMetadataEntries int
-	MaxMetadataBytes   int
-	// MaxRequestBytes is the largest gRPC message accepted; default 4 MiB.
-	MaxRequestBytes int
-	// WatchRefetch is how long a WatchTask stream waits without news before
-	// it asks state for the history again, a safety net for events lost
-	// inside NATS (reconnects and dropped messages are noticed by
-	// themselves, see hub.go); default 30 s.
-	WatchRefetch time.Duration
-	// StopTimeout bounds the graceful stop; default 10 s.
-	StopTimeout time.Duration
-}
 
 // Deps are the router's dependencies.
 type Deps struct {
@@ -191,73 +114,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
-	for _, v := range []struct {
-		name string
-		p    *int
-		def  int
-	}{
-		{"MaxInputBytes", &cfg.MaxInputBytes, DefaultMaxInputBytes},
-		{"MaxMetadataEntries", &cfg.MaxMetadataEntries, DefaultMaxMetadataEntries},
-		{"MaxMetadataBytes", &cfg.MaxMetadataBytes, DefaultMaxMetadataBytes},
-		{"MaxRequestBytes", &cfg.MaxRequestBytes, DefaultMaxRequestBytes},
-	} {
-		if *v.p < 0 {
-			return nil, fmt.Errorf("router: %s must not be negative", v.name)
-		}
-		if *v.p == 0 {
-			*v.p = v.def
-		}
-	}
-	// A task must fit in one bus message, with room for the rest of it.
-	if cfg.MaxInputBytes+cfg.MaxMetadataBytes > bus.MaxPayload*3/4 {
-		return nil, fmt.Errorf("router: MaxInputBytes+MaxMetadataBytes must stay under %d bytes (the bus payload limit)", bus.MaxPayload*3/4)
-	}
-	if cfg.WatchRefetch <= 0 {
-		cfg.WatchRefetch = DefaultWatchRefetch
-	}
-	if cfg.StopTimeout <= 0 {
-		cfg.StopTimeout = DefaultStopTimeout
-	}
-	if cfg.KeysReload <= 0 {
-		cfg.KeysReload = DefaultKeysReload
-	}
-	for _, d := range []struct {
-		p   *time.Duration
-		def time.Duration
-	}{{&cfg.HandshakeTimeout, DefaultHandshakeTimeout}, {&cfg.AuthTimeout, DefaultAuthTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
-		if *d.p <= 0 {
-			*d.p = d.def
-		}
-	}
-	if cfg.MaxConnections <= 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.MaxStreamsPerConn == 0 {
-		cfg.MaxStreamsPerConn = DefaultMaxStreamsPerConn
-	}
-	if cfg.MaxWatchesPerOrg <= 0 {
-		cfg.MaxWatchesPerOrg = DefaultMaxWatchesPerOrg
-	}
-	if cfg.OrgRate == 0 {
-		cfg.OrgRate = DefaultOrgRate
-	}
-	if cfg.OrgBurst <= 0 {
-		cfg.OrgBurst = max(1, int(2*cfg.OrgRate))
-	}
-	envKeys, err := EnvKeys(cfg.APIKeys)
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	keys, err := newKeySource(envKeys, cfg.KeysFile)
+	keys, authOff, err := keysOf(cfg, deps.Log)
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
-	}
-	authOff := len(cfg.APIKeys) == 0 && cfg.KeysFile == ""
-	if authOff {
-		deps.Log.Warn("router: no API keys configured; authentication is OFF and every caller is an admin of org " + DefaultOrg + " (development only)")
 	}
 	creds, err := serverTLS(cfg)
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -182,7 +181,7 @@ func TestRequestTooLarge(t *testing.T) {
 }
 
 func TestToStatus(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testlog.New(t)
 	tests := []struct {
 		name string
 		err  error
@@ -417,7 +416,7 @@ func TestStateUnavailable(t *testing.T) {
 	if _, err := bus.EnsureStreams(ctx, js, names, bus.StreamOptions{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc, err := New(ctx, Config{Listen: "127.0.0.1:0"}, Deps{NC: nc, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +563,7 @@ func TestRunShutdown(t *testing.T) {
 func TestNewRejects(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testlog.New(t)
 	tests := []struct {
 		name string
 		cfg  Config

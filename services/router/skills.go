@@ -21,11 +21,8 @@ type skillServer struct {
 
 // skillOp wraps a request for the registry with the caller's scope.
 func skillOp(ctx context.Context, op any) *busv1.SkillOp {
-	c, _ := CallerFrom(ctx)
-	out := &busv1.SkillOp{Org: c.Org}
-	if c.Role == RolePlatform {
-		out = &busv1.SkillOp{Shared: true}
-	}
+	out := &busv1.SkillOp{}
+	out.Org, out.Shared = callerScope(ctx)
 	switch o := op.(type) {
 	case *busv1.SkillOp_Create:
 		out.Op = o
@@ -51,13 +48,13 @@ func ValidateSkillRequest(sk *agentmeshv1.Skill, expectedVersion int64) error {
 }
 
 func (k *skillServer) CreateSkill(ctx context.Context, req *agentmeshv1.CreateSkillRequest) (*agentmeshv1.CreateSkillResponse, error) {
-	return registry(ctx, k.s, "CreateSkill", subjects.RegistryCreateSkill,
-		ValidateSkillRequest(req.GetSkill(), 0), skillOp(ctx, &busv1.SkillOp_Create{Create: req}), &agentmeshv1.CreateSkillResponse{})
+	return registry(ctx, k.s, call{"CreateSkill", subjects.RegistryCreateSkill, ValidateSkillRequest(req.GetSkill(), 0)},
+		skillOp(ctx, &busv1.SkillOp_Create{Create: req}), &agentmeshv1.CreateSkillResponse{})
 }
 
 func (k *skillServer) GetSkill(ctx context.Context, req *agentmeshv1.GetSkillRequest) (*agentmeshv1.GetSkillResponse, error) {
-	return registry(ctx, k.s, "GetSkill", subjects.RegistryGetSkill,
-		agentspec.SkillName("name", req.GetName()), skillOp(ctx, &busv1.SkillOp_Get{Get: req}), &agentmeshv1.GetSkillResponse{})
+	return registry(ctx, k.s, call{"GetSkill", subjects.RegistryGetSkill, agentspec.SkillName("name", req.GetName())},
+		skillOp(ctx, &busv1.SkillOp_Get{Get: req}), &agentmeshv1.GetSkillResponse{})
 }
 
 func (k *skillServer) ListSkills(ctx context.Context, req *agentmeshv1.ListSkillsRequest) (*agentmeshv1.ListSkillsResponse, error) {
@@ -65,17 +62,18 @@ func (k *skillServer) ListSkills(ctx context.Context, req *agentmeshv1.ListSkill
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	return registry(ctx, k.s, "ListSkills", subjects.RegistryListSkills, check, skillOp(ctx, &busv1.SkillOp_List{List: req}), &agentmeshv1.ListSkillsResponse{})
+	return registry(ctx, k.s, call{"ListSkills", subjects.RegistryListSkills, check},
+		skillOp(ctx, &busv1.SkillOp_List{List: req}), &agentmeshv1.ListSkillsResponse{})
 }
 
 func (k *skillServer) UpdateSkill(ctx context.Context, req *agentmeshv1.UpdateSkillRequest) (*agentmeshv1.UpdateSkillResponse, error) {
-	return registry(ctx, k.s, "UpdateSkill", subjects.RegistryUpdateSkill,
-		ValidateSkillRequest(req.GetSkill(), req.GetExpectedVersion()), skillOp(ctx, &busv1.SkillOp_Update{Update: req}), &agentmeshv1.UpdateSkillResponse{})
+	return registry(ctx, k.s, call{"UpdateSkill", subjects.RegistryUpdateSkill, ValidateSkillRequest(req.GetSkill(), req.GetExpectedVersion())},
+		skillOp(ctx, &busv1.SkillOp_Update{Update: req}), &agentmeshv1.UpdateSkillResponse{})
 }
 
 func (k *skillServer) DeleteSkill(ctx context.Context, req *agentmeshv1.DeleteSkillRequest) (*agentmeshv1.DeleteSkillResponse, error) {
-	return registry(ctx, k.s, "DeleteSkill", subjects.RegistryDeleteSkill,
-		agentspec.SkillName("name", req.GetName()), skillOp(ctx, &busv1.SkillOp_Delete{Delete: req}), &agentmeshv1.DeleteSkillResponse{})
+	return registry(ctx, k.s, call{"DeleteSkill", subjects.RegistryDeleteSkill, agentspec.SkillName("name", req.GetName())},
+		skillOp(ctx, &busv1.SkillOp_Delete{Delete: req}), &agentmeshv1.DeleteSkillResponse{})
 }
 
 // ListAgentVersions lists an agent's recorded versions, newest first.
@@ -87,7 +85,6 @@ func (a *agentServer) ListAgentVersions(ctx context.Context, req *agentmeshv1.Li
 	if check == nil {
 		check = checkPageToken(req.GetPageToken())
 	}
-	op := agentOp(ctx, nil)
-	op.Op = &busv1.AgentOp_Versions{Versions: req}
-	return registry(ctx, a.s, "ListAgentVersions", subjects.RegistryAgentVersions, check, op, &agentmeshv1.ListAgentVersionsResponse{})
+	return registry(ctx, a.s, call{"ListAgentVersions", subjects.RegistryAgentVersions, check},
+		agentOp(ctx, &busv1.AgentOp_Versions{Versions: req}), &agentmeshv1.ListAgentVersionsResponse{})
 }

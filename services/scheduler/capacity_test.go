@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 )
 
 const (
@@ -189,7 +190,7 @@ func TestLostNodeIsFencedAndItsTaskRetried(t *testing.T) {
 
 func TestLeaderFailover(t *testing.T) {
 	s1, nc, _ := setup(t, Config{LeaseTTL: time.Second})
-	s2, err := New(context.Background(), Config{LeaseTTL: time.Second}, Deps{NC: nc, Log: quiet})
+	s2, err := New(context.Background(), Config{LeaseTTL: time.Second}, Deps{NC: nc, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func runSchedulerNoWait(t *testing.T, s *Service) {
 func TestTwoSchedulersNeverOverDispatch(t *testing.T) {
 	const limit = 3
 	s1, nc, _ := setup(t, Config{LeaseTTL: time.Second})
-	s2, err := New(context.Background(), Config{LeaseTTL: time.Second}, Deps{NC: nc, Log: quiet})
+	s2, err := New(context.Background(), Config{LeaseTTL: time.Second}, Deps{NC: nc, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go"
 )
 
@@ -102,7 +103,7 @@ func TestResolverCatchesUpAfterARestart(t *testing.T) {
 	if got := getTask(t, nc, child.Id); got.Status != taskstate.Blocked {
 		t.Fatalf("child is %s with no resolver running, want blocked", taskstate.Name(got.Status))
 	}
-	s2, err := New(context.Background(), Config{ReconcileInterval: time.Hour}, Deps{NC: nc, Log: quiet})
+	s2, err := New(context.Background(), Config{ReconcileInterval: time.Hour}, Deps{NC: nc, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
+
+	"slices"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go/jetstream"
-	"slices"
 )
 
 // job is work for the dispatch workers (bus requests are made outside the
@@ -39,25 +40,36 @@ const (
 // lead runs this replica's term as leader: rebuild the model from the
 // record, follow the events, dispatch, reconcile. It returns when term ends.
 func (s *Service) lead(term context.Context) {
-	for term.Err() == nil {
-		cc, assigned, err := s.rebuild(term)
-		if err == nil {
-			s.leader.Store(true)
-			s.redeliverAll(term, assigned)
-			s.serve(term)
-			s.leader.Store(false)
-			cc.Stop()
-			break
-		}
-		if term.Err() == nil {
-			s.log.Warn("scheduler: rebuild from the record failed; retrying", "err", err)
-			sleep(term, time.Second)
-		}
-	}
+	s.follow().Run(term, s.js, func(term context.Context) {
+		s.wake()
+		s.leader.Store(true)
+		s.mu.Lock()
+		assigned := s.assignedAtRebuild
+		s.assignedAtRebuild = nil
+		s.mu.Unlock()
+		s.redeliverAll(term, assigned)
+		s.serve(term)
+		s.leader.Store(false)
+	})
 	s.mu.Lock()
 	s.m.reset()
 	s.waits.reset()
 	s.mu.Unlock()
+}
+
+// follow is the leader's view of the record: the model rebuilt from it,
+// then kept by the events.
+func (s *Service) follow() bus.Follow {
+	// Agent changes (limits), status changes (capacity) and updates
+	// (UpdateTask re-orders a queued task whose priority changed).
+	filters := []string{s.names.AgentEvents(), s.names.TaskEventsOfType(subjects.EventUpdated)}
+	for _, st := range statusTokens {
+		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
+	}
+	return bus.Follow{
+		Stream: s.names.EventsStream(), Filters: filters, List: s.rebuild, Handle: s.onEvent,
+		Failed: func(err error) { s.log.Warn("scheduler: rebuild from the record failed; retrying", "err", err) },
+	}
 }
 
 // statusTokens are the events that change what holds or waits for capacity.
@@ -82,25 +94,15 @@ func (s *Service) redeliverAll(ctx context.Context, assigned []*agentmeshv1.Task
 }
 
 // rebuild reads the queued, assigned and running tasks and the agents from
-// the record into a fresh model, then follows the events from the point the
-// events stream had reached before the reads (events older than what was
-// read are skipped by their seq). It returns the assigned tasks it read.
-func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, []*agentmeshv1.Task, error) {
-	stream, err := s.js.Stream(ctx, s.names.EventsStream())
-	if err != nil {
-		return nil, nil, fmt.Errorf("events stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("events stream: %w", err)
-	}
-	from := info.State.LastSeq + 1
-
+// the record into a fresh model (follow then follows the events from the
+// point the events stream had reached before the reads, from; events older
+// than what was read are skipped by their seq).
+func (s *Service) rebuild(ctx context.Context, from uint64) error {
 	limits := map[string]int{}
 	for token := ""; ; {
 		var resp busv1.ListAgentsResponse
 		if err := bus.Request(ctx, s.nc, s.names.State(subjects.StateListAgents), &busv1.ListAgentsRequest{PageSize: 1000, PageToken: token}, &resp); err != nil {
-			return nil, nil, fmt.Errorf("list agents: %w", err)
+			return fmt.Errorf("list agents: %w", err)
 		}
 		for _, a := range resp.Agents {
 			limits[taskstate.AgentKey(a.Org, a.Name)] = int(a.MaxConcurrency)
@@ -117,7 +119,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, []*age
 			Statuses: []agentmeshv1.TaskStatus{taskstate.Queued, taskstate.Assigned, taskstate.Running},
 			PageSize: 1000, PageToken: token,
 		}, &resp); err != nil {
-			return nil, nil, fmt.Errorf("list tasks: %w", err)
+			return fmt.Errorf("list tasks: %w", err)
 		}
 		for _, t := range resp.Tasks {
 			tasks = append(tasks, updateFromTask(t))
@@ -131,7 +133,7 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, []*age
 	}
 	waits, err := s.blockedWaits(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list blocked tasks: %w", err)
+		return fmt.Errorf("list blocked tasks: %w", err)
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -149,36 +151,17 @@ func (s *Service) rebuild(ctx context.Context) (jetstream.ConsumeContext, []*age
 	}
 	s.leadSince = now
 	s.fencing = map[string]bool{}
+	s.assignedAtRebuild = assigned
 	s.mu.Unlock()
 
-	// Agent changes (limits), status changes (capacity) and updates
-	// (UpdateTask re-orders a queued task whose priority changed).
-	filters := []string{s.names.AgentEvents(), s.names.TaskEventsOfType(subjects.EventUpdated)}
-	for _, st := range statusTokens {
-		filters = append(filters, s.names.TaskEventsOfType(subjects.StatusToken(st)))
-	}
-	cons, err := s.js.OrderedConsumer(ctx, s.names.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("events consumer: %w", err)
-	}
-	cc, err := cons.Consume(s.onEvent)
-	if err != nil {
-		return nil, nil, fmt.Errorf("events consumer: %w", err)
-	}
 	s.log.Info("scheduler model rebuilt from the record", "tasks", len(tasks), "agents", len(limits), "events_from", from)
-	s.wake()
-	return cc, assigned, nil
+	return nil
 }
 
 // onEvent folds one task or agent event into the model. Events are the
 // public JSON of <p>.evt.<org>.<kind>.…: kind "agent" or "task".
 func (s *Service) onEvent(m jetstream.Msg) {
-	rest := strings.TrimPrefix(m.Subject(), s.names.Prefix()+".evt.")
-	if parts := strings.SplitN(rest, ".", 3); len(parts) == 3 && parts[1] == "agent" {
+	if subj, ok := s.names.ParseEvent(m.Subject()); ok && subj.Kind == subjects.KindAgent {
 		var ev busv1.AgentEvent
 		if err := bus.DecodeEvent(m.Data(), &ev); err != nil || ev.Agent == nil {
 			return
@@ -369,7 +352,7 @@ func (s *Service) do(ctx context.Context, j job) {
 	case jobDispatch:
 		if err := s.dispatch(ctx, j.task); err != nil {
 			s.log.Warn("dispatch failed; will retry", "task", j.task, "err", err)
-			sleep(ctx, 200*time.Millisecond)
+			backoff.Sleep(ctx, 200*time.Millisecond)
 			// Learn whether the move happened (a lost reply) or not: a task
 			// the record still shows queued goes back to waiting.
 			_ = s.refresh(ctx, j.task)
@@ -403,7 +386,7 @@ func (s *Service) do(ctx context.Context, j job) {
 		}
 		s.mu.Unlock()
 		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			sleep(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 		}
 		s.wake()
 	}
@@ -422,7 +405,7 @@ func (s *Service) finishWith(ctx context.Context, id, op string, req *busv1.Tran
 		_ = s.refresh(ctx, id)
 	default:
 		s.log.Warn("scheduler transition failed; will retry", "task", id, "to", taskstate.Name(req.To), "err", err)
-		sleep(ctx, time.Second)
+		backoff.Sleep(ctx, time.Second)
 		_ = s.refresh(ctx, id)
 	}
 }

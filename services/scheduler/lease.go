@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -40,7 +41,7 @@ func (s *Service) lease(ctx context.Context, kv jetstream.KeyValue, lead func(co
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				s.log.Warn("leader lease: create", "err", err)
 			}
-			sleep(ctx, ttl/4)
+			backoff.Sleep(ctx, ttl/4)
 			continue
 		}
 		s.log.Info("leader lease acquired; this replica dispatches", "replica", s.id)
@@ -98,14 +99,5 @@ func (s *Service) renew(term context.Context, kv jetstream.KeyValue, rev uint64)
 		if time.Since(lastOK) > ttl/2 {
 			return rev
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -58,35 +58,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Config of the scheduler.
-type Config struct {
-	Prefix  string
-	Streams bus.StreamOptions
-	// Workers dispatch tasks in parallel (default 64).
-	Workers int
-	// ReconcileInterval between scans for lost work (default 10s).
-	ReconcileInterval time.Duration
-	// QueuedGrace: a task queued this long that the leader does not know
-	// is queued again (default 15s).
-	QueuedGrace time.Duration
-	// AssignedGrace: a task assigned this long without an executor taking
-	// it gets its work republished (default 2m).
-	AssignedGrace time.Duration
-	// LeaseTTL is the leader lease (default 6s): a dead leader is replaced
-	// within about this long.
-	LeaseTTL time.Duration
-	// Aging raises a waiting task's priority by one level per Aging of
-	// waiting (default 1m; negative = no aging).
-	Aging time.Duration
-	// OrgLimit is the default number of tasks one org may run at once
-	// across the cluster (0 = no limit); OrgLimits overrides it per org.
-	OrgLimit  int
-	OrgLimits map[string]int
-	// NodeTTL is how long an executor may stay silent before it counts as
-	// lost when its heartbeats do not say (default 15s).
-	NodeTTL time.Duration
-}
-
 // Deps are the scheduler's required dependencies.
 type Deps struct {
 	NC  *nats.Conn
@@ -123,14 +94,11 @@ type Service struct {
 	waits *waitDeadlines
 	// out sends again the work whose first publish failed (delivery.go).
 	out *bus.Outbox
+	// assignedAtRebuild are the tasks the record showed assigned when
+	// this term's model was rebuilt, for the new leader to deliver again
+	// (redeliverAll); guarded by mu.
+	assignedAtRebuild []*agentmeshv1.Task
 }
-
-// Defaults.
-const (
-	DefaultLeaseTTL = 6 * time.Second
-	DefaultAging    = time.Minute
-	DefaultNodeTTL  = 15 * time.Second
-)
 
 // New validates cfg, ensures the streams and the leader-lease bucket.
 func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
@@ -144,40 +112,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 64
-	}
-	if cfg.ReconcileInterval <= 0 {
-		cfg.ReconcileInterval = 10 * time.Second
-	}
-	if cfg.QueuedGrace <= 0 {
-		cfg.QueuedGrace = 15 * time.Second
-	}
-	if cfg.AssignedGrace <= 0 {
-		cfg.AssignedGrace = 2 * time.Minute
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.LeaseTTL < 300*time.Millisecond {
-		return nil, fmt.Errorf("scheduler: LeaseTTL %s is below 300ms", cfg.LeaseTTL)
-	}
-	switch {
-	case cfg.Aging == 0:
-		cfg.Aging = DefaultAging
-	case cfg.Aging < 0:
-		cfg.Aging = 0
-	}
-	if cfg.NodeTTL <= 0 {
-		cfg.NodeTTL = DefaultNodeTTL
-	}
-	if cfg.OrgLimit < 0 {
-		return nil, fmt.Errorf("scheduler: OrgLimit %d is negative", cfg.OrgLimit)
-	}
-	for org, n := range cfg.OrgLimits {
-		if n < 0 {
-			return nil, fmt.Errorf("scheduler: org limit of %q is negative", org)
-		}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	js, err := jetstream.New(deps.NC)
 	if err != nil {
@@ -217,7 +154,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		waits: newWaitDeadlines(),
 		out:   bus.NewOutbox(js, deps.Log.With("service", "scheduler"), "work"),
 	}
-	s.m = newModel(cfg.Aging, s.orgLimit, s.agentLimit)
+	s.m = newModel(max(cfg.Aging, 0), s.orgLimit, s.agentLimit)
 	return s, nil
 }
 

@@ -3,8 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
 	"github.com/nats-io/nats.go"
@@ -23,8 +22,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // setup runs a real NATS server and the real state service, and returns a
 // scheduler that is built (consumer created) but not running, so the test
@@ -49,14 +46,14 @@ func setup(t testing.TB, cfg Config) (*Service, *nats.Conn, jetstream.JetStream)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := state.New(ctx, state.Config{}, state.Deps{NC: stateNC, Store: st, Log: quiet})
+	svc, err := state.New(ctx, state.Config{}, state.Deps{NC: stateNC, Store: st, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = svc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	s, err := New(ctx, cfg, Deps{NC: natstest.ConnectAs(t, srv, subjects.ServiceScheduler), Log: quiet})
+	s, err := New(ctx, cfg, Deps{NC: natstest.ConnectAs(t, srv, subjects.ServiceScheduler), Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

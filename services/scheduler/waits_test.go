@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/nats-io/nats.go"
 )
 
@@ -101,7 +102,7 @@ func TestWaitDeadlineSurvivesARestart(t *testing.T) {
 	// No scheduler runs while the task blocks: its event is never seen by
 	// the next one, which starts after it.
 	parent := blockWithDeadline(t, nc, 3)
-	s2, err := New(context.Background(), Config{ReconcileInterval: time.Hour}, Deps{NC: nc, Log: quiet})
+	s2, err := New(context.Background(), Config{ReconcileInterval: time.Hour}, Deps{NC: nc, Log: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,16 @@
-// Package stack builds the five agentmesh services over one bus: an
-// embedded nats-server with JetStream (or a given NATS URL), the embedded
-// store or Postgres, and the scripted model when no real model is
-// configured. `agentmesh dev` and the end-to-end tests use it.
+// Package stack builds agentmesh's services from one table (table.go:
+// each service's name and bus identity, start order, how its Config is
+// read, what it needs, how it is built). `agentmesh dev` and the
+// end-to-end tests build every service over an embedded nats-server with
+// JetStream (New); `agentmesh <service>` builds one of them against the bus
+// its caller dials (NewService). The store is opened in one place
+// (openStore: the embedded store or Postgres), and without a configured
+// model New starts the scripted one.
 //
 // Each service gets its own NATS connection, as its own bus identity
 // (package busauth: permissions from subjects.Permissions), and talks to
-// the others only over the bus. Services start in order — state, registry, scheduler,
-// executor, router — and stop in reverse.
+// the others only over the bus. Services start in the table's order —
+// state, registry, scheduler, executor, router — and stop in reverse.
 package stack
 
 import (
@@ -28,24 +32,24 @@ import (
 	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/state"
-	"github.com/agentmesh/agentmesh/services/state/kvstore"
-	"github.com/agentmesh/agentmesh/services/state/pgstore"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Config of a whole stack.
+// Config of a stack: the bus, the store, the model and each service's
+// Config (its Prefix and Streams are the stack's).
 type Config struct {
 	Prefix string
+	// Dial connects a service to an outside bus as its own identity
+	// (`agentmesh <service>`: a NATS URL and that service's credentials).
+	// nil starts an embedded server on DataDir.
+	Dial func(ctx context.Context, service string) (*nats.Conn, error)
 	// DataDir holds the embedded NATS server's JetStream data. Required
-	// unless NATSURL is set.
+	// without Dial.
 	DataDir string
-	// NATSURL of an existing server; empty starts an embedded one.
-	NATSURL string
-	// Auth holds the bus identities: the embedded server trusts them and
-	// each service connects as its own. Required with NATSURL; nil with the
-	// embedded server creates a fresh in-memory bundle.
+	// Auth holds the bus identities the embedded server trusts and each
+	// service connects as; nil loads (or first creates) them in
+	// DataDir/bus. With Dial the caller holds them.
 	Auth *busauth.Bundle
 	// NATSHost/NATSPort of the embedded server's loopback client listener,
 	// so outside NATS clients can look in (Port -1: a random free port).
@@ -53,18 +57,19 @@ type Config struct {
 	NATSPort int
 	// PostgresURL of the system of record; empty uses the embedded store.
 	PostgresURL string
-	// Router settings (Listen, APIKeys, limits). Prefix is set from above.
+	// Router settings (Listen, APIKeys, limits).
 	Router router.Config
-	// Executor settings. When Executor.Model.BaseURL is empty a scripted
-	// model server is started on ScriptedListen with Script.
+	// Executor settings. When Executor.Model.BaseURL is empty New starts a
+	// scripted model server on ScriptedListen with Script (NewService
+	// refuses: ErrNoModel).
 	Executor       executor.Config
 	Script         *scriptedmodel.Script
 	ScriptedListen string
 	// Scheduler settings.
 	Scheduler scheduler.Config
-	// Registry settings (Prefix and Streams are the stack's).
+	// Registry settings.
 	Registry registry.Config
-	// State settings (Retention). Prefix and Streams are set from above.
+	// State settings (Retention, Taps: nil takes Auth's tap signer).
 	State   state.Config
 	Streams bus.StreamOptions
 	Log     *slog.Logger
@@ -75,10 +80,15 @@ type Config struct {
 	SeedSkills []*agentmeshv1.Skill
 }
 
+// ErrNoModel: a service that needs a model has none configured, and only
+// New starts the scripted one.
+var ErrNoModel = errors.New("no model endpoint configured")
+
 // Stack is a built stack, ready to Run.
 type Stack struct {
 	cfg   Config
 	log   *slog.Logger
+	names subjects.Names
 	nats  *embednats.Server
 	conns []*nats.Conn
 	store store.Store
@@ -87,6 +97,7 @@ type Stack struct {
 	modelURL string
 	runners  []runner // in start order
 	router   *router.Service
+	routerNC *nats.Conn
 	executor *executor.Service
 }
 
@@ -95,9 +106,36 @@ type runner struct {
 	run  func(context.Context) error
 }
 
-// New builds every service; when it returns the stack is serving requests.
-// Call Run to run it and Close if Run is never called.
-func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
+// New builds every service of the table; when it returns the stack is
+// serving requests. Call Run to run it and Close if Run is never called.
+func New(ctx context.Context, cfg Config) (*Stack, error) {
+	s, err := build(ctx, cfg, Services())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.seed(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewService builds the one named service of the table, alone, on the bus
+// cfg.Dial connects to.
+func NewService(ctx context.Context, name string, cfg Config) (*Stack, error) {
+	row, ok := Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("stack: no service %q", name)
+	}
+	if cfg.Dial == nil {
+		return nil, errors.New("stack: NewService needs Dial (the bus to join)")
+	}
+	return build(ctx, cfg, []Service{row})
+}
+
+// build builds rows in order: the model they need, the bus, then each on
+// its own connection.
+func build(ctx context.Context, cfg Config, rows []Service) (_ *Stack, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -105,193 +143,121 @@ func New(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{cfg: cfg, log: cfg.Log}
+	s := &Stack{cfg: cfg, log: cfg.Log, names: names}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	connect := func(name string) (*nats.Conn, error) {
-		var nc *nats.Conn
-		var err error
-		if s.nats != nil {
-			nc, err = s.nats.ConnectAs(name)
-		} else {
-			var creds []byte
-			var opts []nats.Option
-			if creds, err = cfg.Auth.Creds(name); err == nil {
-				opts, err = busauth.ClientOptions(creds, name, cfg.Log)
-			}
-			if err == nil {
-				nc, err = nats.Connect(cfg.NATSURL, append(opts, nats.Name("agentmesh-"+name), nats.MaxReconnects(-1))...)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("connect %s to nats: %w", name, err)
-		}
-		s.conns = append(s.conns, nc)
-		return nc, nil
+	if err := s.startModel(rows); err != nil {
+		return nil, err
 	}
-
-	if cfg.NATSURL == "" {
-		if cfg.DataDir == "" {
-			return nil, errors.New("stack: DataDir is required with the embedded NATS server")
-		}
-		s.nats, err = embednats.Start(embednats.Config{
-			StoreDir: cfg.DataDir, Host: cfg.NATSHost, Port: cfg.NATSPort,
-			Auth: cfg.Auth, Prefix: cfg.Prefix, Log: cfg.Log,
-		})
+	if err := s.startBus(); err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		nc, err := s.connect(ctx, row.Name)
 		if err != nil {
 			return nil, err
 		}
-		s.cfg.Auth = s.nats.Auth()
-	} else if cfg.Auth == nil {
-		return nil, errors.New("stack: Auth (the bus identities) is required with NATSURL")
-	}
-	cfg.Auth = s.cfg.Auth
-
-	// state
-	nc, err := connect("state")
-	if err != nil {
-		return nil, err
-	}
-	if cfg.PostgresURL != "" {
-		var pg *pgstore.Store
-		if pg, err = pgstore.Open(ctx, cfg.PostgresURL); err == nil {
-			s.store = pg
-		}
-	} else {
-		var js jetstream.JetStream
-		js, err = jetstream.New(nc)
-		if err == nil {
-			var kv *kvstore.Store
-			if kv, err = kvstore.Open(ctx, js, names, kvstore.Options{Replicas: cfg.Streams.Replicas, Memory: cfg.Streams.Memory, Log: cfg.Log,
-				// With its own NATS server this is the only state service.
-				SoleWriter: cfg.NATSURL == ""}); err == nil {
-				s.store = kv
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("stack: open store: %w", err)
-	}
-	stateCfg := cfg.State
-	stateCfg.Prefix, stateCfg.Streams, stateCfg.Taps = cfg.Prefix, cfg.Streams, cfg.Auth.TapSigner()
-	st, err := state.New(ctx, stateCfg, state.Deps{NC: nc, Store: s.store, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"state", st.Run})
-
-	// the model: a real one by configuration, else the scripted one
-	execCfg := cfg.Executor
-	execCfg.Prefix, execCfg.Streams = cfg.Prefix, cfg.Streams
-	if execCfg.Model.BaseURL == "" {
-		script := cfg.Script
-		if script == nil {
-			script = scriptedmodel.DefaultScript()
-		}
-		s.model = scriptedmodel.New(script)
-		listen := cfg.ScriptedListen
-		if listen == "" {
-			listen = "127.0.0.1:0"
-		}
-		url, err := s.model.Start(listen)
+		run, err := row.build(s, ctx, nc)
 		if err != nil {
-			return nil, fmt.Errorf("stack: start scripted model: %w", err)
+			return nil, err
 		}
-		execCfg.Model.BaseURL = url
-		if execCfg.Model.Model == "" {
-			execCfg.Model.Model = "scripted"
-		}
-		cfg.Log.Warn("no model configured: using the SCRIPTED model server (a testing and demo aid, not a language model)", "url", url)
-	}
-	s.modelURL = execCfg.Model.BaseURL
-
-	// registry
-	if nc, err = connect("registry"); err != nil {
-		return nil, err
-	}
-	regCfg := cfg.Registry
-	regCfg.Prefix, regCfg.Streams = cfg.Prefix, cfg.Streams
-	if regCfg.Analysis.BaseURL == "" && !regCfg.Analysis.Off && !regCfg.Analysis.FallbackOnly && s.model != nil && scriptAnalyses(cfg.Script) {
-		// The scripted model answers task analysis only when its script
-		// says how (a "task_analysis" scenario); else the fallback.
-		regCfg.Analysis.BaseURL, regCfg.Analysis.Model = s.modelURL, "scripted"
-	}
-	reg, err := registry.New(ctx, regCfg, registry.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"registry", reg.Run})
-
-	// scheduler
-	if nc, err = connect("scheduler"); err != nil {
-		return nil, err
-	}
-	schedCfg := cfg.Scheduler
-	schedCfg.Prefix, schedCfg.Streams = cfg.Prefix, cfg.Streams
-	sch, err := scheduler.New(ctx, schedCfg, scheduler.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.runners = append(s.runners, runner{"scheduler", sch.Run})
-
-	// executor
-	if nc, err = connect("executor"); err != nil {
-		return nil, err
-	}
-	ex, err := executor.New(ctx, execCfg, executor.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.executor = ex
-	s.runners = append(s.runners, runner{"executor", ex.Run})
-
-	// router
-	if nc, err = connect("router"); err != nil {
-		return nil, err
-	}
-	rcfg := cfg.Router
-	rcfg.Prefix = cfg.Prefix
-	rt, err := router.New(ctx, rcfg, router.Deps{NC: nc, Log: cfg.Log})
-	if err != nil {
-		return nil, err
-	}
-	s.router = rt
-	s.runners = append(s.runners, runner{"router", rt.Run})
-
-	// Seed skills and agents through the registry, over the bus like any
-	// client, as shared ones (every org may use them, none may change
-	// them); the skills first, as the agents offer them.
-	for _, sk := range cfg.SeedSkills {
-		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateSkill),
-			&busv1.SkillOp{Shared: true, Op: &busv1.SkillOp_Create{Create: &agentmeshv1.CreateSkillRequest{Skill: sk}}}, &agentmeshv1.CreateSkillResponse{})
-		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
-			return nil, fmt.Errorf("stack: seed skill %s: %w", sk.Name, err)
-		}
-	}
-	for _, a := range cfg.SeedAgents {
-		err := bus.Request(ctx, nc, names.Registry(subjects.RegistryCreateAgent),
-			&busv1.AgentOp{Shared: true, Op: &busv1.AgentOp_Create{Create: &agentmeshv1.CreateAgentRequest{Agent: a}}}, &agentmeshv1.CreateAgentResponse{})
-		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
-			return nil, fmt.Errorf("stack: seed agent %s: %w", a.Name, err)
-		}
+		s.runners = append(s.runners, runner{row.Name, run})
 	}
 	return s, nil
 }
 
-// scriptAnalyses says whether script answers the registry's task analysis.
-func scriptAnalyses(script *scriptedmodel.Script) bool {
-	if script == nil {
-		return false
+// startModel resolves the model endpoint rows need: the configured one,
+// else (New only) the scripted model.
+func (s *Stack) startModel(rows []Service) error {
+	need := false
+	for _, row := range rows {
+		need = need || row.Needs.Model
 	}
-	for _, sc := range script.Scenarios {
-		if sc.Format == "task_analysis" {
-			return true
+	if s.modelURL = s.cfg.Executor.Model.BaseURL; !need || s.modelURL != "" {
+		return nil
+	}
+	if s.cfg.Dial != nil {
+		return ErrNoModel
+	}
+	script := s.cfg.Script
+	if script == nil {
+		script = scriptedmodel.DefaultScript()
+	}
+	s.model = scriptedmodel.New(script)
+	listen := s.cfg.ScriptedListen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	url, err := s.model.Start(listen)
+	if err != nil {
+		return fmt.Errorf("stack: start scripted model: %w", err)
+	}
+	s.modelURL = url
+	s.log.Warn("no model configured: using the SCRIPTED model server (a testing and demo aid, not a language model)", "url", url)
+	return nil
+}
+
+// startBus starts the embedded server unless the caller dials a bus.
+func (s *Stack) startBus() error {
+	if s.cfg.Dial != nil {
+		return nil
+	}
+	if s.cfg.DataDir == "" {
+		return errors.New("stack: DataDir is required with the embedded NATS server")
+	}
+	var err error
+	s.nats, err = embednats.Start(embednats.Config{
+		StoreDir: s.cfg.DataDir, Host: s.cfg.NATSHost, Port: s.cfg.NATSPort,
+		Auth: s.cfg.Auth, Prefix: s.cfg.Prefix, Log: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	s.cfg.Auth = s.nats.Auth()
+	return nil
+}
+
+// connect opens service's own connection to the bus.
+func (s *Stack) connect(ctx context.Context, service string) (*nats.Conn, error) {
+	var nc *nats.Conn
+	var err error
+	if s.nats != nil {
+		nc, err = s.nats.ConnectAs(service)
+	} else {
+		nc, err = s.cfg.Dial(ctx, service)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect %s to nats: %w", service, err)
+	}
+	s.conns = append(s.conns, nc)
+	return nc, nil
+}
+
+// seed creates the seed skills and agents through the registry, over the
+// bus like any client, as shared ones (every org may use them, none may
+// change them); the skills first, as the agents offer them.
+func (s *Stack) seed(ctx context.Context) error {
+	if s.routerNC == nil {
+		return nil
+	}
+	for _, sk := range s.cfg.SeedSkills {
+		err := bus.Request(ctx, s.routerNC, s.names.Registry(subjects.RegistryCreateSkill),
+			&busv1.SkillOp{Shared: true, Op: &busv1.SkillOp_Create{Create: &agentmeshv1.CreateSkillRequest{Skill: sk}}}, &agentmeshv1.CreateSkillResponse{})
+		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
+			return fmt.Errorf("stack: seed skill %s: %w", sk.Name, err)
 		}
 	}
-	return false
+	for _, a := range s.cfg.SeedAgents {
+		err := bus.Request(ctx, s.routerNC, s.names.Registry(subjects.RegistryCreateAgent),
+			&busv1.AgentOp{Shared: true, Op: &busv1.AgentOp_Create{Create: &agentmeshv1.CreateAgentRequest{Agent: a}}}, &agentmeshv1.CreateAgentResponse{})
+		if err != nil && !errors.Is(err, bus.ErrAlreadyExists) {
+			return fmt.Errorf("stack: seed agent %s: %w", a.Name, err)
+		}
+	}
+	return nil
 }
 
 // DefaultSkills are the shared skills `agentmesh dev` seeds: "general",
@@ -315,18 +281,36 @@ func DefaultAgent() *agentmeshv1.Agent {
 	}
 }
 
-// Addr is the gRPC API's address.
-func (s *Stack) Addr() string { return s.router.Addr() }
-
-// NATSURL is the loopback URL of the embedded NATS server ("" if external).
-func (s *Stack) NATSURL() string {
-	if s.nats == nil {
-		return s.cfg.NATSURL
+// Names lists the services built, in start order.
+func (s *Stack) Names() []string {
+	out := make([]string, len(s.runners))
+	for i, r := range s.runners {
+		out[i] = r.name
 	}
-	return s.nats.URL()
+	return out
 }
 
-// Auth returns the bus identities the stack runs with.
+// Addr is the gRPC API's address ("" without the router).
+func (s *Stack) Addr() string {
+	if s.router == nil {
+		return ""
+	}
+	return s.router.Addr()
+}
+
+// NATSURL is the URL of the bus: the embedded server's loopback listener,
+// or the server the first connection dialed (redacted).
+func (s *Stack) NATSURL() string {
+	switch {
+	case s.nats != nil:
+		return s.nats.URL()
+	case len(s.conns) > 0:
+		return s.conns[0].ConnectedUrlRedacted()
+	}
+	return ""
+}
+
+// Auth returns the bus identities the stack runs with (nil with Dial).
 func (s *Stack) Auth() *busauth.Bundle { return s.cfg.Auth }
 
 // Executor is the stack's executor (tests read its warm pool's figures).

@@ -218,9 +218,6 @@ func (s *Service) deleteTask(ctx context.Context, req *busv1.DeleteTaskRequest) 
 
 // ---- retention ----
 
-// DefaultRetentionInterval is how often the retention sweep runs.
-const DefaultRetentionInterval = 10 * time.Minute
-
 // retentionLoop deletes finished tasks last changed more than Retention
 // ago, at start and then every RetentionInterval, until ctx ends.
 func (s *Service) retentionLoop(ctx context.Context) {

@@ -73,35 +73,8 @@ const ServiceName = "agentmesh-state"
 // Version of the service as micro reports it.
 const Version = "0.1.0"
 
-// DefaultConcurrency bounds the requests served at once when the config
-// says 0.
-const DefaultConcurrency = 256
-
 // drainTimeout bounds how long Run waits for requests in flight at stop.
 const drainTimeout = 10 * time.Second
-
-// Config of the state service.
-type Config struct {
-	// Prefix of every subject; "" means subjects.DefaultPrefix.
-	Prefix string
-	// Streams tunes the bus streams New ensures.
-	Streams bus.StreamOptions
-	// Concurrency bounds the requests served at once; 0 means
-	// DefaultConcurrency.
-	Concurrency int
-	// Taps mints tap credentials (taps.create); nil answers taps.create
-	// with unimplemented.
-	Taps *busauth.TapSigner
-	// Retention: finished tasks last changed longer ago are deleted with
-	// their history (graph.go); 0 keeps them for ever.
-	Retention time.Duration
-	// RetentionInterval between retention sweeps; 0 means
-	// DefaultRetentionInterval.
-	RetentionInterval time.Duration
-	// Delegation limits (delegation.go); zero fields take the defaults of
-	// package delegation.
-	Delegation DelegationLimits
-}
 
 // Deps are the service's required dependencies.
 type Deps struct {
@@ -144,17 +117,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	case deps.Log == nil:
 		return nil, errors.New("state: Deps.Log is required")
 	}
-	if cfg.Concurrency < 0 {
-		return nil, fmt.Errorf("state: Concurrency %d is negative", cfg.Concurrency)
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Retention < 0 || cfg.RetentionInterval < 0 {
-		return nil, errors.New("state: Retention and RetentionInterval must not be negative")
-	}
-	if cfg.RetentionInterval == 0 {
-		cfg.RetentionInterval = DefaultRetentionInterval
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
 	}
 	names, err := subjects.New(cfg.Prefix)
 	if err != nil {
@@ -172,7 +137,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	bus.LogReplication(deps.Log.With("service", "state"), reps)
 	s := &Service{
-		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store), limits: cfg.Delegation.withDefaults(),
+		names: names, nc: deps.NC, js: js, store: store.Instrument(deps.Store), limits: cfg.Delegation,
 		log: deps.Log.With("service", "state"), sem: make(chan struct{}, cfg.Concurrency),
 		taps:      cfg.Taps,
 		events:    bus.NewOutbox(js, deps.Log.With("service", "state"), "event"),

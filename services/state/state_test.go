@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
 	"github.com/agentmesh/agentmesh/services/state/pgstore"
@@ -32,8 +31,6 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var names = subjects.Must("am")
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // running is a state service serving in the background.
 type running struct {
@@ -53,7 +50,7 @@ func startService(t *testing.T, svcNC, driver *nats.Conn, st store.Store, taps .
 	if len(taps) > 0 {
 		cfg.Taps = taps[0]
 	}
-	svc, err := state.New(ctx, cfg, state.Deps{NC: svcNC, Store: st, Log: quietLog()})
+	svc, err := state.New(ctx, cfg, state.Deps{NC: svcNC, Store: st, Log: testlog.New(t)})
 	if err != nil {
 		cancel()
 		t.Fatalf("state.New: %v", err)
@@ -512,8 +509,8 @@ func TestNewRejectsMissingDeps(t *testing.T) {
 		deps state.Deps
 		want string
 	}{
-		{"no NC", state.Deps{Store: st, Log: quietLog()}, "NC"},
-		{"no Store", state.Deps{NC: nc, Log: quietLog()}, "Store"},
+		{"no NC", state.Deps{Store: st, Log: testlog.New(t)}, "NC"},
+		{"no Store", state.Deps{NC: nc, Log: testlog.New(t)}, "Store"},
 		{"no Log", state.Deps{NC: nc, Store: st}, "Log"},
 	}
 	for _, tc := range tests {
@@ -524,7 +521,7 @@ func TestNewRejectsMissingDeps(t *testing.T) {
 			}
 		})
 	}
-	if _, err := state.New(context.Background(), state.Config{Prefix: "bad prefix"}, state.Deps{NC: nc, Store: st, Log: quietLog()}); err == nil {
+	if _, err := state.New(context.Background(), state.Config{Prefix: "bad prefix"}, state.Deps{NC: nc, Store: st, Log: testlog.New(t)}); err == nil {
 		t.Errorf("bad prefix: got nil error, want one")
 	}
 }

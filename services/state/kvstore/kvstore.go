@@ -53,6 +53,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -559,10 +560,8 @@ func (s *Store) awaitKeyed(ctx context.Context, key string) (*agentmeshv1.Task, 
 		if time.Now().After(deadline) {
 			return nil, bus.Errorf(bus.CodeUnavailable, "a task with this idempotency key is still being created; retry")
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, 5*time.Millisecond) {
 			return nil, bus.Errorf(bus.CodeUnavailable, "waiting for a task with this idempotency key: %v", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
@@ -966,37 +965,15 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 	if a == nil || a.Name == "" {
 		return nil, bus.FieldError("agent.name", "a name is required")
 	}
-	key := agentKey(a.Org, a.Name)
-	for range maxRetries {
-		cur, rev, err := s.getAgent(ctx, a.Org, a.Name)
-		if err != nil {
-			return nil, err
-		}
-		next, err := store.PlanAgent(cur, a, create, expectedVersion, s.now())
-		if err != nil {
-			return nil, err
-		}
-		data, err := marshal(next)
-		if err != nil {
-			return nil, err
-		}
-		var nrev uint64
-		if cur == nil {
-			nrev, err = s.agents.Create(ctx, key, data)
-		} else {
-			nrev, err = s.agents.Update(ctx, key, data, rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // lost a race: re-read, let PlanAgent decide again
-		}
-		if err != nil {
-			return nil, kvError("put agent", err)
-		}
-		s.agentIndex.put(store.AgentPos(next.Org, next.Name), next, nrev)
-		s.recordVersion(ctx, next)
-		return next, nil
+	next, rev, err := s.agentEntries().put(ctx, a.Org, a.Name, func(cur *agentmeshv1.Agent) (*agentmeshv1.Agent, error) {
+		return store.PlanAgent(cur, a, create, expectedVersion, s.now())
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
+	s.agentIndex.put(store.AgentPos(next.Org, next.Name), next, rev)
+	s.recordVersion(ctx, next)
+	return next, nil
 }
 
 // GetAgent returns org's agent or not_found.
@@ -1022,26 +999,11 @@ func (s *Store) ListAgents(_ context.Context, q store.AgentQuery) ([]*agentmeshv
 
 // DeleteAgent removes org's agent or answers not_found.
 func (s *Store) DeleteAgent(ctx context.Context, org, name string) error {
-	for range maxRetries {
-		cur, rev, err := s.getAgent(ctx, org, name)
-		if err != nil {
-			return err
-		}
-		if cur == nil {
-			return store.AgentNotFound(name)
-		}
-		err = s.agents.Delete(ctx, agentKey(org, name), jetstream.LastRevision(rev))
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		if err != nil {
-			return kvError("delete agent", err)
-		}
-		// The delete marker's revision is not returned; rev+1 orders it
-		// after the put we read, and the watcher confirms it.
-		s.agentIndex.del(store.AgentPos(org, name), rev+1)
-		s.dropVersions(ctx, org, name)
-		return nil
+	rev, err := s.agentEntries().delete(ctx, org, name)
+	if err != nil {
+		return err
 	}
-	return bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", name)
+	s.agentIndex.del(store.AgentPos(org, name), rev+1)
+	s.dropVersions(ctx, org, name)
+	return nil
 }

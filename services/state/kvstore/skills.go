@@ -122,36 +122,14 @@ func (s *Store) PutSkill(ctx context.Context, sk *agentmeshv1.Skill, create bool
 	if sk == nil || sk.Name == "" {
 		return nil, bus.FieldError("skill.name", "a name is required")
 	}
-	key := agentKey(sk.Org, sk.Name)
-	for range maxRetries {
-		cur, rev, err := s.getSkill(ctx, sk.Org, sk.Name)
-		if err != nil {
-			return nil, err
-		}
-		next, err := store.PlanSkill(cur, sk, create, expectedVersion, s.now())
-		if err != nil {
-			return nil, err
-		}
-		data, err := marshal(next)
-		if err != nil {
-			return nil, err
-		}
-		var nrev uint64
-		if cur == nil {
-			nrev, err = s.skillsKV.Create(ctx, key, data)
-		} else {
-			nrev, err = s.skillsKV.Update(ctx, key, data, rev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		if err != nil {
-			return nil, kvError("put skill", err)
-		}
-		s.skillIndex.put(store.AgentPos(next.Org, next.Name), next, nrev)
-		return next, nil
+	next, rev, err := s.skillEntries().put(ctx, sk.Org, sk.Name, func(cur *agentmeshv1.Skill) (*agentmeshv1.Skill, error) {
+		return store.PlanSkill(cur, sk, create, expectedVersion, s.now())
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, bus.Errorf(bus.CodeConflict, "skill %q: too much contention, retry", sk.Name)
+	s.skillIndex.put(store.AgentPos(next.Org, next.Name), next, rev)
+	return next, nil
 }
 
 // GetSkill returns org's skill or not_found.
@@ -173,25 +151,12 @@ func (s *Store) ListSkills(_ context.Context, q store.SkillQuery) ([]*agentmeshv
 
 // DeleteSkill removes org's skill or answers not_found.
 func (s *Store) DeleteSkill(ctx context.Context, org, name string) error {
-	for range maxRetries {
-		cur, rev, err := s.getSkill(ctx, org, name)
-		if err != nil {
-			return err
-		}
-		if cur == nil {
-			return store.SkillNotFound(name)
-		}
-		err = s.skillsKV.Delete(ctx, agentKey(org, name), jetstream.LastRevision(rev))
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		if err != nil {
-			return kvError("delete skill", err)
-		}
-		s.skillIndex.del(store.AgentPos(org, name), rev+1)
-		return nil
+	rev, err := s.skillEntries().delete(ctx, org, name)
+	if err != nil {
+		return err
 	}
-	return bus.Errorf(bus.CodeConflict, "skill %q: too much contention, retry", name)
+	s.skillIndex.del(store.AgentPos(org, name), rev+1)
+	return nil
 }
 
 // AgentsOffering scans the agent index for agents offering skill.

@@ -492,40 +492,39 @@ func (s *Store) PutAgent(ctx context.Context, a *agentmeshv1.Agent, create bool,
 	if a == nil || a.Name == "" {
 		return nil, bus.FieldError("agent.name", "a name is required")
 	}
-	for range maxRetries {
-		cur, err := s.getAgent(ctx, a.Org, a.Name)
-		if err != nil {
-			return nil, err
-		}
-		next, err := store.PlanAgent(cur, a, create, expectedVersion, s.now())
-		if err != nil {
-			return nil, err
-		}
-		data, err := marshal(next)
-		if err != nil {
-			return nil, err
-		}
-		skills := next.Skills
-		if skills == nil {
-			skills = []string{}
-		}
-		var tag pgconn.CommandTag
-		if create {
-			tag, err = s.pool.Exec(ctx, `INSERT INTO agents (org, name, version, skills, updated_at, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org, name) DO NOTHING`,
-				next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data)
-		} else {
-			tag, err = s.pool.Exec(ctx, `UPDATE agents SET version = $3, skills = $4, updated_at = $5, data = $6 WHERE org = $1 AND name = $2 AND version = $7`,
-				next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
-		}
-		if err != nil {
-			return nil, dbError("put agent", err)
-		}
-		if tag.RowsAffected() == 1 {
-			return next, nil
-		}
-		// Lost a race: re-read, and let PlanAgent decide again.
+	return versioned[*agentmeshv1.Agent]{
+		kind: "agent", name: a.Name,
+		get: func(ctx context.Context) (*agentmeshv1.Agent, error) { return s.getAgent(ctx, a.Org, a.Name) },
+		plan: func(cur *agentmeshv1.Agent) (*agentmeshv1.Agent, error) {
+			return store.PlanAgent(cur, a, create, expectedVersion, s.now())
+		},
+		write: s.writeAgent,
+	}.put(ctx)
+}
+
+// writeAgent inserts next (cur nil) or updates cur's version to next, and
+// reports whether it wrote the row.
+func (s *Store) writeAgent(ctx context.Context, cur, next *agentmeshv1.Agent) (bool, error) {
+	data, err := marshal(next)
+	if err != nil {
+		return false, err
 	}
-	return nil, bus.Errorf(bus.CodeConflict, "agent %q: too much contention, retry", a.Name)
+	skills := next.Skills
+	if skills == nil {
+		skills = []string{}
+	}
+	var tag pgconn.CommandTag
+	if cur == nil {
+		tag, err = s.pool.Exec(ctx, `INSERT INTO agents (org, name, version, skills, updated_at, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org, name) DO NOTHING`,
+			next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data)
+	} else {
+		tag, err = s.pool.Exec(ctx, `UPDATE agents SET version = $3, skills = $4, updated_at = $5, data = $6 WHERE org = $1 AND name = $2 AND version = $7`,
+			next.Org, next.Name, next.Version, skills, next.UpdatedAt.AsTime(), data, cur.Version)
+	}
+	if err != nil {
+		return false, dbError("put agent", err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // GetAgent returns org's agent or not_found.

@@ -53,41 +53,41 @@ func (s *Store) PutSkill(ctx context.Context, sk *agentmeshv1.Skill, create bool
 	if sk == nil || sk.Name == "" {
 		return nil, bus.FieldError("skill.name", "a name is required")
 	}
-	for range maxRetries {
-		cur, err := s.getSkill(ctx, sk.Org, sk.Name)
-		if err != nil {
-			return nil, err
-		}
-		next, err := store.PlanSkill(cur, sk, create, expectedVersion, s.now())
-		if err != nil {
-			return nil, err
-		}
-		tools := next.RequiredTools
-		if tools == nil {
-			tools = []string{}
-		}
-		config := next.Config
-		if config == nil {
-			config = map[string]string{}
-		}
-		var tag pgconn.CommandTag
-		if cur == nil {
-			tag, err = s.pool.Exec(ctx, `INSERT INTO skills (`+skillColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (org, name) DO NOTHING`,
-				next.Org, next.Name, next.Description, tools, next.PromptTemplate, config, next.Version, next.CreatedAt.AsTime(), next.UpdatedAt.AsTime())
-		} else {
-			tag, err = s.pool.Exec(ctx, `UPDATE skills SET description = $3, required_tools = $4, prompt_template = $5, config = $6, version = $7, updated_at = $8
-				WHERE org = $1 AND name = $2 AND version = $9`,
-				next.Org, next.Name, next.Description, tools, next.PromptTemplate, config, next.Version, next.UpdatedAt.AsTime(), cur.Version)
-		}
-		if err != nil {
-			return nil, dbError("put skill", err)
-		}
-		if tag.RowsAffected() == 1 {
-			return next, nil
-		}
-		// Lost a race: re-read, and let PlanSkill decide again.
+	return versioned[*agentmeshv1.Skill]{
+		kind: "skill", name: sk.Name,
+		get: func(ctx context.Context) (*agentmeshv1.Skill, error) { return s.getSkill(ctx, sk.Org, sk.Name) },
+		plan: func(cur *agentmeshv1.Skill) (*agentmeshv1.Skill, error) {
+			return store.PlanSkill(cur, sk, create, expectedVersion, s.now())
+		},
+		write: s.writeSkill,
+	}.put(ctx)
+}
+
+// writeSkill inserts next (cur nil) or updates cur's version to next, and
+// reports whether it wrote the row.
+func (s *Store) writeSkill(ctx context.Context, cur, next *agentmeshv1.Skill) (bool, error) {
+	tools := next.RequiredTools
+	if tools == nil {
+		tools = []string{}
 	}
-	return nil, bus.Errorf(bus.CodeConflict, "skill %q: too much contention, retry", sk.Name)
+	config := next.Config
+	if config == nil {
+		config = map[string]string{}
+	}
+	var tag pgconn.CommandTag
+	var err error
+	if cur == nil {
+		tag, err = s.pool.Exec(ctx, `INSERT INTO skills (`+skillColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (org, name) DO NOTHING`,
+			next.Org, next.Name, next.Description, tools, next.PromptTemplate, config, next.Version, next.CreatedAt.AsTime(), next.UpdatedAt.AsTime())
+	} else {
+		tag, err = s.pool.Exec(ctx, `UPDATE skills SET description = $3, required_tools = $4, prompt_template = $5, config = $6, version = $7, updated_at = $8
+			WHERE org = $1 AND name = $2 AND version = $9`,
+			next.Org, next.Name, next.Description, tools, next.PromptTemplate, config, next.Version, next.UpdatedAt.AsTime(), cur.Version)
+	}
+	if err != nil {
+		return false, dbError("put skill", err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // GetSkill returns org's skill or not_found.

@@ -60,17 +60,6 @@ func ResultOf(t *agentmeshv1.Task) *agentmeshv1.DependencyResult {
 	return d
 }
 
-// ResultOfEvent is the outcome a terminal event records.
-func ResultOfEvent(ev *agentmeshv1.TaskEvent) *agentmeshv1.DependencyResult {
-	d := &agentmeshv1.DependencyResult{TaskId: ev.TaskId, Status: ev.Status}
-	if ev.Status == taskstate.Completed {
-		d.Result = ev.Result
-	} else {
-		d.Error = ev.Reason
-	}
-	return d
-}
-
 // runAnyway reports whether t runs whatever its parents' outcomes.
 func runAnyway(t *agentmeshv1.Task) bool {
 	return t.DependencyPolicy == agentmeshv1.DependencyPolicy_DEPENDENCY_POLICY_RUN_ANYWAY
