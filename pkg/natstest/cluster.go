@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Cluster is a JetStream cluster of embedded servers on loopback, sharing
@@ -157,7 +159,8 @@ func (c *Cluster) cut(i int, cut bool) {
 	}
 }
 
-// WaitMeta waits until a running member is the JetStream meta leader.
+// WaitMeta waits until a running member is the JetStream meta leader and
+// every running member serves the account's JetStream API.
 func (c *Cluster) WaitMeta() {
 	c.t.Helper()
 	poll.Until(c.t, 30*time.Second, func() error {
@@ -168,6 +171,26 @@ func (c *Cluster) WaitMeta() {
 		}
 		return errors.New("no JetStream meta leader yet")
 	})
+	// A meta leader is not yet an account every member serves: until the
+	// account's JetStream is set up on a member, its API answers "JetStream
+	// not enabled for account" (seen under load). Ask each member once.
+	for i, s := range c.servers {
+		if s == nil {
+			continue
+		}
+		nc := c.ConnectTo(c.t, i, "")
+		poll.Until(c.t, 30*time.Second, func() error {
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err = js.AccountInfo(ctx)
+			return err
+		})
+		nc.Close()
+	}
 }
 
 // StreamLeader returns the member leading stream, or -1.
