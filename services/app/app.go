@@ -37,6 +37,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
+	"github.com/agentmesh/agentmesh/services/router/rest"
 	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
@@ -408,7 +409,35 @@ func (s *settings) routerConfig() (router.Config, error) {
 		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_ORG_RATE: want requests per second (a positive number up to 1000000, or -1 for unlimited), got %q", s.str("AGENTMESH_ORG_RATE"))}
 	}
 	cfg.OrgRate = rate
+	if cfg.HTTPListen, err = s.httpListen(); err != nil {
+		return router.Config{}, err
+	}
+	if cfg.HTTPCORSOrigins, err = rest.ParseCORSOrigins(s.str("AGENTMESH_HTTP_CORS_ORIGINS")); err != nil {
+		return router.Config{}, usageError{fmt.Errorf("AGENTMESH_HTTP_CORS_ORIGINS: %w", err)}
+	}
+	cfg.Version = Version
 	return cfg, nil
+}
+
+// DefaultDevHTTPListen is where dev serves the HTTP API unless told.
+const DefaultDevHTTPListen = "127.0.0.1:7480"
+
+// httpListen reads AGENTMESH_HTTP_LISTEN: a host:port; empty is dev's
+// default and no listener for router; "off" is none.
+func (s *settings) httpListen() (string, error) {
+	v := s.str("AGENTMESH_HTTP_LISTEN")
+	switch {
+	case v == "off":
+		return "", nil
+	case v == "" && s.cmd == "dev":
+		return DefaultDevHTTPListen, nil
+	case v == "":
+		return "", nil
+	}
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		return "", usageError{fmt.Errorf("AGENTMESH_HTTP_LISTEN: want host:port (e.g. 127.0.0.1:7480) or off, got %q", v)}
+	}
+	return v, nil
 }
 
 func loadScript(path string) (*scriptedmodel.Script, error) {
@@ -520,8 +549,11 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 		model = "SCRIPTED model at " + st.ModelURL() + " (a demo aid, not a language model; set AGENTMESH_MODEL_BASE_URL for a real one)"
 	}
 	log.Info("agentmesh dev is up",
-		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
+		"grpc", st.Addr(), "http", st.HTTPAddr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
 	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
+	if h := st.HTTPAddr(); h != "" {
+		fmt.Fprintf(w, "agentmesh dev: REST API and SSE on http://%s/v1/ (OpenAPI: /v1/openapi.json)\n  try: curl -s -X POST http://%s/v1/tasks -d '{\"input\": \"hello\"}'\n", h, h)
+	}
 	printTaps(w, st.NATSURL(), auth, taps)
 	return st.Run(ctx)
 }
@@ -712,7 +744,7 @@ func runService(ctx context.Context, name string, args []string) error {
 		if err != nil {
 			return err
 		}
-		log.Info("router serving gRPC", "addr", svc.Addr())
+		log.Info("router serving gRPC", "addr", svc.Addr(), "http", svc.HTTPAddr())
 		run = svc.Run
 	}
 	log.Info("agentmesh "+name+" started", "nats", nc.ConnectedUrlRedacted(), "version", Version)

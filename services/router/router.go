@@ -66,6 +66,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -150,6 +151,18 @@ type Config struct {
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
+
+	// HTTPListen is the address of the HTTP listener (http.go): REST/JSON
+	// and SSE (package rest) and the doors mounted with Mount, all through
+	// the same authentication as gRPC; empty = no HTTP listener. It takes
+	// the TLS settings above, MaxConnections, AuthTimeout, IdleTimeout and
+	// MaxRequestBytes (the largest request body) as gRPC does.
+	HTTPListen string
+	// HTTPCORSOrigins are the origins browsers may call the HTTP API from
+	// (scheme://host[:port], or "*" for any); empty = no CORS headers.
+	HTTPCORSOrigins []string
+	// Version is what GetVersion answers: the binary's version.
+	Version string
 }
 
 // Deps are the router's dependencies.
@@ -177,6 +190,8 @@ type Service struct {
 	stopping chan struct{} // closed when Run begins to stop
 
 	hub *hub // feeds the WatchTask streams (hub.go)
+
+	doors *httpDoors // the in-process API and the HTTP listener (http.go)
 }
 
 // New validates cfg, opens the listener and builds the gRPC server.
@@ -259,7 +274,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if authOff {
 		deps.Log.Warn("router: no API keys configured; authentication is OFF and every caller is an admin of org " + DefaultOrg + " (development only)")
 	}
-	creds, err := serverTLS(cfg)
+	tlsConf, err := serverTLS(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -288,11 +303,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		stopping: make(chan struct{}),
 	}
 	s.hub = newHub(s)
-	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
-		grpc.ChainStreamInterceptor(s.streamAuth, s.streamSubtaskIDs),
+	opts := append(s.interceptors(),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
 		// Watch streams can idle for long: ping so dead peers are noticed;
@@ -300,24 +311,47 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: cfg.IdleTimeout}),
 		// Clients pinging more often than every 10 s are sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
+	)
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	s.srv = grpc.NewServer(opts...)
-	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
-	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
-	agentmeshv1.RegisterSkillServiceServer(s.srv, &skillServer{s: s})
-	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
-	agentmeshv1.RegisterProposalServiceServer(s.srv, &proposalServer{s: s})
-	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
-	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
-	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})
-	agentmeshv1.RegisterMetricsServiceServer(s.srv, &metricsServer{s: s})
+	s.register(s.srv)
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	if err := s.newHTTP(ctx, tlsConf); err != nil { // http.go
+		_ = lis.Close()
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	return s, nil
+}
+
+// register serves the agentmesh API on srv: the network server and the
+// in-process one of the HTTP doors (http.go) serve the same.
+func (s *Service) register(srv *grpc.Server) {
+	agentmeshv1.RegisterTaskServiceServer(srv, &taskServer{s: s})
+	agentmeshv1.RegisterAgentServiceServer(srv, &agentServer{s: s})
+	agentmeshv1.RegisterSkillServiceServer(srv, &skillServer{s: s})
+	agentmeshv1.RegisterApprovalServiceServer(srv, &approvalServer{s: s})
+	agentmeshv1.RegisterProposalServiceServer(srv, &proposalServer{s: s})
+	agentmeshv1.RegisterToolServiceServer(srv, &toolServer{})
+	agentmeshv1.RegisterTapServiceServer(srv, &tapServer{s: s})
+	agentmeshv1.RegisterTaskGraphServiceServer(srv, &graphServer{s: s})
+	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
+	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
+	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+}
+
+// interceptors are the authentication (keys, roles, orgs, rates) and the
+// sub-task id checks every agentmesh RPC passes, on every door.
+func (s *Service) interceptors() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
+		grpc.ChainStreamInterceptor(s.streamAuth, s.streamSubtaskIDs),
+	}
 }
 
 func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {
@@ -343,33 +377,47 @@ func (s *Service) Run(ctx context.Context) error {
 	s.setServing(healthpb.HealthCheckResponse_SERVING)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.lis) }()
-	s.log.Info("router serving", "addr", s.Addr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
+	httpErrc := s.serveHTTP() // http.go; nil without an HTTP listener
+	s.log.Info("router serving", "addr", s.Addr(), "http", s.HTTPAddr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
 	if s.cfg.KeysFile != "" {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go s.watchKeys(rctx)
 	}
 
+	var serveErr error
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+		s.closeHTTP()
 		return fmt.Errorf("router: serve: %w", err)
+	case err := <-httpErrc:
+		serveErr = fmt.Errorf("router: serve HTTP: %w", err)
 	}
 	s.health.Shutdown() // NOT_SERVING for every service, and stays so
 	s.stopOnce.Do(func() { close(s.stopping) })
 	stopped := make(chan struct{})
-	go func() { s.srv.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(s.cfg.StopTimeout)
 	defer timer.Stop()
+	go func() {
+		// The HTTP doors first: their calls go through the in-process server.
+		s.shutdownHTTP(s.cfg.StopTimeout)
+		s.srv.GracefulStop()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-timer.C:
 		s.log.Warn("router: graceful stop timed out; closing connections", "timeout", s.cfg.StopTimeout)
+		s.closeHTTP()
 		s.srv.Stop()
 		<-stopped
 	}
 	<-errc
+	if serveErr != nil {
+		return serveErr
+	}
 	s.log.Info("router stopped")
 	return nil
 }

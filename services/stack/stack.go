@@ -318,6 +318,13 @@ func DefaultAgent() *agentmeshv1.Agent {
 // Addr is the gRPC API's address.
 func (s *Stack) Addr() string { return s.router.Addr() }
 
+// HTTPAddr is the HTTP API's address ("" when Router.HTTPListen is empty).
+func (s *Stack) HTTPAddr() string { return s.router.HTTPAddr() }
+
+// Router is the stack's router: the other HTTP doors mount on it
+// (router.Service.Mount) and call its API in process (Conn).
+func (s *Stack) Router() *router.Service { return s.router }
+
 // NATSURL is the loopback URL of the embedded NATS server ("" if external).
 func (s *Stack) NATSURL() string {
 	if s.nats == nil {
