@@ -50,7 +50,7 @@ IMAGE = agentmesh:dev
 
 # The local plugins of buf.gen.yaml resolve through PATH: the pinned ones come first.
 TOOLPATH := $(TOOLBIN):$(PATH)
-LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION)
+LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION) -X main.version=$(VERSION)
 # The agent child, started once per task, is static and without gRPC's
 # x/net/trace: 16 MiB instead of 21, no dynamic loader or libc to start,
 # ~1 ms less CPU and ~15% less memory per child. The server stays a cgo
