@@ -350,8 +350,15 @@ func (s *Service) interceptors() []grpc.ServerOption {
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
-		grpc.ChainStreamInterceptor(s.streamAuth, s.streamSubtaskIDs),
+		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
 	}
+}
+
+// streamInterceptors are the stream RPCs' interceptors, in order: the gRPC
+// servers chain them, and the HTTP doors' event streams run them in
+// process (http.go).
+func (s *Service) streamInterceptors() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{s.streamAuth, s.streamSubtaskIDs}
 }
 
 func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {

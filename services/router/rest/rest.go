@@ -12,7 +12,7 @@
 //	                        (google.api.http), by the grpc-gateway handlers
 //	                        generated into pkg/api (*.pb.gw.go)
 //	GET /v1/tasks/{id}/events  a task's events as text/event-stream, built
-//	                        on WatchTask (sse.go)
+//	                        on WatchTask (sse.go; Options.Watch runs it)
 //	GET /v1/openapi.json    the OpenAPI (Swagger 2.0) document generated
 //	                        from the proto (openapi/, `make generate`)
 //
@@ -59,6 +59,10 @@ type Options struct {
 	// KeepAlive between comment lines of an idle event stream; default
 	// DefaultKeepAlive.
 	KeepAlive time.Duration
+	// Watch runs the event streams' WatchTask; default ConnWatcher(Conn).
+	// The router passes one that runs the gRPC server's own interceptors
+	// and handler in the stream's goroutine (no gRPC transport between).
+	Watch Watcher
 }
 
 // ErrNoConn is returned by New without Options.Conn.
@@ -119,6 +123,9 @@ func New(o Options) (http.Handler, error) {
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = DefaultKeepAlive
 	}
+	if o.Watch == nil {
+		o.Watch = ConnWatcher(o.Conn)
+	}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
@@ -136,7 +143,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", jsonBody(gw))
-	mux.Handle("GET /v1/tasks/{id}/events", &events{conn: agentmeshv1.NewTaskServiceClient(o.Conn), log: o.Log, keepAlive: o.KeepAlive})
+	mux.Handle("GET /v1/tasks/{id}/events", &events{watch: o.Watch, log: o.Log, keepAlive: o.KeepAlive})
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return mux, nil
 }

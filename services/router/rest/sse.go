@@ -12,6 +12,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -79,10 +80,61 @@ func badParam(field, format string, args ...any) error {
 	return fieldError(field, field+": "+format, args...)
 }
 
-// events serves GET /v1/tasks/{id}/events: the task's WatchTask stream,
-// through the router's gRPC API, as Server-Sent Events.
+// WatchStream receives a watch's answers: Accepted once the watch stands
+// (before its first event, or with it), then each response.
+type WatchStream interface {
+	Accepted() error
+	Send(*agentmeshv1.WatchTaskResponse) error
+}
+
+// Watcher runs WatchTask as the caller of r (its key, its trace context)
+// into s until the task ends (nil), the caller goes away, or the router
+// refuses or ends the watch (a gRPC status). A watch that returns before
+// Accepted had nothing to send: the cursor was at the end of an ended task.
+type Watcher func(r *http.Request, req *agentmeshv1.WatchTaskRequest, s WatchStream) error
+
+// ConnWatcher runs WatchTask through a gRPC connection to the router, the
+// request's credentials as outgoing metadata (OutgoingContext).
+func ConnWatcher(conn grpc.ClientConnInterface) Watcher {
+	tasks := agentmeshv1.NewTaskServiceClient(conn)
+	return func(r *http.Request, req *agentmeshv1.WatchTaskRequest, s WatchStream) error {
+		ctx, cancel := context.WithCancel(OutgoingContext(r.Context(), r))
+		defer cancel()
+		stream, err := tasks.WatchTask(ctx, req)
+		if err != nil {
+			return err
+		}
+		// The router sends the header once the watch is accepted (or with
+		// its first event); a stream that ends before it was refused, or
+		// had nothing to say.
+		if md, _ := stream.Header(); md == nil {
+			if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+				return err
+			}
+			return nil
+		}
+		if err := s.Accepted(); err != nil {
+			return err
+		}
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := s.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// events serves GET /v1/tasks/{id}/events: the task's WatchTask, run by
+// watch as the caller, as Server-Sent Events.
 type events struct {
-	conn      agentmeshv1.TaskServiceClient
+	watch     Watcher
 	log       *slog.Logger
 	keepAlive time.Duration
 }
@@ -95,54 +147,74 @@ func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithCancel(OutgoingContext(r.Context(), r))
-	defer cancel()
-	stream, err := e.conn.WatchTask(ctx, &agentmeshv1.WatchTaskRequest{Id: r.PathValue("id"), AfterSeq: after})
-	if err != nil {
-		WriteError(w, r, err)
-		return
-	}
-	// The router sends the header once the watch is accepted (or with its
-	// first event); a stream that ends before it was refused, or had
-	// nothing to say (a finished task read to its end).
-	if md, _ := stream.Header(); md == nil {
-		_, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			w.WriteHeader(http.StatusNoContent) // an EventSource stops here
-			return
-		}
-		WriteError(w, r, err)
-		return
-	}
-	out := newSSEWriter(w, e.keepAlive)
+	out := &sseStream{w: w, tokens: tokens, every: e.keepAlive}
 	defer out.close()
-	last := agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED
-	for {
-		resp, err := stream.Recv()
-		switch {
-		case errors.Is(err, io.EOF):
-			_ = out.event("end", "", &agentmeshv1.WatchTaskResponse{Status: last})
-			return
-		case err != nil:
-			if ctx.Err() == nil { // not the client going away
-				_ = out.event("error", "", status.Convert(err).Proto())
-			}
-			return
-		}
-		last = resp.GetStatus()
-		ev := resp.GetEvent()
-		id := ""
-		if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
-			if !tokens {
-				continue
-			}
-		} else {
-			id = strconv.FormatInt(ev.GetSeq(), 10)
-		}
-		if err := out.event(eventName(ev.GetType()), id, resp); err != nil {
-			return // the client is gone
-		}
+	err = e.watch(r, &agentmeshv1.WatchTaskRequest{Id: r.PathValue("id"), AfterSeq: after}, out)
+	switch {
+	case !out.started && err == nil:
+		w.WriteHeader(http.StatusNoContent) // nothing after the cursor; an EventSource stops here
+	case !out.started:
+		WriteError(w, r, err)
+	case err == nil:
+		_ = out.event("end", "", &agentmeshv1.WatchTaskResponse{Status: out.last})
+	case r.Context().Err() == nil: // not the client going away
+		_ = out.event("error", "", status.Convert(err).Proto())
 	}
+}
+
+// sseStream is one event stream: the watch's answers as events, and a
+// comment line from a timer when nothing was written for a while (no
+// goroutine waits for it).
+type sseStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	tokens  bool
+	every   time.Duration
+	started bool
+	last    agentmeshv1.TaskStatus
+
+	mu     sync.Mutex
+	timer  *time.Timer
+	closed bool
+	buf    []byte
+}
+
+// Accepted starts the stream: 200, text/event-stream, the retry delay.
+func (s *sseStream) Accepted() error {
+	if s.started {
+		return nil
+	}
+	s.started = true
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
+	s.w.WriteHeader(http.StatusOK)
+	s.rc = http.NewResponseController(s.w)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.writeLocked([]byte("retry: " + strconv.Itoa(retryMillis) + "\n\n"))
+	s.timer = time.AfterFunc(s.every, s.keepAlive)
+	return err
+}
+
+// Send writes one response as an event: its seq the id (none for a
+// token: not in the history, never the cursor), its type the name.
+func (s *sseStream) Send(resp *agentmeshv1.WatchTaskResponse) error {
+	if err := s.Accepted(); err != nil {
+		return err
+	}
+	s.last = resp.GetStatus()
+	ev := resp.GetEvent()
+	id := ""
+	if ev.GetType() == agentmeshv1.EventType_EVENT_TYPE_TOKEN {
+		if !s.tokens {
+			return nil
+		}
+	} else {
+		id = strconv.FormatInt(ev.GetSeq(), 10)
+	}
+	return s.event(eventName(ev.GetType()), id, resp)
 }
 
 // eventName is the SSE event name of an event type: "created", "status",
@@ -154,40 +226,12 @@ func eventName(t agentmeshv1.EventType) string {
 	return strings.ToLower(strings.TrimPrefix(t.String(), "EVENT_TYPE_"))
 }
 
-// sseWriter writes one event stream: events from the handler, and a
-// comment line from a timer when nothing was written for a while (no
-// goroutine waits for it).
-type sseWriter struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	every time.Duration
-
-	mu     sync.Mutex
-	timer  *time.Timer
-	closed bool
-	buf    []byte
-}
-
 // retryMillis is the reconnection delay the stream suggests to EventSource.
 const retryMillis = 1000
 
-func newSSEWriter(w http.ResponseWriter, every time.Duration) *sseWriter {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
-	w.WriteHeader(http.StatusOK)
-	s := &sseWriter{w: w, rc: http.NewResponseController(w), every: every}
-	s.mu.Lock()
-	_ = s.writeLocked([]byte("retry: " + strconv.Itoa(retryMillis) + "\n\n"))
-	s.timer = time.AfterFunc(every, s.keepAlive)
-	s.mu.Unlock()
-	return s
-}
-
 // event writes one event: its id (omitted when empty: the client's cursor
 // stays), name and JSON data on one line.
-func (s *sseWriter) event(name, id string, m proto.Message) error {
+func (s *sseStream) event(name, id string, m proto.Message) error {
 	data, err := eventJSON.Marshal(m)
 	if err != nil {
 		return err
@@ -204,7 +248,7 @@ func (s *sseWriter) event(name, id string, m proto.Message) error {
 	return s.writeLocked(b)
 }
 
-func (s *sseWriter) keepAlive() {
+func (s *sseStream) keepAlive() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.writeLocked([]byte(": keep-alive\n\n"))
@@ -212,7 +256,7 @@ func (s *sseWriter) keepAlive() {
 
 // writeLocked writes and flushes b unless closed, and re-arms the
 // keep-alive; s.mu is held.
-func (s *sseWriter) writeLocked(b []byte) error {
+func (s *sseStream) writeLocked(b []byte) error {
 	if s.closed {
 		return errStreamClosed
 	}
@@ -227,7 +271,7 @@ func (s *sseWriter) writeLocked(b []byte) error {
 }
 
 // close stops the keep-alive; nothing is written after it.
-func (s *sseWriter) close() {
+func (s *sseStream) close() {
 	s.mu.Lock()
 	s.closed = true
 	if s.timer != nil {
