@@ -27,10 +27,11 @@ import (
 
 // httpKeys are the keys of the HTTP tests: acme's roles and one of globex.
 var httpKeys = map[string]string{
-	"k-admin":  "acme",
-	"k-op":     "acme:operator",
-	"k-reader": "acme:reader",
-	"k-globex": "globex",
+	"k-admin":    "acme",
+	"k-op":       "acme:operator",
+	"k-reader":   "acme:reader",
+	"k-globex":   "globex",
+	"k-platform": "*:platform",
 }
 
 // startHTTP runs a router with an HTTP listener over the test bus and
@@ -110,6 +111,8 @@ func TestHTTPBadInput(t *testing.T) {
 		{"another org's cancel", c, "POST", "/v1/tasks/" + other.Id + "/cancel", `{}`, 404, codes.NotFound, "not found", ""},
 		{"another org's run", c, "GET", "/v1/runs/" + other.Id, nil, 404, codes.NotFound, "not found", ""},
 		{"another org's events", c, "GET", "/v1/tasks/" + other.Id + "/events", nil, 404, codes.NotFound, "not found", ""},
+		{"events without a key", c.As(""), "GET", "/v1/tasks/" + other.Id + "/events", nil, 401, codes.Unauthenticated, "missing API key", ""},
+		{"events with a platform key", c.As("k-platform"), "GET", "/v1/tasks/" + other.Id + "/events", nil, 403, codes.PermissionDenied, "platform key", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.client.Do(t, tc.method, tc.url, tc.body)
@@ -154,7 +157,7 @@ func TestHTTPBadInput(t *testing.T) {
 // The org's request rate applies to HTTP calls as to gRPC ones: 429 with
 // Retry-After.
 func TestHTTPRateLimit(t *testing.T) {
-	_, c := startHTTP(t, Config{OrgRate: 1, OrgBurst: 1})
+	e, c := startHTTP(t, Config{OrgRate: 1, OrgBurst: 1})
 	if r := c.Do(t, "GET", "/v1/tasks", nil); r.Code != 200 {
 		t.Fatalf("first call: HTTP %d %s", r.Code, r.Body)
 	}
@@ -163,6 +166,13 @@ func TestHTTPRateLimit(t *testing.T) {
 	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
 		t.Errorf("Retry-After %q, want whole seconds ≥ 1", r.Header.Get("Retry-After"))
 	}
+	// Event streams take a token too.
+	task := e.fake.AddTask(&agentmeshv1.Task{Org: "acme", Input: "x", Agent: "helper"})
+	_, r, err := c.Events(context.Background(), "/v1/tasks/"+task.Id+"/events", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, r, 429, codes.ResourceExhausted, "request rate", "")
 	// Another org has its own budget.
 	if r := c.As("k-globex").Do(t, "GET", "/v1/tasks", nil); r.Code != 200 {
 		t.Fatalf("globex: HTTP %d %s", r.Code, r.Body)
