@@ -114,10 +114,19 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	// HTTP/1.1 and HTTP/2: over TLS as negotiated, in cleartext with prior
+	// knowledge (h2c: curl --http2-prior-knowledge), so that a client's
+	// many event streams can share one connection.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
 	if tlsConf != nil {
 		d.srv.TLSConfig = tlsConf.Clone()
 		d.tls = true
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
 	}
+	d.srv.Protocols = &protocols
 	return nil
 }
 

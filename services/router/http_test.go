@@ -481,6 +481,30 @@ func TestHTTPCORS(t *testing.T) {
 	}
 }
 
+// Cleartext HTTP/2 (prior knowledge) is served too: several event streams
+// share one connection.
+func TestHTTP2Cleartext(t *testing.T) {
+	e, c := startHTTP(t, Config{})
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	c.HTTP.Transport = &http.Transport{Protocols: &p}
+	task := e.fake.AddTask(&agentmeshv1.Task{Org: "acme", Input: "x", Agent: "helper"})
+	a := openEvents(t, c, events(task.Id), "")
+	b := openEvents(t, c, events(task.Id), "1")
+	if a.Resp.Proto != "HTTP/2.0" || b.Resp.Proto != "HTTP/2.0" {
+		t.Fatalf("protocols %s %s, want HTTP/2.0", a.Resp.Proto, b.Resp.Proto)
+	}
+	if ev := nextEvent(t, a); ev.ID != "1" {
+		t.Fatalf("first stream: %+v", ev)
+	}
+	if ev := nextEvent(t, b); ev.ID != "2" {
+		t.Fatalf("second stream: %+v", ev)
+	}
+	if open := e.svc.doors.conns.open(); open != 1 {
+		t.Errorf("%d connections held, want the one both streams share", open)
+	}
+}
+
 // The HTTP listener takes the gRPC listener's TLS settings: HTTPS only,
 // and with a client CA, only clients with a certificate it signed.
 func TestHTTPTLS(t *testing.T) {

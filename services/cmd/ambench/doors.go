@@ -34,8 +34,10 @@ func runDoors(bin string, n, c, warmup, sseN int) error {
 		return fmt.Errorf("submit: %w", err)
 	}
 	if sseN > 0 {
-		if err := sseIdle(bin, dir, sseN); err != nil {
-			return fmt.Errorf("sse: %w", err)
+		for _, h2c := range []bool{false, true} {
+			if err := sseIdle(bin, dir, sseN, h2c); err != nil {
+				return fmt.Errorf("sse: %w", err)
+			}
 		}
 	}
 	return nil
@@ -152,8 +154,9 @@ const idleTasks = 16
 
 // sseIdle opens sseN event streams on tasks that wait on a model that does
 // not answer (no events: idle streams), and reports the router's memory per
-// stream and its CPU while they are open.
-func sseIdle(bin, dir string, sseN int) error {
+// stream and its CPU while they are open. Over HTTP/1.1 each stream is a
+// connection; over cleartext HTTP/2 (h2c) up to 250 share one.
+func sseIdle(bin, dir string, sseN int, h2c bool) error {
 	script, err := writeSlowScript(dir, 10*time.Minute)
 	if err != nil {
 		return err
@@ -162,7 +165,11 @@ func sseIdle(bin, dir string, sseN int) error {
 	if err != nil {
 		return err
 	}
-	s, err := startServer("embedded", bin, dir, "sse", "AGENTMESH_SCRIPT="+script, "AGENTMESH_CAPACITY="+strconv.Itoa(idleTasks),
+	proto := "HTTP/1.1"
+	if h2c {
+		proto = "h2c"
+	}
+	s, err := startServer("embedded", bin, dir, "sse-"+proto[:3], "AGENTMESH_SCRIPT="+script, "AGENTMESH_CAPACITY="+strconv.Itoa(idleTasks),
 		"AGENTMESH_MAX_WATCHES_PER_ORG="+strconv.Itoa(sseN+64), "AGENTMESH_MAX_CONNECTIONS="+strconv.Itoa(sseN+1024),
 		"AGENTMESH_DEBUG_LISTEN="+dbg, "AGENTMESH_RELEASE_AFTER=0")
 	if err != nil {
@@ -182,7 +189,7 @@ func sseIdle(bin, dir string, sseN int) error {
 	before := readRuntime(dbg, pid)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opened, err := openStreams(ctx, s.http, cursors, sseN)
+	opened, err := openStreams(ctx, s.http, cursors, sseN, h2c)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -197,7 +204,7 @@ func sseIdle(bin, dir string, sseN int) error {
 	time.Sleep(window)
 	cpu := readCPU(pid).sub(cpu0)
 	per := func(a, b int64) string { return fmt.Sprintf("%.1f KiB", float64(a-b)/1024/float64(opened)) }
-	fmt.Printf("doors: %d idle SSE streams on one router (%d tasks waiting on a model, keep-alive every 15 s):\n", opened, len(cursors))
+	fmt.Printf("doors: %d idle SSE streams over %s on one router (%d tasks waiting on a model, keep-alive every 15 s):\n", opened, proto, len(cursors))
 	fmt.Printf("  per stream: PSS %s, Go heap in use %s, goroutine stacks %s, %.1f goroutines\n",
 		per(after.pssKiB*1024, before.pssKiB*1024), per(after.heap, before.heap), per(after.stack, before.stack),
 		float64(after.goroutines-before.goroutines)/float64(opened))
@@ -255,8 +262,13 @@ func idleTasksOf(s *srv, k int) (map[string]int64, error) {
 // openStreams opens n event streams spread over the tasks, each from its
 // task's last seq (so nothing is sent but keep-alives), and holds them
 // until ctx ends; it returns once all are open.
-func openStreams(ctx context.Context, addr string, cursors map[string]int64, n int) (int, error) {
+func openStreams(ctx context.Context, addr string, cursors map[string]int64, n int, h2c bool) (int, error) {
 	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 1, DisableCompression: true}
+	if h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr.Protocols = &p
+	}
 	hc := &http.Client{Transport: tr}
 	ids := make([]string, 0, len(cursors))
 	for id := range cursors {
