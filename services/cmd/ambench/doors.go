@@ -321,22 +321,9 @@ func openStreams(ctx context.Context, addr string, cursors map[string]int64, n i
 // with the streams open.
 var sseProfile string
 
-// fetchHeap writes the server's heap profile to path.
+// fetchHeap writes the server's heap profile (after a GC) to path.
 func fetchHeap(dbg, path string) error {
-	resp, err := http.Get("http://" + dbg + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return fetchPprof("http://"+dbg+"/debug/pprof/heap?gc=1", path, time.Minute)
 }
 
 // runtimeFigures are a server's memory and goroutines at one moment.

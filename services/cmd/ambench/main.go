@@ -425,8 +425,13 @@ func runInflight(kind, bin string, n, c int, latency, getFor time.Duration, prof
 
 // fetchProfile saves a CPU profile of seconds from a pprof endpoint.
 func fetchProfile(addr, path string, seconds int) error {
-	cl := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
-	resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	return fetchPprof(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), path, time.Duration(seconds+30)*time.Second)
+}
+
+// fetchPprof saves what a pprof URL answers to path.
+func fetchPprof(url, path string, timeout time.Duration) error {
+	cl := &http.Client{Timeout: timeout}
+	resp, err := cl.Get(url)
 	if err != nil {
 		return err
 	}

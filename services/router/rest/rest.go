@@ -68,42 +68,29 @@ type Options struct {
 // ErrNoConn is returned by New without Options.Conn.
 var ErrNoConn = errors.New("rest: Options.Conn is required")
 
+// registration mounts one service's generated gateway handlers.
+type registration func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error
+
+// handlers is the registration of a service: its generated
+// Register…HandlerClient over its client on the connection.
+func handlers[C any](register func(context.Context, *runtime.ServeMux, C) error, client func(grpc.ClientConnInterface) C) registration {
+	return func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error { return register(ctx, m, client(c)) }
+}
+
 // registrations are the generated gateway handlers of the public API, one
 // per service: each turns the HTTP call into that service's client call.
-var registrations = []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterTaskServiceHandlerClient(ctx, m, agentmeshv1.NewTaskServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterTaskGraphServiceHandlerClient(ctx, m, agentmeshv1.NewTaskGraphServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterMetricsServiceHandlerClient(ctx, m, agentmeshv1.NewMetricsServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterAgentServiceHandlerClient(ctx, m, agentmeshv1.NewAgentServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterSkillServiceHandlerClient(ctx, m, agentmeshv1.NewSkillServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterApprovalServiceHandlerClient(ctx, m, agentmeshv1.NewApprovalServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterProposalServiceHandlerClient(ctx, m, agentmeshv1.NewProposalServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterToolServiceHandlerClient(ctx, m, agentmeshv1.NewToolServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterTapServiceHandlerClient(ctx, m, agentmeshv1.NewTapServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterRunServiceHandlerClient(ctx, m, agentmeshv1.NewRunServiceClient(c))
-	},
-	func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
-		return agentmeshv1.RegisterVersionServiceHandlerClient(ctx, m, agentmeshv1.NewVersionServiceClient(c))
-	},
+var registrations = []registration{
+	handlers(agentmeshv1.RegisterTaskServiceHandlerClient, agentmeshv1.NewTaskServiceClient),
+	handlers(agentmeshv1.RegisterTaskGraphServiceHandlerClient, agentmeshv1.NewTaskGraphServiceClient),
+	handlers(agentmeshv1.RegisterMetricsServiceHandlerClient, agentmeshv1.NewMetricsServiceClient),
+	handlers(agentmeshv1.RegisterAgentServiceHandlerClient, agentmeshv1.NewAgentServiceClient),
+	handlers(agentmeshv1.RegisterSkillServiceHandlerClient, agentmeshv1.NewSkillServiceClient),
+	handlers(agentmeshv1.RegisterApprovalServiceHandlerClient, agentmeshv1.NewApprovalServiceClient),
+	handlers(agentmeshv1.RegisterProposalServiceHandlerClient, agentmeshv1.NewProposalServiceClient),
+	handlers(agentmeshv1.RegisterToolServiceHandlerClient, agentmeshv1.NewToolServiceClient),
+	handlers(agentmeshv1.RegisterTapServiceHandlerClient, agentmeshv1.NewTapServiceClient),
+	handlers(agentmeshv1.RegisterRunServiceHandlerClient, agentmeshv1.NewRunServiceClient),
+	handlers(agentmeshv1.RegisterVersionServiceHandlerClient, agentmeshv1.NewVersionServiceClient),
 }
 
 // jsonMarshaler is the wire form of every JSON body, in and out.
