@@ -74,7 +74,9 @@ type registration func(context.Context, *runtime.ServeMux, grpc.ClientConnInterf
 // handlers is the registration of a service: its generated
 // Register…HandlerClient over its client on the connection.
 func handlers[C any](register func(context.Context, *runtime.ServeMux, C) error, client func(grpc.ClientConnInterface) C) registration {
-	return func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error { return register(ctx, m, client(c)) }
+	return func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
+		return register(ctx, m, client(c))
+	}
 }
 
 // registrations are the generated gateway handlers of the public API, one
