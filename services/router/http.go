@@ -5,32 +5,26 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
-	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/services/router/rest"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/proto"
 )
 
 // The HTTP doors. Every HTTP door is a translation of the router's own
-// gRPC API (invariant 11): a second gRPC server with the same services and
-// the same interceptors (authentication, roles, orgs, rates, sub-task
-// checks) listens in memory, and the doors call it through one client
-// connection with the caller's key forwarded as metadata. So a REST call,
-// an SSE stream, an MCP tool call or an A2A message is accepted, refused or
+// gRPC API (invariant 11): the doors call it through Conn, with the
+// caller's key forwarded as metadata, and each call runs the gRPC server's
+// interceptors (authentication, roles, orgs, rates, sub-task checks) and
+// the registered service's handler — a unary call in the caller's
+// goroutine (inproc.go), a stream through a second gRPC server with the
+// same services and interceptors listening in memory. So a REST call, an
+// SSE stream, an MCP tool call or an A2A message is accepted, refused or
 // rate-limited exactly as the same gRPC call would be, and reaches the bus
 // only through the handlers gRPC uses.
 //
@@ -38,10 +32,9 @@ import (
 // doors mounted with Mount, behind rest.Edge (body limit, CORS), with the
 // gRPC listener's TLS settings, connection cap and timeouts.
 //
-// SSE event streams are the one exception to the in-memory transport:
-// watchHTTP runs the same stream interceptors and WatchTask handler in the
-// stream's own goroutine, since a stream lives long and idle (an idle one
-// then costs one HTTP connection, not three goroutines more).
+// SSE event streams run WatchTask's stream interceptors and handler in the
+// stream's own goroutine too (watchHTTP), since a stream lives long and
+// idle: an idle one then costs one HTTP request, not three goroutines more.
 
 // inprocBuffer is the in-memory pipe's buffer per direction.
 const inprocBuffer = 1 << 20
@@ -58,6 +51,7 @@ type httpDoors struct {
 	inproc *grpc.Server
 	inLis  *bufconn.Listener
 	conn   *grpc.ClientConn
+	direct *directConn // unary calls in the caller's goroutine (inproc.go)
 
 	// nil without HTTPListen:
 	srv   *http.Server
@@ -82,6 +76,8 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 		return fmt.Errorf("in-process connection: %w", err)
 	}
 	d.conn = conn
+	d.direct = &directConn{methods: map[string]directMethod{}, unary: chainUnary(s.unaryInterceptors()), streams: conn}
+	s.register(d.direct)
 	s.doors = d
 	if s.cfg.HTTPListen == "" {
 		return nil
@@ -91,7 +87,7 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 			return fmt.Errorf("HTTPCORSOrigins: %w", rest.ErrBadOrigin)
 		}
 	}
-	api, err := rest.New(rest.Options{Conn: conn, Log: s.log, Watch: s.watchHTTP})
+	api, err := rest.New(rest.Options{Conn: d.direct, Log: s.log, Watch: s.watchHTTP})
 	if err != nil {
 		return err
 	}
@@ -127,73 +123,6 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	d.srv.Protocols = &protocols
-	return nil
-}
-
-// watchMethod is WatchTask's full method name.
-var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask")
-
-// watchHTTP runs WatchTask for an SSE stream in the stream's own goroutine:
-// the gRPC servers' stream interceptors (authentication, role, org, rate)
-// and WatchTask's generated handler, over a stream that hands each answer
-// to out, with the request's key and trace context as the call's. The
-// same code as a gRPC WatchTask, without a gRPC transport between: an idle
-// stream is one goroutine of the HTTP server, not three more
-// (docs/benchmarks.md).
-func (s *Service) watchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, out rest.WatchStream) error {
-	md, _ := metadata.FromOutgoingContext(rest.OutgoingContext(context.Background(), r))
-	ctx := bus.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ss := &directStream{ctx: metadata.NewIncomingContext(ctx, md), req: req, out: out}
-	info := &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true}
-	var handler grpc.StreamHandler
-	for _, sd := range agentmeshv1.TaskService_ServiceDesc.Streams {
-		if sd.StreamName == "WatchTask" {
-			handler = sd.Handler
-		}
-	}
-	chain := s.streamInterceptors()
-	var next func(i int) grpc.StreamHandler
-	next = func(i int) grpc.StreamHandler {
-		if i == len(chain) {
-			return handler
-		}
-		return func(srv any, ss grpc.ServerStream) error { return chain[i](srv, ss, info, next(i+1)) }
-	}
-	return next(0)(&taskServer{s: s}, ss)
-}
-
-// directStream is a server stream in process: its one request is req, its
-// header and answers go to out.
-type directStream struct {
-	ctx      context.Context
-	req      *agentmeshv1.WatchTaskRequest
-	out      rest.WatchStream
-	received bool
-}
-
-func (d *directStream) Context() context.Context     { return d.ctx }
-func (d *directStream) SetHeader(metadata.MD) error  { return nil }
-func (d *directStream) SendHeader(metadata.MD) error { return d.out.Accepted() }
-func (d *directStream) SetTrailer(metadata.MD)       {}
-
-func (d *directStream) SendMsg(m any) error {
-	resp, ok := m.(*agentmeshv1.WatchTaskResponse)
-	if !ok {
-		return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
-	}
-	return d.out.Send(resp)
-}
-
-func (d *directStream) RecvMsg(m any) error {
-	if d.received {
-		return io.EOF
-	}
-	d.received = true
-	dst, ok := m.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
-	}
-	proto.Merge(dst, d.req)
 	return nil
 }
 
@@ -275,7 +204,7 @@ func (s *Service) HTTPAddr() string {
 // role, NotFound for another org's task, ResourceExhausted over the rate)
 // is the router's. Streams (WatchTask) work as over the network. It is
 // there whether or not the HTTP listener is.
-func (s *Service) Conn() grpc.ClientConnInterface { return s.doors.conn }
+func (s *Service) Conn() grpc.ClientConnInterface { return s.doors.direct }
 
 // OutgoingContext returns ctx carrying an HTTP request's API key
 // (Authorization: Bearer KEY or X-Api-Key), trace context and client

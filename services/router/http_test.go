@@ -402,6 +402,18 @@ func TestMount(t *testing.T) {
 	if r := c.As("k-reader").Do(t, "GET", "/guarded/x", nil); string(r.Body) != "acme/reader" {
 		t.Fatalf("guarded: %d %s", r.Code, r.Body)
 	}
+	// A stream through Conn (the in-memory server): the same answers.
+	ws, err := tasks.WatchTask(withKey(testCtx(t), "authorization", "Bearer k-reader"), &agentmeshv1.WatchTaskRequest{Id: mine.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := ws.Recv(); err != nil || first.GetEvent().GetSeq() != 1 {
+		t.Fatalf("WatchTask through Conn: %v %v", first, err)
+	}
+	ws, _ = tasks.WatchTask(withKey(testCtx(t), "authorization", "Bearer k-globex"), &agentmeshv1.WatchTaskRequest{Id: mine.Id})
+	if _, err := ws.Recv(); status.Code(err) != codes.NotFound {
+		t.Fatalf("another org's WatchTask through Conn: %v, want NotFound", err)
+	}
 	caller, err := e.svc.Authenticate(mustRequest(t, "k-op"))
 	if err != nil || caller.Org != "acme" || caller.Role != RoleOperator {
 		t.Fatalf("Authenticate: %+v %v", caller, err)

@@ -327,9 +327,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	return s, nil
 }
 
-// register serves the agentmesh API on srv: the network server and the
-// in-process one of the HTTP doors (http.go) serve the same.
-func (s *Service) register(srv *grpc.Server) {
+// register serves the agentmesh API on srv: the network server, the
+// in-memory one and the in-process table of the HTTP doors (http.go,
+// inproc.go) serve the same.
+func (s *Service) register(srv grpc.ServiceRegistrar) {
 	agentmeshv1.RegisterTaskServiceServer(srv, &taskServer{s: s})
 	agentmeshv1.RegisterAgentServiceServer(srv, &agentServer{s: s})
 	agentmeshv1.RegisterSkillServiceServer(srv, &skillServer{s: s})
@@ -349,9 +350,15 @@ func (s *Service) interceptors() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
 	}
+}
+
+// unaryInterceptors are the unary RPCs' interceptors, in order: the gRPC
+// servers chain them, and the doors' in-process calls run them (inproc.go).
+func (s *Service) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{s.unaryAuth, s.unarySubtaskIDs}
 }
 
 // streamInterceptors are the stream RPCs' interceptors, in order: the gRPC
