@@ -384,6 +384,8 @@ func TestRESTTenancy(t *testing.T) {
 		{"GET", "/v1/runs/" + a.done.Id, "", 404, codes.NotFound, fmt.Sprintf("task %q not found", a.done.Id)},
 		{"POST", "/v1/runs/" + a.blocked.Id + "/cancel", "{}", 404, codes.NotFound, ""},
 		{"GET", "/v1/approvals?task_id=" + a.blocked.Id, "", 404, codes.NotFound, ""},
+		{"GET", "/v1/proposals/" + a.blocked.Id, "", 404, codes.NotFound, ""},
+		{"POST", "/v1/proposals/" + a.blocked.Id + "-p/approve", "{}", 404, codes.NotFound, ""},
 		{"POST", "/v1/approvals/" + a.approval.Id + "/approve", "{}", 404, codes.NotFound, fmt.Sprintf("approval %q not found", a.approval.Id)},
 		{"POST", "/v1/approvals/" + a.approval.Id + "/reject", "{}", 404, codes.NotFound, ""},
 		{"GET", "/v1/agents/plain", "", 404, codes.NotFound, `agent "plain" not found`},

@@ -99,6 +99,7 @@ func TestHTTPBadInput(t *testing.T) {
 		{"approver role", c.As("k-op"), "POST", "/v1/approvals/x/approve", `{}`, 403, codes.PermissionDenied, "needs role approver", ""},
 		{"unknown path", c, "GET", "/v1/nope", nil, 404, codes.NotFound, "no endpoint GET /v1/nope", ""},
 		{"unknown path outside /v1", c, "GET", "/admin", nil, 404, codes.NotFound, "no endpoint", ""},
+		{"method not allowed", c, "DELETE", "/v1/tools", nil, 405, codes.Unimplemented, "method not allowed", ""},
 		{"wrong type", c, "POST", "/v1/tasks", `{"input": 5}`, 400, codes.InvalidArgument, "input", "input"},
 		{"unknown field", c, "POST", "/v1/tasks", `{"inptu": "x"}`, 400, codes.InvalidArgument, `unknown field "inptu"`, "inptu"},
 		{"not JSON", c, "POST", "/v1/tasks", `{"input": "x"`, 400, codes.InvalidArgument, "not valid JSON", "body"},
