@@ -11,6 +11,9 @@
 //	agentmesh.v1.MetricsService    GetMetrics (graph.go)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
+//	agentmesh.v1.RunService    StartRun, GetRun, CancelRun: seed 004's
+//	                           runs as tasks (runs.go)
+//	agentmesh.v1.VersionService GetVersion (version.go)
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
 //	grpc.reflection.v1[alpha]  so `grpcurl -plaintext HOST:PORT list` works
 //
@@ -49,6 +52,10 @@
 //	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
 //
 // Errors are converted to gRPC status codes in one place, toStatus.
+//
+// With Config.HTTPListen it also serves HTTP (http.go): REST/JSON and SSE
+// (package rest) and the doors mounted with Mount, each call a call of the
+// API above through the same interceptors (inproc.go).
 package router
 
 import (
