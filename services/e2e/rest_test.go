@@ -131,6 +131,25 @@ func TestRESTTasks(t *testing.T) {
 		t.Fatalf("cancel: %v", cancelled.GetTask())
 	}
 
+	// Actions on the collection: cancel by filter, match.
+	restSubmit(t, c, `{"input": "slow a", "agent": "worker", "tags": ["bulk"]}`)
+	restSubmit(t, c, `{"input": "slow b", "agent": "worker", "tags": ["bulk"]}`)
+	var bulk agentmeshv1.CancelTasksResponse
+	c.Do(t, "POST", "/v1/tasks:cancel", `{"tag": "bulk", "reason": "all of them"}`).Decode(t, &bulk)
+	if bulk.GetCancelled() != 2 {
+		t.Fatalf("cancel by tag: %d cancelled, want 2", bulk.GetCancelled())
+	}
+	var match agentmeshv1.MatchAgentsResponse
+	c.Do(t, "POST", "/v1/agents:match", `{"required_skills": ["general"]}`).Decode(t, &match)
+	if match.GetRouting().GetChosen() != "worker" {
+		t.Fatalf("match: %v", match.GetRouting())
+	}
+	var metrics agentmeshv1.GetMetricsResponse
+	c.Do(t, "GET", "/v1/metrics?agent=worker", nil).Decode(t, &metrics)
+	if metrics.GetOverall().GetCompleted() < 2 {
+		t.Fatalf("metrics: %v", metrics.GetOverall())
+	}
+
 	if r := c.Do(t, "DELETE", "/v1/tasks/"+second.GetId(), nil); r.Code != 200 {
 		t.Fatalf("delete: %d %s", r.Code, r.Body)
 	}
