@@ -33,7 +33,7 @@ import (
 // gRPC listener's TLS settings, connection cap and timeouts.
 //
 // SSE event streams run WatchTask's stream interceptors and handler in the
-// stream's own goroutine too (watchHTTP), since a stream lives long and
+// stream's own goroutine too (WatchHTTP), since a stream lives long and
 // idle: an idle one then costs one HTTP request, not three goroutines more.
 
 // inprocBuffer is the in-memory pipe's buffer per direction.
@@ -87,7 +87,7 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 			return fmt.Errorf("HTTPCORSOrigins: %w", rest.ErrBadOrigin)
 		}
 	}
-	api, err := rest.New(rest.Options{Conn: d.direct, Log: s.log, Watch: s.watchHTTP})
+	api, err := rest.New(rest.Options{Conn: d.direct, Log: s.log, Watch: s.WatchHTTP})
 	if err != nil {
 		return err
 	}

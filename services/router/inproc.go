@@ -23,7 +23,7 @@ import (
 // no encoding, the request and the answer copied. A stream (WatchTask, for
 // a door other than SSE) goes through the in-memory gRPC server
 // (http.go), which serves the same services with the same interceptors.
-// SSE runs WatchTask's interceptors and handler directly (watchHTTP).
+// SSE runs WatchTask's interceptors and handler directly (WatchHTTP).
 
 // directConn is the router's API as a grpc.ClientConnInterface.
 type directConn struct {
@@ -132,14 +132,17 @@ func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInte
 // watchMethod is WatchTask's full method name.
 var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask")
 
-// watchHTTP runs WatchTask for an SSE stream in the stream's own goroutine:
-// the gRPC servers' stream interceptors (authentication, role, org, rate)
-// and WatchTask's generated handler, over a stream that hands each answer
-// to out, with the request's key and trace context as the call's. The
-// same code as a gRPC WatchTask, without a gRPC transport between: an idle
-// stream is one goroutine of the HTTP server, not three more
-// (docs/benchmarks.md).
-func (s *Service) watchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, out rest.WatchStream) error {
+// WatchHTTP runs WatchTask as the caller of an HTTP request, in the
+// request's own goroutine: the gRPC servers' stream interceptors
+// (authentication, role, org, rate) and WatchTask's generated handler, over
+// a stream that hands each answer to out, with the request's key and trace
+// context as the call's. The same code as a gRPC WatchTask, without a gRPC
+// transport between: an idle stream is one goroutine of the HTTP server,
+// not three more (docs/benchmarks.md). The SSE door uses it; so can any
+// mounted door that streams a task's events (rest.Watcher's form). It
+// returns when the task has ended (nil), the request's context ends, or
+// with the router's status; out.Accepted comes once the watch stands.
+func (s *Service) WatchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, out rest.WatchStream) error {
 	md, _ := metadata.FromOutgoingContext(rest.OutgoingContext(context.Background(), r))
 	ctx := bus.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ss := &directStream{ctx: metadata.NewIncomingContext(ctx, md), req: req, out: out}
