@@ -23,9 +23,14 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 GRPCURL            := github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 GOTESTSUM          := gotest.tools/gotestsum@v1.13.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# REST/JSON from the proto's google.api.http annotations (the gateway
+# handlers in pkg/api) and its OpenAPI document; the same version as the
+# grpc-gateway runtime module in go.mod.
+PROTOC_GEN_GATEWAY := github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.30.0
+PROTOC_GEN_OPENAPI := github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.30.0
 
 # What `generate`, `generate-check` and `lint` need (and CI installs).
-GEN_TOOLS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+GEN_TOOLS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
 
 GOBIN_DEFAULT := $(or $(shell go env GOBIN),$(shell go env GOPATH)/bin)
 ## TOOLBIN: where the pinned tools go (default: go env GOBIN, else GOPATH/bin)
@@ -45,7 +50,7 @@ IMAGE = agentmesh:dev
 
 # The local plugins of buf.gen.yaml resolve through PATH: the pinned ones come first.
 TOOLPATH := $(TOOLBIN):$(PATH)
-LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION)
+LDFLAGS := -X $(MODULE)/services/app.Version=$(VERSION) -X main.version=$(VERSION)
 # The agent child, started once per task, is static and without gRPC's
 # x/net/trace: 16 MiB instead of 21, no dynamic loader or libc to start,
 # ~1 ms less CPU and ~15% less memory per child. The server stays a cgo
@@ -85,7 +90,7 @@ help: ## list the targets and variables
 	@awk '/^## [A-Z_]+: / { name = $$2; sub(/:$$/, "", name); sub(/^## [A-Z_]+: /, ""); printf "  %-16s %s\n", name, $$0 }' $(MAKEFILE_LIST)
 
 .PHONY: tools
-tools: ## install buf, protoc-gen-go and protoc-gen-go-grpc (pinned) into TOOLBIN if missing
+tools: ## install buf and the protoc plugins of buf.gen.yaml (pinned) into TOOLBIN if missing
 	$(call install_tools,$(GEN_TOOLS))
 
 .PHONY: tools-extra
@@ -93,21 +98,25 @@ tools-extra: ## also install grpcurl, gotestsum and staticcheck (pinned)
 	$(call install_tools,$(GRPCURL) $(GOTESTSUM) $(STATICCHECK))
 
 .PHONY: generate
-generate: tools ## regenerate pkg/api from proto/ with buf (buf.gen.yaml, clean: true)
+generate: tools ## regenerate pkg/api and the OpenAPI document from proto/ with buf (buf.gen.yaml, clean: true)
 	PATH="$(TOOLPATH)" buf generate
-	@# The gRPC service stubs stay out of a build tagged $(NOGRPC_TAG): the
-	@# agent child uses the messages only (AGENT_BUILD).
-	@for f in $$(find pkg/api -name '*_grpc.pb.go' | sort); do \
+	@# The gRPC service stubs and the REST gateway handlers stay out of a
+	@# build tagged $(NOGRPC_TAG): the agent child uses the messages only
+	@# (AGENT_BUILD).
+	@for f in $$(find pkg/api -name '*_grpc.pb.go' -o -name '*.pb.gw.go' | sort); do \
 	  sed -i '1i //go:build !$(NOGRPC_TAG)\n' "$$f"; \
 	done
 
+# What `make generate` writes (and generate-check compares with the commit).
+GENERATED := pkg/api proto services/router/rest/openapi
+
 .PHONY: generate-check
-generate-check: generate ## fail if regenerating changes pkg/api or proto (stale generated code)
-	@if ! git diff --exit-code --stat -- pkg/api proto; then \
+generate-check: generate ## fail if regenerating changes pkg/api, the OpenAPI document or proto (stale generated code)
+	@if ! git diff --exit-code --stat -- $(GENERATED); then \
 	  echo "generate-check: regenerated code differs from the committed code: run 'make generate' and commit" >&2; \
 	  exit 1; \
 	fi
-	@untracked="$$(git ls-files --others --exclude-standard -- pkg/api proto)"; \
+	@untracked="$$(git ls-files --others --exclude-standard -- $(GENERATED))"; \
 	if [ -n "$$untracked" ]; then \
 	  echo "generate-check: untracked generated files:" >&2; echo "$$untracked" >&2; \
 	  exit 1; \

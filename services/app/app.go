@@ -35,6 +35,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
+	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/nats-io/nats.go"
 )
@@ -168,8 +169,11 @@ func (s *settings) parse(args []string) error {
 // read them through. AGENTMESH_MODEL_API_KEY falls back to OPENAI_API_KEY.
 func (s *settings) get(name string) string {
 	v := s.str(name)
-	if v == "" && name == "AGENTMESH_MODEL_API_KEY" {
+	switch {
+	case v == "" && name == "AGENTMESH_MODEL_API_KEY":
 		v = os.Getenv("OPENAI_API_KEY")
+	case v == "" && name == router.EnvHTTPListen && s.cmd == "dev":
+		v = DefaultDevHTTPListen // dev serves REST unless told "off"
 	}
 	return v
 }
@@ -377,6 +381,9 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	}, nil
 }
 
+// DefaultDevHTTPListen is where dev serves the HTTP API unless told.
+const DefaultDevHTTPListen = "127.0.0.1:7480"
+
 func loadScript(path string) (*scriptedmodel.Script, error) {
 	if path == "" {
 		return scriptedmodel.DefaultScript(), nil
@@ -426,8 +433,12 @@ func (s *settings) runDev(ctx context.Context, w io.Writer) error {
 		model = "SCRIPTED model at " + st.ModelURL() + " (a demo aid, not a language model; set AGENTMESH_MODEL_BASE_URL for a real one)"
 	}
 	log.Info("agentmesh dev is up",
-		"grpc", st.Addr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
+		"grpc", st.Addr(), "http", st.HTTPAddr(), "nats", st.NATSURL(), "store", storeKind, "model", model, "version", Version)
 	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
+	if h := st.HTTPAddr(); h != "" {
+		fmt.Fprintf(w, "agentmesh dev: REST API and SSE on http://%s/v1/ (OpenAPI: /v1/openapi.json)\n  try: curl -s -X POST http://%s/v1/tasks -d '{\"input\": \"hello\"}'\n", h, h)
+		fmt.Fprintf(w, "agentmesh dev: MCP server on http://%s/mcp, A2A on http://%s/a2a (agent card: /.well-known/agent-card.json)\n", h, h)
+	}
 	printTaps(w, st.NATSURL(), cfg.Auth, taps)
 	return st.Run(ctx)
 }
@@ -547,6 +558,7 @@ func (s *settings) stackConfig(ctx context.Context, services ...string) (stack.C
 	if err != nil {
 		return stack.Config{}, nil, usageError{err}
 	}
+	cfg.Router.Version = Version
 	closeTools := func() {}
 	if len(services) == 0 || slices.Contains(services, subjects.ServiceExecutor) {
 		if cfg.Executor, err = s.executorConfig(); err != nil {

@@ -53,7 +53,7 @@ func runDevOnce(t *testing.T, dataDir, natsAddr string) (banner string, stop fun
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runDevTo(ctx, []string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--nats-listen", natsAddr,
+		done <- runDevTo(ctx, []string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--nats-listen", natsAddr,
 			"--isolation", "none", "--log-level", "error"}, out)
 	}()
 	poll.Until(t, 60*time.Second, func() error {

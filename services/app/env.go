@@ -94,7 +94,9 @@ func EnvVars() []Env {
 		{"AGENTMESH_MAX_CONNECTIONS", "4096", []string{"dev", "router"}, "connections the API holds at most (never more than the open-file limit allows); when full, the oldest connection that never authenticated makes room"},
 		{"AGENTMESH_AUTH_TIMEOUT", "10s", []string{"dev", "router"}, "a connection that has made no authenticated RPC this long after it was accepted is closed"},
 		{"AGENTMESH_ORG_RATE", "100", []string{"dev", "router"}, "requests per second each org may make (burst twice that); -1 = unlimited"},
-		{"AGENTMESH_MAX_WATCHES_PER_ORG", "256", []string{"dev", "router"}, "WatchTask streams an org may hold open at once"},
+		{"AGENTMESH_MAX_WATCHES_PER_ORG", "256", []string{"dev", "router"}, "WatchTask streams an org may hold open at once (SSE event streams count too)"},
+		{"AGENTMESH_HTTP_LISTEN", "", []string{"dev", "router"}, "HTTP listen address of the REST/JSON API, SSE event streams and the other HTTP doors (same keys, roles, TLS, limits as gRPC); empty = 127.0.0.1:7480 for dev, none for router; off = none"},
+		{"AGENTMESH_HTTP_CORS_ORIGINS", "", []string{"dev", "router"}, "origins browsers may call the HTTP API from (http(s)://host[:port], comma-separated, or *); empty = no CORS headers (browsers refuse cross-origin calls)"},
 	}
 }
 

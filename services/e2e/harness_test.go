@@ -17,6 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/registry"
+	"github.com/agentmesh/agentmesh/services/router/rest/resttest"
 	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
@@ -55,6 +56,8 @@ type env struct {
 	agents agentmeshv1.AgentServiceClient
 	skills agentmeshv1.SkillServiceClient
 	stop   func()
+	// rest is a client of the HTTP listener (no key; As(key) for one).
+	rest *resttest.Client
 }
 
 type opts struct {
@@ -128,6 +131,7 @@ func start(t testing.TB, o opts) *env {
 	}
 	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"
+	cfg.Router.HTTPListen = "127.0.0.1:0"
 	cfg.Router.KeysFile = o.keysFile
 	cfg.State = o.state
 	cfg.Scheduler = o.scheduler
@@ -175,7 +179,8 @@ func start(t testing.TB, o opts) *env {
 		}
 	}
 	t.Cleanup(stop)
-	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn), stop: stop}
+	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn), stop: stop,
+		rest: resttest.New("http://"+st.HTTPAddr(), "")}
 }
 
 // ctxShort bounds one call made inside a poll loop, so a call lost during a

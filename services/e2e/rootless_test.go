@@ -276,7 +276,7 @@ func startRootlessDev(t *testing.T, uid, gid uint32, built string) *rootlessDev 
 	cmd.Dir = dir
 	cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "AGENTMESH_LISTEN=" + apiAddr,
-		"AGENTMESH_NATS_LISTEN=off", "AGENTMESH_SCRIPT=" + scriptPath, "AGENTMESH_NODE=rootless",
+		"AGENTMESH_HTTP_LISTEN=off", "AGENTMESH_NATS_LISTEN=off", "AGENTMESH_SCRIPT=" + scriptPath, "AGENTMESH_NODE=rootless",
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}, Pdeathsig: syscall.SIGKILL}

@@ -26,17 +26,9 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if !strings.HasPrefix(method, protectedPrefix) {
 		return ctx, nil
 	}
-	c := anonymous
-	if !s.authOff {
-		key := apiKey(ctx)
-		if key == "" {
-			return nil, status.Error(codes.Unauthenticated, "missing API key: send metadata \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
-		}
-		k, ok := s.keys.ring().lookup(sha256.Sum256([]byte(key)))
-		if !ok {
-			return nil, status.Error(codes.Unauthenticated, "unknown API key")
-		}
-		c = Caller{KeyName: k.Name, Org: k.Org, Role: k.Role}
+	c, err := s.callerOf(apiKey(ctx))
+	if err != nil {
+		return nil, err
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		s.conns.authenticated(p.Addr.String())
@@ -53,6 +45,22 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 		return nil, err
 	}
 	return context.WithValue(ctx, callerKey{}, c), nil
+}
+
+// callerOf returns the caller key stands for, or Unauthenticated; with
+// authentication off, the anonymous admin.
+func (s *Service) callerOf(key string) (Caller, error) {
+	if s.authOff {
+		return anonymous, nil
+	}
+	if key == "" {
+		return Caller{}, status.Error(codes.Unauthenticated, "missing API key: send \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
+	}
+	k, ok := s.keys.ring().lookup(sha256.Sum256([]byte(key)))
+	if !ok {
+		return Caller{}, status.Error(codes.Unauthenticated, "unknown API key")
+	}
+	return Caller{KeyName: k.Name, Org: k.Org, Role: k.Role}, nil
 }
 
 // apiKey returns the key the caller presented, if any.

@@ -3,11 +3,13 @@ package router
 import (
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/services/router/rest"
 )
 
 // Config configures the router. ConfigFromEnv reads it from the variables
@@ -73,6 +75,20 @@ type Config struct {
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
+
+	// HTTPListen is the address of the HTTP listener (http.go;
+	// AGENTMESH_HTTP_LISTEN, "off" or empty: none): REST/JSON and SSE
+	// (package rest) and the doors mounted with Mount, all through the
+	// same authentication as gRPC. It takes the TLS settings above,
+	// MaxConnections, AuthTimeout, IdleTimeout and MaxRequestBytes (the
+	// largest request body) as gRPC does.
+	HTTPListen string
+	// HTTPCORSOrigins are the origins browsers may call the HTTP API from
+	// (AGENTMESH_HTTP_CORS_ORIGINS: scheme://host[:port], or "*" for any);
+	// empty = no CORS headers.
+	HTTPCORSOrigins []string
+	// Version is what GetVersion answers: the binary's version.
+	Version string
 }
 
 // Defaults of Config.
@@ -108,6 +124,8 @@ const (
 	EnvMaxWatchesPerOrg = "AGENTMESH_MAX_WATCHES_PER_ORG"
 	EnvAuthTimeout      = "AGENTMESH_AUTH_TIMEOUT"
 	EnvOrgRate          = "AGENTMESH_ORG_RATE"
+	EnvHTTPListen       = "AGENTMESH_HTTP_LISTEN"
+	EnvHTTPCORSOrigins  = "AGENTMESH_HTTP_CORS_ORIGINS"
 )
 
 // ConfigFromEnv reads the router's settings through get; a bad value is an
@@ -131,6 +149,18 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	if c.OrgRate = r.Float(EnvOrgRate); r.String(EnvOrgRate) != "" && c.OrgRate == 0 {
 		r.Fail(EnvOrgRate, "want requests per second (a positive number up to 1000000, or -1 for unlimited)")
 	}
+	switch v := r.String(EnvHTTPListen); v {
+	case "", "off":
+	default:
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			r.Fail(EnvHTTPListen, "want host:port (e.g. 127.0.0.1:7480) or off")
+		}
+		c.HTTPListen = v
+	}
+	r.Parse(EnvHTTPCORSOrigins, func(v string) (err error) {
+		c.HTTPCORSOrigins, err = rest.ParseCORSOrigins(v)
+		return err
+	})
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

@@ -101,6 +101,12 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"): RoleReader,
 
 	method(agentmeshv1.TapService_ServiceDesc.ServiceName, "CreateTap"): RoleAdmin,
+
+	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "StartRun"):  RoleOperator,
+	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "GetRun"):    RoleReader,
+	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "CancelRun"): RoleOperator,
+
+	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"): RoleReader,
 }
 
 // platformMethods are the RPCs a platform key may call: the agent and
@@ -118,6 +124,7 @@ var platformMethods = map[string]bool{
 	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "GetSkill"):          true,
 	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):        true,
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):          true,
+	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"):      true,
 }
 
 // neededRole is the role an RPC needs (MethodRoles, admin when absent).

@@ -11,6 +11,9 @@
 //	agentmesh.v1.MetricsService    GetMetrics (graph.go)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
+//	agentmesh.v1.RunService    StartRun, GetRun, CancelRun: seed 004's
+//	                           runs as tasks (runs.go)
+//	agentmesh.v1.VersionService GetVersion (version.go)
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
 //	grpc.reflection.v1[alpha]  so `grpcurl -plaintext HOST:PORT list` works
 //
@@ -49,6 +52,10 @@
 //	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
 //
 // Errors are converted to gRPC status codes in one place, toStatus.
+//
+// With Config.HTTPListen it also serves HTTP (http.go): REST/JSON and SSE
+// (package rest) and the doors mounted with Mount, each call a call of the
+// API above through the same interceptors (inproc.go).
 package router
 
 import (
@@ -66,6 +73,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -100,6 +108,8 @@ type Service struct {
 	stopping chan struct{} // closed when Run begins to stop
 
 	hub *hub // feeds the WatchTask streams (hub.go)
+
+	doors *httpDoors // the in-process API and the HTTP listener (http.go)
 }
 
 // New validates cfg, opens the listener and builds the gRPC server.
@@ -122,7 +132,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	creds, err := serverTLS(cfg)
+	tlsConf, err := serverTLS(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -151,11 +161,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		stopping: make(chan struct{}),
 	}
 	s.hub = newHub(s)
-	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(s.unaryAuth, s.unarySubtaskIDs),
-		grpc.ChainStreamInterceptor(s.streamAuth, s.streamSubtaskIDs),
+	opts := append(s.interceptors(),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
 		// Watch streams can idle for long: ping so dead peers are noticed;
@@ -163,24 +169,61 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: cfg.IdleTimeout}),
 		// Clients pinging more often than every 10 s are sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
+	)
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	s.srv = grpc.NewServer(opts...)
-	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
-	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
-	agentmeshv1.RegisterSkillServiceServer(s.srv, &skillServer{s: s})
-	agentmeshv1.RegisterApprovalServiceServer(s.srv, &approvalServer{s: s})
-	agentmeshv1.RegisterProposalServiceServer(s.srv, &proposalServer{s: s})
-	agentmeshv1.RegisterToolServiceServer(s.srv, &toolServer{})
-	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
-	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})
-	agentmeshv1.RegisterMetricsServiceServer(s.srv, &metricsServer{s: s})
+	s.register(s.srv)
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	if err := s.newHTTP(ctx, tlsConf); err != nil { // http.go
+		_ = lis.Close()
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	return s, nil
+}
+
+// register serves the agentmesh API on srv: the network server, the
+// in-memory one and the in-process table of the HTTP doors (http.go,
+// inproc.go) serve the same.
+func (s *Service) register(srv grpc.ServiceRegistrar) {
+	agentmeshv1.RegisterTaskServiceServer(srv, &taskServer{s: s})
+	agentmeshv1.RegisterAgentServiceServer(srv, &agentServer{s: s})
+	agentmeshv1.RegisterSkillServiceServer(srv, &skillServer{s: s})
+	agentmeshv1.RegisterApprovalServiceServer(srv, &approvalServer{s: s})
+	agentmeshv1.RegisterProposalServiceServer(srv, &proposalServer{s: s})
+	agentmeshv1.RegisterToolServiceServer(srv, &toolServer{})
+	agentmeshv1.RegisterTapServiceServer(srv, &tapServer{s: s})
+	agentmeshv1.RegisterTaskGraphServiceServer(srv, &graphServer{s: s})
+	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
+	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
+	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+}
+
+// interceptors are the authentication (keys, roles, orgs, rates) and the
+// sub-task id checks every agentmesh RPC passes, on every door.
+func (s *Service) interceptors() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
+		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
+	}
+}
+
+// unaryInterceptors are the unary RPCs' interceptors, in order: the gRPC
+// servers chain them, and the doors' in-process calls run them (inproc.go).
+func (s *Service) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{s.unaryAuth, s.unarySubtaskIDs}
+}
+
+// streamInterceptors are the stream RPCs' interceptors, in order: the gRPC
+// servers chain them, and the HTTP doors' event streams run them in
+// process (http.go).
+func (s *Service) streamInterceptors() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{s.streamAuth, s.streamSubtaskIDs}
 }
 
 func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {
@@ -206,33 +249,47 @@ func (s *Service) Run(ctx context.Context) error {
 	s.setServing(healthpb.HealthCheckResponse_SERVING)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.lis) }()
-	s.log.Info("router serving", "addr", s.Addr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
+	httpErrc := s.serveHTTP() // http.go; nil without an HTTP listener
+	s.log.Info("router serving", "addr", s.Addr(), "http", s.HTTPAddr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
 	if s.cfg.KeysFile != "" {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go s.watchKeys(rctx)
 	}
 
+	var serveErr error
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+		s.closeHTTP()
 		return fmt.Errorf("router: serve: %w", err)
+	case err := <-httpErrc:
+		serveErr = fmt.Errorf("router: serve HTTP: %w", err)
 	}
 	s.health.Shutdown() // NOT_SERVING for every service, and stays so
 	s.stopOnce.Do(func() { close(s.stopping) })
 	stopped := make(chan struct{})
-	go func() { s.srv.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(s.cfg.StopTimeout)
 	defer timer.Stop()
+	go func() {
+		// The HTTP doors first: their calls go through the in-process server.
+		s.shutdownHTTP(s.cfg.StopTimeout)
+		s.srv.GracefulStop()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-timer.C:
 		s.log.Warn("router: graceful stop timed out; closing connections", "timeout", s.cfg.StopTimeout)
+		s.closeHTTP()
 		s.srv.Stop()
 		<-stopped
 	}
 	<-errc
+	if serveErr != nil {
+		return serveErr
+	}
 	s.log.Info("router stopped")
 	return nil
 }

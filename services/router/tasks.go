@@ -51,6 +51,13 @@ func (t *taskServer) WatchTask(req *agentmeshv1.WatchTaskRequest, stream agentme
 }
 
 func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
+	return s.submitWith(ctx, req, nil)
+}
+
+// submitWith is submit with adjust applied to the chosen agent's settings
+// (the task's agent_spec) before the task is recorded: the run API's
+// model and tools (runs.go). adjust may only narrow (invariant 12).
+func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskRequest, adjust func(*agentmeshv1.Agent) error) (*agentmeshv1.SubmitTaskResponse, error) {
 	if p := req.GetParentTaskId(); p != "" {
 		req.ParentTaskId = taskstate.NormalizeTaskID(p)
 	}
@@ -82,6 +89,12 @@ func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest
 	}
 	if match.GetAgent().GetName() == "" {
 		return nil, matchError(req, bus.ErrNotFound)
+	}
+	if adjust != nil {
+		// In place: a drafted agent is the proposal's too.
+		if err := adjust(match.GetAgent()); err != nil {
+			return nil, err
+		}
 	}
 	task := &agentmeshv1.Task{
 		Org:            orgFrom(ctx),

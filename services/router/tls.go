@@ -10,12 +10,11 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc/credentials"
 )
 
-// serverTLS builds the API's TLS credentials from cfg (nil: plaintext).
-func serverTLS(cfg Config) (credentials.TransportCredentials, error) {
+// serverTLS builds the API's TLS configuration from cfg (nil: plaintext):
+// the gRPC listener's and the HTTP listener's.
+func serverTLS(cfg Config) (*tls.Config, error) {
 	if cfg.TLSCert == "" && cfg.TLSKey == "" {
 		if cfg.TLSClientCA != "" {
 			return nil, errors.New("TLSClientCA needs TLSCert and TLSKey (mutual TLS is TLS first)")
@@ -38,7 +37,7 @@ func serverTLS(cfg Config) (credentials.TransportCredentials, error) {
 		tc.ClientCAs = pool
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return credentials.NewTLS(tc), nil
+	return tc, nil
 }
 
 func loadCAs(path string) (*x509.CertPool, error) {

@@ -119,6 +119,14 @@ func (s *Service) watch(req *agentmeshv1.WatchTaskRequest, stream agentmeshv1.Ta
 	if req.GetAfterSeq() > lastSeq {
 		return bus.FieldError("after_seq", "%d is past the task's last event (%d)", req.GetAfterSeq(), lastSeq)
 	}
+	if !w.done && w.last == req.GetAfterSeq() {
+		// Accepted, with nothing to send yet: the header says so now
+		// (else it goes with the first event), so that a door in front
+		// (SSE) can answer 200 before news comes.
+		if err := stream.SendHeader(nil); err != nil {
+			return err
+		}
+	}
 	for !w.done {
 		select {
 		case <-ctx.Done():

@@ -298,6 +298,19 @@ func (s *Stack) Addr() string {
 	return s.router.Addr()
 }
 
+// HTTPAddr is the HTTP API's address ("" without the router, or when
+// Router.HTTPListen is empty).
+func (s *Stack) HTTPAddr() string {
+	if s.router == nil {
+		return ""
+	}
+	return s.router.HTTPAddr()
+}
+
+// Router is the stack's router (nil without it): the other HTTP doors
+// mount on it (router.Service.Mount) and call its API in process (Conn).
+func (s *Stack) Router() *router.Service { return s.router }
+
 // NATSURL is the URL of the bus: the embedded server's loopback listener,
 // or the server the first connection dialed (redacted).
 func (s *Stack) NATSURL() string {

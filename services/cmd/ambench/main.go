@@ -78,6 +78,9 @@ func main() {
 		infProf  = flag.String("inflight-profile", "", "write a CPU profile of the server taken while GetTask/SubmitTask are measured with the tasks in flight (the -get-for window) to this file")
 		reuse    = flag.Bool("reuse", true, "run the throughput and concurrency-1 phases again with AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same agent)")
 	)
+	doors := flag.Bool("doors", false, "measure the HTTP door only, then exit: REST against gRPC SubmitTask latency under the same load (-n submits through each, -c submitters split between them, at once), and the memory and CPU of -sse idle SSE streams")
+	sseN := flag.Int("sse", 10000, "with -doors: idle SSE event streams held open on one router (0: skip)")
+	flag.StringVar(&sseProfile, "sse-profile", "", "with -doors: write the server's heap profile, taken with the SSE streams open, to this file")
 	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
 	flag.Parse()
 	if *n <= 0 || *c <= 0 {
@@ -95,6 +98,13 @@ func main() {
 		os.Exit(2)
 	}
 	fmt.Printf("ambench: %d tasks, concurrency %d, %d CPUs, %s/%s\n", *n, *c, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	if *doors {
+		if err := runDoors(*bin, *n, *c, *warmup, *sseN); err != nil {
+			fmt.Fprintf(os.Stderr, "ambench: doors: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *server != "" {
 		res, err := loadServer(*server, 0, *n, *c, *warmup)
 		if err != nil {
@@ -215,6 +225,7 @@ func freePort() (string, error) {
 // srv is an agentmesh dev process started by ambench.
 type srv struct {
 	addr  string
+	http  string // the HTTP listener (REST, SSE)
 	debug string // pprof address, if asked for
 	cmd   *exec.Cmd
 	log   string
@@ -228,12 +239,17 @@ func startServer(kind, bin, dir, name string, extra ...string) (*srv, error) {
 	if err != nil {
 		return nil, err
 	}
+	httpAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	base := filepath.Join(dir, name)
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, err
 	}
 	env := append(os.Environ(),
 		"AGENTMESH_LISTEN="+addr,
+		"AGENTMESH_HTTP_LISTEN="+httpAddr,
 		"AGENTMESH_DATA_DIR="+filepath.Join(base, "data"),
 		"AGENTMESH_NATS_LISTEN=off",
 		"AGENTMESH_LOG_LEVEL=warn",
@@ -260,7 +276,7 @@ func startServer(kind, bin, dir, name string, extra ...string) (*srv, error) {
 		env = append(env, "AGENTMESH_POSTGRES_URL="+cl.URL("bench"))
 	}
 	env = append(env, extra...)
-	s := &srv{addr: addr, log: filepath.Join(base, "server.log")}
+	s := &srv{addr: addr, http: httpAddr, log: filepath.Join(base, "server.log")}
 	for _, kv := range extra {
 		if v, ok := strings.CutPrefix(kv, "AGENTMESH_DEBUG_LISTEN="); ok {
 			s.debug = v
@@ -409,8 +425,13 @@ func runInflight(kind, bin string, n, c int, latency, getFor time.Duration, prof
 
 // fetchProfile saves a CPU profile of seconds from a pprof endpoint.
 func fetchProfile(addr, path string, seconds int) error {
-	cl := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
-	resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	return fetchPprof(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), path, time.Duration(seconds+30)*time.Second)
+}
+
+// fetchPprof saves what a pprof URL answers to path.
+func fetchPprof(url, path string, timeout time.Duration) error {
+	cl := &http.Client{Timeout: timeout}
+	resp, err := cl.Get(url)
 	if err != nil {
 		return err
 	}

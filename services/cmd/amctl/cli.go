@@ -61,6 +61,10 @@ type cli struct {
 	timeout           time.Duration
 	// timeoutSet: --timeout was given, so it bounds watches too.
 	timeoutSet bool
+	// context: the profile (--context, AGENTMESH_CONTEXT; profiles.go);
+	// set: the flags given on the command line.
+	context string
+	set     map[string]bool
 	// tokens: print streamed model output (TOKEN events) as it arrives;
 	// midLine: the last thing printed was a token without a newline.
 	tokens, midLine bool
@@ -116,6 +120,9 @@ func commands() []command {
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},
 		{"mcp", "serve agentmesh as an MCP server on stdin/stdout (for desktop MCP clients)", (*cli).mcpCmd},
+		{"contexts", "list the contexts (server, key, TLS files) of the config file", (*cli).contextsCmd},
+		{"version", "show amctl's version and the server's", (*cli).versionCmd},
+		{"completion", "print a shell completion script: bash, zsh or fish", (*cli).completion},
 		{"help", "show help for amctl or a command", nil},
 	}
 }
@@ -135,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amctl: %v\nRun 'amctl help' for usage.\n", err)
 		return exitUsage
 	}
-	c.noteTimeout(top)
+	c.noteFlags(top)
 	rest := top.Args()
 	if len(rest) == 0 {
 		c.mainUsage(stderr)
@@ -186,6 +193,7 @@ Commands:
 	_ = tw.Flush()
 	fmt.Fprintf(w, `
 Global flags (also accepted after the command):
+  --context NAME    a context of the config file: server, key, TLS files (env %s; see amctl contexts)
   --server ADDR     agentmesh gRPC address (env %s; default %s)
   --api-key KEY     API key (env %s)
   --tls             speak TLS to the server (system roots unless --ca)
@@ -195,8 +203,9 @@ Global flags (also accepted after the command):
   -o table|json     output format of reads (default table)
   --timeout D       bound each call (default %s; watches wait unbounded unless set)
 
-Run 'amctl COMMAND -h' for a command's flags.
-`, envServer, defaultServer, envAPIKey, defaultTimeout)
+Run 'amctl COMMAND -h' for a command's flags. Flags and the environment win
+over the context.
+`, envContext, envServer, defaultServer, envAPIKey, defaultTimeout)
 }
 
 // globalFlags registers the global flags on fs.
@@ -220,6 +229,11 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	if c.timeout != 0 {
 		timeout = c.timeout
 	}
+	ctxName := os.Getenv(envContext)
+	if c.context != "" {
+		ctxName = c.context
+	}
+	fs.StringVar(&c.context, "context", ctxName, "the config file's context to use (env "+envContext+")")
 	fs.StringVar(&c.server, "server", server, "agentmesh gRPC address (env "+envServer+")")
 	fs.StringVar(&c.apiKey, "api-key", apiKey, "API key (env "+envAPIKey+")")
 	fs.BoolVar(&c.useTLS, "tls", c.useTLS, "speak TLS to the server")
@@ -276,7 +290,7 @@ func (c *cli) parse(fs *cmdFlags, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	c.noteTimeout(fs.FlagSet)
+	c.noteFlags(fs.FlagSet)
 	if !strings.Contains(fs.Name(), "submit") {
 		pos = taskRefs(pos) // subtask://ID wherever an ID is (tree.go)
 	}
@@ -286,8 +300,14 @@ func (c *cli) parse(fs *cmdFlags, args []string) ([]string, error) {
 	return pos, nil
 }
 
-func (c *cli) noteTimeout(fs *flag.FlagSet) {
+// noteFlags records the flags the command line gave (the context fills
+// only the others; --timeout then bounds watches too).
+func (c *cli) noteFlags(fs *flag.FlagSet) {
 	fs.Visit(func(f *flag.Flag) {
+		if c.set == nil {
+			c.set = map[string]bool{}
+		}
+		c.set[f.Name] = true
 		if f.Name == "timeout" {
 			c.timeoutSet = true
 		}
@@ -320,6 +340,9 @@ func (c *cli) parseConnect(fs *cmdFlags, args []string, cmd string, names ...str
 func (c *cli) connect() error {
 	if c.conn != nil {
 		return nil
+	}
+	if err := c.applyContext(); err != nil {
+		return err
 	}
 	if c.server == "" {
 		return usagef("--server: an address is required")

@@ -21,7 +21,17 @@ import (
 
 func TestMain(m *testing.M) {
 	child.RunIfChild()
-	os.Exit(m.Run())
+	// No user's profiles in the tests: a config file that is not there
+	// (tests of profiles point AGENTMESH_CONFIG at their own).
+	dir, err := os.MkdirTemp("", "amctl-test")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv(envConfig, filepath.Join(dir, "none.yaml"))
+	os.Unsetenv(envContext)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // realStack runs the whole agentmesh stack in this process (embedded NATS

@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -613,7 +614,7 @@ var File_agentmesh_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18agentmesh/v1/agent.proto\x12\fagentmesh.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x17agentmesh/v1/task.proto\"?\n" +
+	"\x18agentmesh/v1/agent.proto\x12\fagentmesh.v1\x1a\x1aagentmesh/v1/routing.proto\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\"?\n" +
 	"\x12CreateAgentRequest\x12)\n" +
 	"\x05agent\x18\x01 \x01(\v2\x13.agentmesh.v1.AgentR\x05agent\"@\n" +
 	"\x13CreateAgentResponse\x12)\n" +
@@ -646,16 +647,18 @@ const file_agentmesh_v1_agent_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
 	"\x19ListAgentVersionsResponse\x12/\n" +
 	"\bversions\x18\x01 \x03(\v2\x13.agentmesh.v1.AgentR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe0\x04\n" +
-	"\fAgentService\x12R\n" +
-	"\vCreateAgent\x12 .agentmesh.v1.CreateAgentRequest\x1a!.agentmesh.v1.CreateAgentResponse\x12I\n" +
-	"\bGetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\x12O\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xaf\x06\n" +
+	"\fAgentService\x12m\n" +
+	"\vCreateAgent\x12 .agentmesh.v1.CreateAgentRequest\x1a!.agentmesh.v1.CreateAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05agent\"\n" +
+	"/v1/agents\x12d\n" +
+	"\bGetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/agents/{name}\x12c\n" +
 	"\n" +
-	"ListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\x12R\n" +
-	"\vUpdateAgent\x12 .agentmesh.v1.UpdateAgentRequest\x1a!.agentmesh.v1.UpdateAgentResponse\x12R\n" +
-	"\vDeleteAgent\x12 .agentmesh.v1.DeleteAgentRequest\x1a!.agentmesh.v1.DeleteAgentResponse\x12R\n" +
-	"\vMatchAgents\x12 .agentmesh.v1.MatchAgentsRequest\x1a!.agentmesh.v1.MatchAgentsResponse\x12d\n" +
-	"\x11ListAgentVersions\x12&.agentmesh.v1.ListAgentVersionsRequest\x1a'.agentmesh.v1.ListAgentVersionsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"ListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/agents\x12z\n" +
+	"\vUpdateAgent\x12 .agentmesh.v1.UpdateAgentRequest\x1a!.agentmesh.v1.UpdateAgentResponse\"&\x82\xd3\xe4\x93\x02 :\x05agent\x1a\x17/v1/agents/{agent.name}\x12m\n" +
+	"\vDeleteAgent\x12 .agentmesh.v1.DeleteAgentRequest\x1a!.agentmesh.v1.DeleteAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13*\x11/v1/agents/{name}\x12o\n" +
+	"\vMatchAgents\x12 .agentmesh.v1.MatchAgentsRequest\x1a!.agentmesh.v1.MatchAgentsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/agents:match\x12\x88\x01\n" +
+	"\x11ListAgentVersions\x12&.agentmesh.v1.ListAgentVersionsRequest\x1a'.agentmesh.v1.ListAgentVersionsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/agents/{name}/versionsBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_agent_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -346,7 +347,7 @@ var File_agentmesh_v1_approval_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagentmesh/v1/approval.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\"k\n" +
+	"\x1bagentmesh/v1/approval.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\"k\n" +
 	"\x14ListApprovalsRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -368,11 +369,11 @@ const file_agentmesh_v1_approval_proto_rawDesc = "" +
 	"\acomment\x18\x02 \x01(\tR\acomment\"t\n" +
 	"\x16RejectToolCallResponse\x122\n" +
 	"\bapproval\x18\x01 \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agentmesh.v1.TaskR\x04task2\xa8\x02\n" +
-	"\x0fApprovalService\x12X\n" +
-	"\rListApprovals\x12\".agentmesh.v1.ListApprovalsRequest\x1a#.agentmesh.v1.ListApprovalsResponse\x12^\n" +
-	"\x0fApproveToolCall\x12$.agentmesh.v1.ApproveToolCallRequest\x1a%.agentmesh.v1.ApproveToolCallResponse\x12[\n" +
-	"\x0eRejectToolCall\x12#.agentmesh.v1.RejectToolCallRequest\x1a$.agentmesh.v1.RejectToolCallResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\x04task\x18\x02 \x01(\v2\x12.agentmesh.v1.TaskR\x04task2\xa0\x03\n" +
+	"\x0fApprovalService\x12o\n" +
+	"\rListApprovals\x12\".agentmesh.v1.ListApprovalsRequest\x1a#.agentmesh.v1.ListApprovalsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x12\x8e\x01\n" +
+	"\x0fApproveToolCall\x12$.agentmesh.v1.ApproveToolCallRequest\x1a%.agentmesh.v1.ApproveToolCallResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/approvals/{approval_id}/approve\x12\x8a\x01\n" +
+	"\x0eRejectToolCall\x12#.agentmesh.v1.RejectToolCallRequest\x1a$.agentmesh.v1.RejectToolCallResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/approvals/{approval_id}/rejectBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_approval_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -497,7 +498,7 @@ var File_agentmesh_v1_graph_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_graph_proto_rawDesc = "" +
 	"\n" +
-	"\x18agentmesh/v1/graph.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n" +
+	"\x18agentmesh/v1/graph.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n" +
 	"\tGraphTask\x12\x10\n" +
 	"\x03ref\x18\x01 \x01(\tR\x03ref\x123\n" +
 	"\x04task\x18\x02 \x01(\v2\x1f.agentmesh.v1.SubmitTaskRequestR\x04task\"C\n" +
@@ -526,14 +527,14 @@ const file_agentmesh_v1_graph_proto_rawDesc = "" +
 	"\x0ecreated_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\"3\n" +
 	"\x13CancelTasksResponse\x12\x1c\n" +
-	"\tcancelled\x18\x01 \x01(\x03R\tcancelled2\xdc\x02\n" +
-	"\x10TaskGraphService\x12R\n" +
-	"\vSubmitTasks\x12 .agentmesh.v1.SubmitTasksRequest\x1a!.agentmesh.v1.SubmitTasksResponse\x12O\n" +
+	"\tcancelled\x18\x01 \x01(\x03R\tcancelled2\xcb\x03\n" +
+	"\x10TaskGraphService\x12n\n" +
+	"\vSubmitTasks\x12 .agentmesh.v1.SubmitTasksRequest\x1a!.agentmesh.v1.SubmitTasksResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/tasks:batch\x12m\n" +
 	"\n" +
-	"UpdateTask\x12\x1f.agentmesh.v1.UpdateTaskRequest\x1a .agentmesh.v1.UpdateTaskResponse\x12O\n" +
+	"UpdateTask\x12\x1f.agentmesh.v1.UpdateTaskRequest\x1a .agentmesh.v1.UpdateTaskResponse\"\x1c\x82\xd3\xe4\x93\x02\x16:\x04task2\x0e/v1/tasks/{id}\x12g\n" +
 	"\n" +
-	"DeleteTask\x12\x1f.agentmesh.v1.DeleteTaskRequest\x1a .agentmesh.v1.DeleteTaskResponse\x12R\n" +
-	"\vCancelTasks\x12 .agentmesh.v1.CancelTasksRequest\x1a!.agentmesh.v1.CancelTasksResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"DeleteTask\x12\x1f.agentmesh.v1.DeleteTaskRequest\x1a .agentmesh.v1.DeleteTaskResponse\"\x16\x82\xd3\xe4\x93\x02\x10*\x0e/v1/tasks/{id}\x12o\n" +
+	"\vCancelTasks\x12 .agentmesh.v1.CancelTasksRequest\x1a!.agentmesh.v1.CancelTasksResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/tasks:cancelBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_graph_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -639,7 +640,7 @@ var File_agentmesh_v1_metrics_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentmesh/v1/metrics.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n" +
+	"\x1aagentmesh/v1/metrics.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n" +
 	"\x11GetMetricsRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x14\n" +
@@ -693,10 +694,10 @@ const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\tcompleted\x18\x04 \x01(\x03R\tcompleted\x12\x16\n" +
 	"\x06failed\x18\x05 \x01(\x03R\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\x06 \x01(\x03R\tcancelled\x12!\n" +
-	"\fsuccess_rate\x18\a \x01(\x01R\vsuccessRate2a\n" +
-	"\x0eMetricsService\x12O\n" +
+	"\fsuccess_rate\x18\a \x01(\x01R\vsuccessRate2v\n" +
+	"\x0eMetricsService\x12d\n" +
 	"\n" +
-	"GetMetrics\x12\x1f.agentmesh.v1.GetMetricsRequest\x1a .agentmesh.v1.GetMetricsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"GetMetrics\x12\x1f.agentmesh.v1.GetMetricsRequest\x1a .agentmesh.v1.GetMetricsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/metricsBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_metrics_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -455,7 +456,7 @@ var File_agentmesh_v1_proposal_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_proposal_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagentmesh/v1/proposal.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\"\x88\x01\n" +
+	"\x1bagentmesh/v1/proposal.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\"\x88\x01\n" +
 	"\x14ListProposalsRequest\x124\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1c.agentmesh.v1.ProposalStatusR\x06status\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -481,12 +482,12 @@ const file_agentmesh_v1_proposal_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"t\n" +
 	"\x16RejectProposalResponse\x122\n" +
 	"\bproposal\x18\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agentmesh.v1.TaskR\x04task2\xfc\x02\n" +
-	"\x0fProposalService\x12X\n" +
-	"\rListProposals\x12\".agentmesh.v1.ListProposalsRequest\x1a#.agentmesh.v1.ListProposalsResponse\x12R\n" +
-	"\vGetProposal\x12 .agentmesh.v1.GetProposalRequest\x1a!.agentmesh.v1.GetProposalResponse\x12^\n" +
-	"\x0fApproveProposal\x12$.agentmesh.v1.ApproveProposalRequest\x1a%.agentmesh.v1.ApproveProposalResponse\x12[\n" +
-	"\x0eRejectProposal\x12#.agentmesh.v1.RejectProposalRequest\x1a$.agentmesh.v1.RejectProposalResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\x04task\x18\x02 \x01(\v2\x12.agentmesh.v1.TaskR\x04task2\xfe\x03\n" +
+	"\x0fProposalService\x12o\n" +
+	"\rListProposals\x12\".agentmesh.v1.ListProposalsRequest\x1a#.agentmesh.v1.ListProposalsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/proposals\x12n\n" +
+	"\vGetProposal\x12 .agentmesh.v1.GetProposalRequest\x1a!.agentmesh.v1.GetProposalResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/proposals/{id}\x12\x85\x01\n" +
+	"\x0fApproveProposal\x12$.agentmesh.v1.ApproveProposalRequest\x1a%.agentmesh.v1.ApproveProposalResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/proposals/{id}/approve\x12\x81\x01\n" +
+	"\x0eRejectProposal\x12#.agentmesh.v1.RejectProposalRequest\x1a$.agentmesh.v1.RejectProposalResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/proposals/{id}/rejectBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_proposal_proto_rawDescOnce sync.Once

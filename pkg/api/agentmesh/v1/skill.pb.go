@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -667,7 +668,7 @@ var File_agentmesh_v1_skill_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_skill_proto_rawDesc = "" +
 	"\n" +
-	"\x18agentmesh/v1/skill.proto\x12\fagentmesh.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x03\n" +
+	"\x18agentmesh/v1/skill.proto\x12\fagentmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x03\n" +
 	"\x05Skill\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12%\n" +
@@ -709,14 +710,16 @@ const file_agentmesh_v1_skill_proto_rawDesc = "" +
 	"\fAppliedSkill\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x03R\aversion2\xa6\x03\n" +
-	"\fSkillService\x12R\n" +
-	"\vCreateSkill\x12 .agentmesh.v1.CreateSkillRequest\x1a!.agentmesh.v1.CreateSkillResponse\x12I\n" +
-	"\bGetSkill\x12\x1d.agentmesh.v1.GetSkillRequest\x1a\x1e.agentmesh.v1.GetSkillResponse\x12O\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion2\xb3\x04\n" +
+	"\fSkillService\x12m\n" +
+	"\vCreateSkill\x12 .agentmesh.v1.CreateSkillRequest\x1a!.agentmesh.v1.CreateSkillResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05skill\"\n" +
+	"/v1/skills\x12d\n" +
+	"\bGetSkill\x12\x1d.agentmesh.v1.GetSkillRequest\x1a\x1e.agentmesh.v1.GetSkillResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/skills/{name}\x12c\n" +
 	"\n" +
-	"ListSkills\x12\x1f.agentmesh.v1.ListSkillsRequest\x1a .agentmesh.v1.ListSkillsResponse\x12R\n" +
-	"\vUpdateSkill\x12 .agentmesh.v1.UpdateSkillRequest\x1a!.agentmesh.v1.UpdateSkillResponse\x12R\n" +
-	"\vDeleteSkill\x12 .agentmesh.v1.DeleteSkillRequest\x1a!.agentmesh.v1.DeleteSkillResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"ListSkills\x12\x1f.agentmesh.v1.ListSkillsRequest\x1a .agentmesh.v1.ListSkillsResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/skills\x12z\n" +
+	"\vUpdateSkill\x12 .agentmesh.v1.UpdateSkillRequest\x1a!.agentmesh.v1.UpdateSkillResponse\"&\x82\xd3\xe4\x93\x02 :\x05skill\x1a\x17/v1/skills/{skill.name}\x12m\n" +
+	"\vDeleteSkill\x12 .agentmesh.v1.DeleteSkillRequest\x1a!.agentmesh.v1.DeleteSkillResponse\"\x19\x82\xd3\xe4\x93\x02\x13*\x11/v1/skills/{name}BAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_skill_proto_rawDescOnce sync.Once

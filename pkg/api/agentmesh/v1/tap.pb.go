@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -152,7 +153,7 @@ var File_agentmesh_v1_tap_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_tap_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentmesh/v1/tap.proto\x12\fagentmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"\x16agentmesh/v1/tap.proto\x12\fagentmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\x10CreateTapRequest\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x92\x01\n" +
@@ -161,10 +162,10 @@ const file_agentmesh_v1_tap_proto_rawDesc = "" +
 	"\x05creds\x18\x02 \x01(\tR\x05creds\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1a\n" +
-	"\bsubjects\x18\x04 \x03(\tR\bsubjects2Z\n" +
+	"\bsubjects\x18\x04 \x03(\tR\bsubjects2o\n" +
 	"\n" +
-	"TapService\x12L\n" +
-	"\tCreateTap\x12\x1e.agentmesh.v1.CreateTapRequest\x1a\x1f.agentmesh.v1.CreateTapResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"TapService\x12a\n" +
+	"\tCreateTap\x12\x1e.agentmesh.v1.CreateTapRequest\x1a\x1f.agentmesh.v1.CreateTapResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/tapsBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_tap_proto_rawDescOnce sync.Once

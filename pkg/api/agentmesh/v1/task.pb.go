@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -3919,7 +3920,7 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
@@ -4342,17 +4343,17 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x13TOOL_POLICY_DEFAULT\x10\x01\x12\x15\n" +
 	"\x11TOOL_POLICY_ALLOW\x10\x02\x12 \n" +
 	"\x1cTOOL_POLICY_REQUIRE_APPROVAL\x10\x03\x12\x14\n" +
-	"\x10TOOL_POLICY_DENY\x10\x042\xbd\x04\n" +
-	"\vTaskService\x12O\n" +
+	"\x10TOOL_POLICY_DENY\x10\x042\xf2\x05\n" +
+	"\vTaskService\x12e\n" +
 	"\n" +
-	"SubmitTask\x12\x1f.agentmesh.v1.SubmitTaskRequest\x1a .agentmesh.v1.SubmitTaskResponse\x12F\n" +
-	"\aGetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\x12L\n" +
-	"\tListTasks\x12\x1e.agentmesh.v1.ListTasksRequest\x1a\x1f.agentmesh.v1.ListTasksResponse\x12O\n" +
+	"SubmitTask\x12\x1f.agentmesh.v1.SubmitTaskRequest\x1a .agentmesh.v1.SubmitTaskResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/tasks\x12^\n" +
+	"\aGetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/tasks/{id}\x12_\n" +
+	"\tListTasks\x12\x1e.agentmesh.v1.ListTasksRequest\x1a\x1f.agentmesh.v1.ListTasksResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tasks\x12q\n" +
 	"\n" +
-	"CancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12N\n" +
-	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse0\x01\x12[\n" +
-	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponse\x12I\n" +
-	"\bGetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"CancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/tasks/{id}/cancel\x12m\n" +
+	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/tasks/{id}/events0\x01\x12{\n" +
+	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/tasks/{id}/history\x12\\\n" +
+	"\bGetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/usageBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_task_proto_rawDescOnce sync.Once

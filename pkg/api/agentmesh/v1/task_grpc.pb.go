@@ -48,6 +48,9 @@ type TaskServiceClient interface {
 	// WatchTask streams the task's events after a cursor, then follows it
 	// live until the task ends. A client that reconnects with the seq of
 	// the last event it saw misses nothing and sees nothing twice.
+	// Over HTTP it is served as Server-Sent Events (text/event-stream): each
+	// event's id is its seq; the Last-Event-ID header (or ?after=) is the
+	// cursor; ?tokens=true adds the live model output.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(ctx context.Context, in *GetTaskHistoryRequest, opts ...grpc.CallOption) (*GetTaskHistoryResponse, error)
@@ -161,6 +164,9 @@ type TaskServiceServer interface {
 	// WatchTask streams the task's events after a cursor, then follows it
 	// live until the task ends. A client that reconnects with the seq of
 	// the last event it saw misses nothing and sees nothing twice.
+	// Over HTTP it is served as Server-Sent Events (text/event-stream): each
+	// event's id is its seq; the Last-Event-ID header (or ?after=) is the
+	// cursor; ?tokens=true adds the live model output.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(context.Context, *GetTaskHistoryRequest) (*GetTaskHistoryResponse, error)

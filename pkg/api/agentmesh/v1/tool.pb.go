@@ -7,6 +7,7 @@
 package agentmeshv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -203,7 +204,7 @@ var File_agentmesh_v1_tool_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/tool.proto\x12\fagentmesh.v1\"\xd5\x01\n" +
+	"\x17agentmesh/v1/tool.proto\x12\fagentmesh.v1\x1a\x1cgoogle/api/annotations.proto\"\xd5\x01\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -214,9 +215,9 @@ const file_agentmesh_v1_tool_proto_rawDesc = "" +
 	"\aruns_in\x18\a \x01(\tR\x06runsIn\"\x12\n" +
 	"\x10ListToolsRequest\"=\n" +
 	"\x11ListToolsResponse\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.agentmesh.v1.ToolR\x05tools2[\n" +
-	"\vToolService\x12L\n" +
-	"\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponseBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
+	"\x05tools\x18\x01 \x03(\v2\x12.agentmesh.v1.ToolR\x05tools2n\n" +
+	"\vToolService\x12_\n" +
+	"\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/toolsBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
 var (
 	file_agentmesh_v1_tool_proto_rawDescOnce sync.Once

@@ -1,0 +1,141 @@
+package rest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EdgeOptions configure Edge.
+type EdgeOptions struct {
+	// MaxBodyBytes bounds a request's body: a larger one is answered 413
+	// before any handler sees it. Required (> 0).
+	MaxBodyBytes int64
+	// CORSOrigins are the origins (scheme://host[:port], or "*" for any)
+	// browsers may call the listener from; none means no CORS headers at
+	// all (ParseCORSOrigins reads them).
+	CORSOrigins []string
+}
+
+// Edge wraps h with what every request on the router's HTTP listener
+// passes before any door sees it: CORS for the configured origins (a
+// preflight is answered here) and the body limit (413, with the body read
+// into memory, so no door reads past it).
+func Edge(h http.Handler, o EdgeOptions) (http.Handler, error) {
+	if o.MaxBodyBytes <= 0 {
+		return nil, errors.New("rest: EdgeOptions.MaxBodyBytes must be positive")
+	}
+	e := &edge{next: h, max: o.MaxBodyBytes, origins: map[string]bool{}}
+	for _, orig := range o.CORSOrigins {
+		e.origins[orig] = true
+	}
+	return e, nil
+}
+
+type edge struct {
+	next    http.Handler
+	max     int64
+	origins map[string]bool // "*" allows any
+}
+
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.cors(w, r) {
+		return
+	}
+	if r.ContentLength > e.max {
+		e.tooLarge(w, fmt.Sprintf("%d bytes", r.ContentLength))
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(io.LimitReader(r.Body, e.max+1))
+		if err != nil {
+			WriteError(w, r, status.Errorf(codes.InvalidArgument, "request body could not be read: %v", err))
+			return
+		}
+		if int64(len(body)) > e.max {
+			e.tooLarge(w, "more bytes")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	e.next.ServeHTTP(w, r)
+}
+
+func (e *edge) tooLarge(w http.ResponseWriter, size string) {
+	w.Header().Set("Connection", "close")
+	writeStatus(w, status.Newf(codes.ResourceExhausted, "request body of %s is over the limit of %d bytes", size, e.max), http.StatusRequestEntityTooLarge)
+}
+
+// cors adds the CORS headers for an allowed origin and answers a
+// preflight (then it returns true). Without configured origins it does
+// nothing: browsers then refuse cross-origin calls.
+func (e *edge) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if len(e.origins) == 0 || origin == "" {
+		return false
+	}
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
+	if !e.origins["*"] && !e.origins[strings.ToLower(origin)] {
+		if preflight {
+			writeStatus(w, status.Newf(codes.PermissionDenied, "origin %q may not call this API (AGENTMESH_HTTP_CORS_ORIGINS)", origin), http.StatusForbidden)
+			return true
+		}
+		return false
+	}
+	if e.origins["*"] {
+		h.Set("Access-Control-Allow-Origin", "*")
+	} else {
+		h.Set("Access-Control-Allow-Origin", origin)
+	}
+	h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, Mcp-Session-Id")
+	if !preflight {
+		return false
+	}
+	h.Add("Vary", "Access-Control-Request-Method")
+	h.Add("Vary", "Access-Control-Request-Headers")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
+	if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+		h.Set("Access-Control-Allow-Headers", req)
+	}
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+// ErrBadOrigin is a CORS origin that is neither "*" nor scheme://host[:port].
+var ErrBadOrigin = errors.New("want comma-separated origins, each http(s)://host[:port] or *")
+
+// ParseCORSOrigins reads a comma-separated list of origins (the
+// AGENTMESH_HTTP_CORS_ORIGINS form): each "*" or an http or https origin
+// without path, query or user. They come back lower-case, as browsers send
+// them.
+func ParseCORSOrigins(v string) ([]string, error) {
+	var out []string
+	for _, o := range strings.Split(v, ",") {
+		o = strings.ToLower(strings.TrimSpace(o))
+		if o == "" {
+			continue
+		}
+		if o == "*" {
+			out = append(out, o)
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("%w: got %q", ErrBadOrigin, o)
+		}
+		out = append(out, u.Scheme+"://"+u.Host)
+	}
+	return out, nil
+}

@@ -1,0 +1,231 @@
+// Package rest is agentmesh's REST/JSON and Server-Sent Events door: an
+// http.Handler that translates each HTTP call into a call of the router's
+// own gRPC API (a grpc.ClientConnInterface the router hands it, in process),
+// with the caller's key forwarded as metadata. So every HTTP request passes
+// the same authentication, roles, org checks, rate limits, validation and
+// error codes as a gRPC call (invariant 11): this package decides none of
+// them.
+//
+// What it serves (the router mounts it at "/" of its HTTP listener):
+//
+//	/v1/...                 every annotated method of proto/agentmesh/v1
+//	                        (google.api.http), by the grpc-gateway handlers
+//	                        generated into pkg/api (*.pb.gw.go)
+//	GET /v1/tasks/{id}/events  a task's events as text/event-stream, built
+//	                        on WatchTask (sse.go; Options.Watch runs it)
+//	GET /v1/openapi.json    the OpenAPI (Swagger 2.0) document generated
+//	                        from the proto (openapi/, `make generate`)
+//
+// JSON field names are the proto names (snake_case; lowerCamelCase is
+// accepted on input), enums their names, unknown fields refused. Errors
+// are google.rpc.Status JSON with the HTTP status of the gRPC code
+// (errors.go). Edge (edge.go) bounds request bodies (413) and answers CORS
+// for the configured origins only.
+package rest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// DefaultKeepAlive is how often an idle event stream gets a comment line,
+// so proxies and clients see it alive.
+const DefaultKeepAlive = 15 * time.Second
+
+// Options configure the handler.
+type Options struct {
+	// Conn reaches the router's gRPC API; required.
+	Conn grpc.ClientConnInterface
+	// Log receives what cannot be answered to the client; required.
+	Log *slog.Logger
+	// KeepAlive between comment lines of an idle event stream; default
+	// DefaultKeepAlive.
+	KeepAlive time.Duration
+	// Watch runs the event streams' WatchTask; default ConnWatcher(Conn).
+	// The router passes one that runs the gRPC server's own interceptors
+	// and handler in the stream's goroutine (no gRPC transport between).
+	Watch Watcher
+}
+
+// ErrNoConn is returned by New without Options.Conn.
+var ErrNoConn = errors.New("rest: Options.Conn is required")
+
+// registration mounts one service's generated gateway handlers.
+type registration func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error
+
+// handlers is the registration of a service: its generated
+// Register…HandlerClient over its client on the connection.
+func handlers[C any](register func(context.Context, *runtime.ServeMux, C) error, client func(grpc.ClientConnInterface) C) registration {
+	return func(ctx context.Context, m *runtime.ServeMux, c grpc.ClientConnInterface) error {
+		return register(ctx, m, client(c))
+	}
+}
+
+// registrations are the generated gateway handlers of the public API, one
+// per service: each turns the HTTP call into that service's client call.
+var registrations = []registration{
+	handlers(agentmeshv1.RegisterTaskServiceHandlerClient, agentmeshv1.NewTaskServiceClient),
+	handlers(agentmeshv1.RegisterTaskGraphServiceHandlerClient, agentmeshv1.NewTaskGraphServiceClient),
+	handlers(agentmeshv1.RegisterMetricsServiceHandlerClient, agentmeshv1.NewMetricsServiceClient),
+	handlers(agentmeshv1.RegisterAgentServiceHandlerClient, agentmeshv1.NewAgentServiceClient),
+	handlers(agentmeshv1.RegisterSkillServiceHandlerClient, agentmeshv1.NewSkillServiceClient),
+	handlers(agentmeshv1.RegisterApprovalServiceHandlerClient, agentmeshv1.NewApprovalServiceClient),
+	handlers(agentmeshv1.RegisterProposalServiceHandlerClient, agentmeshv1.NewProposalServiceClient),
+	handlers(agentmeshv1.RegisterToolServiceHandlerClient, agentmeshv1.NewToolServiceClient),
+	handlers(agentmeshv1.RegisterTapServiceHandlerClient, agentmeshv1.NewTapServiceClient),
+	handlers(agentmeshv1.RegisterRunServiceHandlerClient, agentmeshv1.NewRunServiceClient),
+	handlers(agentmeshv1.RegisterVersionServiceHandlerClient, agentmeshv1.NewVersionServiceClient),
+}
+
+// jsonMarshaler is the wire form of every JSON body, in and out.
+var jsonMarshaler = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}
+
+// New returns the REST and SSE handler.
+func New(o Options) (http.Handler, error) {
+	if o.Conn == nil {
+		return nil, ErrNoConn
+	}
+	if o.Log == nil {
+		return nil, errors.New("rest: Options.Log is required")
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.Watch == nil {
+		o.Watch = ConnWatcher(o.Conn)
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
+		runtime.WithIncomingHeaderMatcher(forwardHeader),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithErrorHandler(gatewayError),
+		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithDisableHTTPMethodOverride(),
+	)
+	// The handlers only keep ctx for their registration; nothing to cancel.
+	for _, register := range registrations {
+		if err := register(context.Background(), gw, o.Conn); err != nil {
+			return nil, fmt.Errorf("rest: register gateway: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", jsonBody(gw))
+	mux.Handle("GET /v1/tasks/{id}/events", &events{watch: o.Watch, log: o.Log, keepAlive: o.KeepAlive})
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	return mux, nil
+}
+
+// jsonBody answers 400 for a request body that is not JSON at all, saying
+// where it breaks (the gateway's decoder would say only "unexpected EOF");
+// a body that is JSON but not the call's message is the gateway's to
+// refuse, naming the field (gatewayError).
+func jsonBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			WriteError(w, r, status.Errorf(codes.InvalidArgument, "request body could not be read: %v", err))
+			return
+		}
+		if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+			WriteError(w, r, fieldError("body", "request body is not valid JSON: %s", jsonSyntax(body)))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// jsonSyntax says where and why body is not JSON.
+func jsonSyntax(body []byte) string {
+	var v any
+	err := json.Unmarshal(body, &v)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
+	}
+	if err == nil {
+		return "unexpected data after the value"
+	}
+	return err.Error()
+}
+
+// forwarded are the request headers, besides Authorization (which the
+// gateway always forwards), that reach the gRPC API as metadata: the other
+// form of the API key and the W3C trace context (invariant 5).
+var forwarded = map[string]string{
+	"X-Api-Key":   "x-api-key",
+	"Traceparent": "traceparent",
+	"Tracestate":  "tracestate",
+}
+
+func forwardHeader(key string) (string, bool) {
+	md, ok := forwarded[textproto.CanonicalMIMEHeaderKey(key)]
+	return md, ok
+}
+
+// RequestKey returns the API key an HTTP request presents:
+// "Authorization: Bearer KEY", else "X-Api-Key: KEY"; "" when none.
+func RequestKey(r *http.Request) string {
+	for _, v := range r.Header.Values("Authorization") {
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
+		if tok = strings.TrimSpace(tok); ok && strings.EqualFold(scheme, "bearer") && tok != "" {
+			return tok
+		}
+	}
+	for _, v := range r.Header.Values("X-Api-Key") {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// OutgoingContext returns ctx carrying what an HTTP request says about its
+// caller as outgoing gRPC metadata, for calls through the router's
+// in-process connection: its API key (as "authorization: Bearer KEY"), its
+// trace context and its client address (x-forwarded-for). The router then
+// authenticates the call exactly as a gRPC caller's.
+func OutgoingContext(ctx context.Context, r *http.Request) context.Context {
+	var pairs []string
+	if key := RequestKey(r); key != "" {
+		pairs = append(pairs, "authorization", "Bearer "+key)
+	}
+	for h, md := range forwarded {
+		if h == "X-Api-Key" {
+			continue
+		}
+		if v := r.Header.Get(h); v != "" {
+			pairs = append(pairs, md, v)
+		}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		pairs = append(pairs, "x-forwarded-for", host)
+	}
+	return metadata.AppendToOutgoingContext(ctx, pairs...)
+}
