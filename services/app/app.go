@@ -34,6 +34,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
@@ -301,7 +302,7 @@ func (s *settings) executorConfig() (executor.Config, error) {
 	if err != nil {
 		return executor.Config{}, err
 	}
-	prices, err := executor.ParsePrices(s.str("AGENTMESH_PRICES"))
+	prices, err := llm.ParsePrices(s.str("AGENTMESH_PRICES"))
 	if err != nil {
 		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_PRICES: %w", err)}
 	}
@@ -372,7 +373,7 @@ func (s *settings) executorConfig() (executor.Config, error) {
 		Sandbox:   sb,
 		Spawner:   spawnMode,
 		AgentNice: nice,
-		Model: executor.ModelConfig{
+		Model: llm.Config{
 			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
 			APIKey:  key,
 			Model:   s.str("AGENTMESH_MODEL"),

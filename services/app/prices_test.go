@@ -3,7 +3,7 @@ package app
 import (
 	"testing"
 
-	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 )
 
 func TestPricesConfig(t *testing.T) {
@@ -15,7 +15,7 @@ func TestPricesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Model.Prices; len(p) != 2 || p["gpt-4o-mini"] != (executor.Price{PromptPerM: 0.15, CompletionPerM: 0.60}) {
+	if p := cfg.Model.Prices; len(p) != 2 || p["gpt-4o-mini"] != (llm.Price{PromptPerM: 0.15, CompletionPerM: 0.60}) {
 		t.Errorf("prices = %v", p)
 	}
 	bad := newSettings("executor")

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sqltool"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
@@ -78,8 +79,8 @@ func (s *settings) privileged(ctx context.Context, cfg *executor.Config) (func()
 
 // modelOutbound reads the model's outbound policy: the allowlist for
 // agents' base URLs and the response cap.
-func (s *settings) modelOutbound() (executor.ModelConfig, error) {
-	var m executor.ModelConfig
+func (s *settings) modelOutbound() (llm.Config, error) {
+	var m llm.Config
 	for _, h := range strings.Split(s.str("AGENTMESH_MODEL_ALLOW"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			m.Allow = append(m.Allow, h)

@@ -9,6 +9,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 )
 
 // Budgets. A task's Budget (the submit request's merged over the agent's)
@@ -31,7 +32,7 @@ import (
 // resolved key, the task's budget and what the task has used so far,
 // earlier attempts included.
 type modelRun struct {
-	call    modelCall
+	call    llm.Call
 	budget  *agentmeshv1.Budget
 	started time.Time
 	now     func() time.Time
@@ -54,7 +55,7 @@ type modelRun struct {
 func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step) (*modelRun, *outcome) {
 	settings := task.GetAgentSpec().GetModel()
 	r := &modelRun{
-		call:   modelCall{settings: settings},
+		call:   llm.Call{Settings: settings},
 		budget: task.GetBudget(),
 		now:    time.Now,
 	}
@@ -63,11 +64,11 @@ func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step)
 		r.started = ts.AsTime()
 	}
 	if name := settings.GetApiKeySecret(); name != "" {
-		key, err := s.model.resolveSecret(task.GetOrg(), name)
+		key, err := s.model.Secret(task.GetOrg(), name)
 		if err != nil {
 			return nil, &outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 		}
-		r.call.secretKey, r.call.hasSecret = key, true
+		r.call.Key, r.call.HasKey = key, true
 	}
 	for _, st := range steps {
 		if st.GetKind() == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
@@ -166,8 +167,8 @@ func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt
 	}
 	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
 	call := r.call
-	call.onToken = tp.write
-	resp := s.model.complete(ctx, call, withConversation(req, r.thread))
+	call.OnToken = tp.write
+	resp := s.model.Complete(ctx, call, withConversation(req, r.thread))
 	tp.close()
 	if resp.Error != "" {
 		r.modelErr = resp.Error

@@ -41,7 +41,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -54,6 +53,7 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
@@ -77,7 +77,7 @@ type Config struct {
 	// fast: it links only the agent loop), else [this executable, "child"].
 	ChildCommand []string
 	// Model is the default model; an agent's own settings override it.
-	Model ModelConfig
+	Model llm.Config
 	// WallTime bounds one attempt of a task (10m).
 	WallTime time.Duration
 	// MaxSteps bounds the model turns of a task whose agent sets none (16).
@@ -151,44 +151,6 @@ type Config struct {
 	MCPClient *http.Client
 }
 
-// ModelConfig says how to reach the default model.
-type ModelConfig struct {
-	// BaseURL of an OpenAI-compatible API ("https://api.openai.com/v1").
-	BaseURL string
-	// APIKey for BaseURL. It is sent only to BaseURL, never to a base URL
-	// an agent names, and never reaches the child.
-	APIKey string
-	// Model name used when the agent names none.
-	Model string
-	// Timeout of one model call (2m).
-	Timeout time.Duration
-	// Retries after a failed call: errors, 5xx, 429, garbage (3; negative
-	// means none). A Retry-After header sets the wait (capped at
-	// MaxRetryAfter).
-	Retries int
-	// Prices prices model usage (USD per 1M prompt/completion tokens, see
-	// ParsePrices); a model it does not name costs 0.
-	Prices Prices
-	// LookupEnv resolves an agent's model.api_key_secret NAME, for a task
-	// of org ORG, from the variable AGENTMESH_SECRET_<ORG>__<NAME> (both
-	// upper-cased, '-' → '_'; os.LookupEnv when nil).
-	LookupEnv func(string) (string, bool)
-	// Allow names model endpoints an agent's base_url may reach although
-	// they are loopback, private or link-local (a local Ollama:
-	// "127.0.0.1:11434"): host, host:port, address or CIDR, as
-	// webfetch.Config.Allow. Every other base_url goes through web_fetch's
-	// address policy. BaseURL's own host:port is always allowed.
-	Allow []string
-	// MaxResponseBytes caps one model response's body as it is read,
-	// streamed or not (DefaultModelMaxResponseBytes, 16 MiB).
-	MaxResponseBytes int64
-
-	// resolver and dialContext replace name resolution and connecting
-	// in tests (webfetch.Config.Resolver and DialContext).
-	resolver    webfetch.Resolver
-	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
-}
-
 // Deps are the executor's dependencies.
 type Deps struct {
 	NC  *nats.Conn
@@ -203,8 +165,6 @@ const (
 	DefaultAckWait           = 30 * time.Second
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultDrainGrace        = 10 * time.Second
-	DefaultModelTimeout      = 2 * time.Minute
-	DefaultModelRetries      = 3
 	// MaxAckPending of the shared executors consumer: work handed out and
 	// not yet acked, across all executors.
 	MaxAckPending = 1 << 16
@@ -233,7 +193,7 @@ type Service struct {
 	log   *slog.Logger
 	names subjects.Names
 	cons  jetstream.Consumer
-	model *modelClient
+	model *llm.Models
 	sb    *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
@@ -343,15 +303,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.DrainGrace <= 0 {
 		cfg.DrainGrace = DefaultDrainGrace
 	}
-	if cfg.Model.Timeout <= 0 {
-		cfg.Model.Timeout = DefaultModelTimeout
-	}
-	switch {
-	case cfg.Model.Retries == 0:
-		cfg.Model.Retries = DefaultModelRetries
-	case cfg.Model.Retries < 0:
-		cfg.Model.Retries = 0
-	}
 
 	sb, err := sandbox.New(cfg.Sandbox)
 	if err != nil {
@@ -411,7 +362,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return fail(fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err))
 	}
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
-	model, err := newModelClient(cfg.Model, log)
+	model, err := llm.New(cfg.Model, log)
 	if err != nil {
 		return fail(fmt.Errorf("executor: %w", err))
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
@@ -124,7 +125,7 @@ func newEnv(t *testing.T) *env {
 		// otherwise (TestFewWaitingChildrenAreKept).
 		ReleaseAbove:      -1,
 		ChildCommand:      []string{os.Args[0]},
-		Model:             executor.ModelConfig{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
+		Model:             llm.Config{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
 		WallTime:          30 * time.Second,
 		AckWait:           5 * time.Second,
 		HeartbeatInterval: 50 * time.Millisecond,

@@ -1,4 +1,10 @@
-package executor
+// Package llm is the executor's model client: it makes the model calls
+// agent children ask for, with go-openai against any OpenAI-compatible
+// base URL — streamed completions, native tool calling or the JSON ReAct
+// fallback (react.go), a timeout per call, bounded retries honouring
+// Retry-After (stream.go), the outbound address policy and response caps
+// (limits.go), and the price table that turns usage into cost (prices.go).
+package llm
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,18 +22,68 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	openai "github.com/sashabaranov/go-openai"
 )
 
-// modelClient makes the model calls children ask for, with go-openai
+// Config says how to reach the default model, and how every model call
+// is bounded.
+type Config struct {
+	// BaseURL of an OpenAI-compatible API ("https://api.openai.com/v1").
+	BaseURL string
+	// APIKey for BaseURL. It is sent only to BaseURL, never to a base URL
+	// an agent names, and never reaches the child.
+	APIKey string
+	// Model name used when the agent names none.
+	Model string
+	// Timeout of one model call (2m).
+	Timeout time.Duration
+	// Retries after a failed call: errors, 5xx, 429, garbage (3; negative
+	// means none). A Retry-After header sets the wait (capped at
+	// MaxRetryAfter).
+	Retries int
+	// Backoff is the wait before the first retry (250ms); it doubles each
+	// time, up to 8s.
+	Backoff time.Duration
+	// Prices prices model usage (USD per 1M prompt/completion tokens, see
+	// ParsePrices); a model it does not name costs 0.
+	Prices Prices
+	// LookupEnv resolves an agent's model.api_key_secret NAME, for a task
+	// of org ORG, from the variable AGENTMESH_SECRET_<ORG>__<NAME> (both
+	// upper-cased, '-' → '_'; os.LookupEnv when nil).
+	LookupEnv func(string) (string, bool)
+	// Allow names model endpoints an agent's base_url may reach although
+	// they are loopback, private or link-local (a local Ollama:
+	// "127.0.0.1:11434"): host, host:port, address or CIDR, as
+	// webfetch.Config.Allow. Every other base_url goes through web_fetch's
+	// address policy. BaseURL's own host:port is always allowed.
+	Allow []string
+	// MaxResponseBytes caps one model response's body as it is read,
+	// streamed or not (DefaultMaxResponseBytes, 16 MiB).
+	MaxResponseBytes int64
+
+	// Resolver and DialContext replace name resolution and connecting
+	// (webfetch.Config.Resolver and DialContext; tests).
+	Resolver    webfetch.Resolver
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultTimeout = 2 * time.Minute
+	DefaultRetries = 3
+	DefaultBackoff = 250 * time.Millisecond
+)
+
+// Models makes the model calls children ask for, with go-openai
 // against any OpenAI-compatible base URL: streamed completions (content
 // deltas go out as TOKEN events), native tool calling or the JSON ReAct
 // fallback (model_react.go), a timeout per call and bounded retries with
 // backoff on network errors, timeouts, 429, 5xx and garbage answers,
 // honouring Retry-After (capped at MaxRetryAfter). Usage is priced from
-// ModelConfig.Prices.
-type modelClient struct {
-	cfg  ModelConfig
+// Config.Prices.
+type Models struct {
+	cfg  Config
 	log  *slog.Logger
 	http *http.Client
 	// backoff is the wait before the first retry; it doubles each time.
@@ -36,21 +93,34 @@ type modelClient struct {
 	clients map[[2]string]*openai.Client // (base URL, key) → client
 }
 
-func newModelClient(cfg ModelConfig, log *slog.Logger) (*modelClient, error) {
-	hc, err := modelHTTPClient(cfg)
+// New returns the model client of cfg, its zero values defaulted.
+func New(cfg Config, log *slog.Logger) (*Models, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	switch {
+	case cfg.Retries == 0:
+		cfg.Retries = DefaultRetries
+	case cfg.Retries < 0:
+		cfg.Retries = 0
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	hc, err := httpClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &modelClient{
+	return &Models{
 		cfg:     cfg,
 		log:     log,
 		http:    hc,
-		backoff: 250 * time.Millisecond,
+		backoff: cfg.Backoff,
 		clients: map[[2]string]*openai.Client{},
 	}, nil
 }
 
-func (m *modelClient) client(baseURL, key string) *openai.Client {
+func (m *Models) client(baseURL, key string) *openai.Client {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{baseURL, key}
@@ -73,15 +143,15 @@ func (m *modelClient) client(baseURL, key string) *openai.Client {
 // maxModelClients bounds the cache of go-openai clients.
 const maxModelClients = 256
 
-// modelCall is one agent's way to the model.
-type modelCall struct {
-	settings *agentmeshv1.ModelSettings
-	// secretKey is the key resolved from settings.api_key_secret (when
-	// hasSecret); it goes to whichever base URL the agent uses.
-	secretKey string
-	hasSecret bool
-	// onToken receives streamed content (nil: nowhere).
-	onToken func(string)
+// Call is one agent's way to the model.
+type Call struct {
+	Settings *agentmeshv1.ModelSettings
+	// Key is the key resolved from Settings.api_key_secret (when HasKey);
+	// it goes to whichever base URL the agent uses.
+	Key    string
+	HasKey bool
+	// OnToken receives streamed content (nil: nowhere).
+	OnToken func(string)
 }
 
 // secretEnv is the environment variable that holds org's secret name:
@@ -93,12 +163,12 @@ func secretEnv(org, name string) string {
 	return "AGENTMESH_SECRET_" + up(org) + "__" + up(name)
 }
 
-// resolveSecret returns the API key an agent's api_key_secret names, among
+// Secret returns the API key an agent's api_key_secret names, among
 // the secrets of org — the org of the task, whichever agent it runs, so
 // one org's secret never goes to a URL another org chose. The key is
-// looked up in the executor's environment (ModelConfig.LookupEnv) and
+// looked up in the executor's environment (Config.LookupEnv) and
 // never leaves the executor except to the model's base URL.
-func (m *modelClient) resolveSecret(org, name string) (string, error) {
+func (m *Models) Secret(org, name string) (string, error) {
 	if org == "" {
 		return "", fmt.Errorf("model api_key_secret %q: the task has no org to resolve it in", name)
 	}
@@ -114,18 +184,18 @@ func (m *modelClient) resolveSecret(org, name string) (string, error) {
 	return v, nil
 }
 
-// complete answers one ModelRequest. Failures come back in the response's
+// Complete answers one ModelRequest. Failures come back in the response's
 // error field, after the retries, naming the model, the URL and the cause.
-func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1.ModelRequest) *childv1.ModelResponse {
-	settings := call.settings
+func (m *Models) Complete(ctx context.Context, call Call, req *childv1.ModelRequest) *childv1.ModelResponse {
+	settings := call.Settings
 	began := time.Now()
 	resp := &childv1.ModelResponse{Id: req.GetId()}
 	baseURL, key := m.cfg.BaseURL, m.cfg.APIKey
 	if u := settings.GetBaseUrl(); u != "" && u != m.cfg.BaseURL {
 		baseURL, key = u, "" // the executor's key goes to its own endpoint only
 	}
-	if call.hasSecret {
-		key = call.secretKey
+	if call.HasKey {
+		key = call.Key
 	}
 	model := settings.GetModel()
 	if model == "" {
@@ -160,14 +230,14 @@ func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1
 	c := m.client(baseURL, key)
 	fail := func(format string, args ...any) *childv1.ModelResponse {
 		// The text may quote what the model server sent: cut it.
-		resp.Error = cutText(fmt.Sprintf("model %s at %s: ", model, redactURL(baseURL))+fmt.Sprintf(format, args...), ModelErrorTextMax)
+		resp.Error = cutText(fmt.Sprintf("model %s at %s: ", model, redactURL(baseURL))+fmt.Sprintf(format, args...), ErrorTextMax)
 		resp.DurationMs = time.Since(began).Milliseconds()
 		return resp
 	}
 
-	out, made, err := m.retrying(ctx, c, creq, model, baseURL, call.onToken)
+	out, made, err := m.retrying(ctx, c, creq, model, baseURL, call.OnToken)
 	if err != nil {
-		return fail("%s (%d attempts)", cutText(err.Error(), ModelErrorTextMax/2), made)
+		return fail("%s (%d attempts)", cutText(err.Error(), ErrorTextMax/2), made)
 	}
 	if !react {
 		fillResponse(resp, out)
@@ -181,9 +251,9 @@ func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1
 			creq.Messages = append(creq.Messages,
 				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text},
 				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: reactRepair(perr)})
-			out, made, err = m.retrying(ctx, c, creq, model, baseURL, call.onToken)
+			out, made, err = m.retrying(ctx, c, creq, model, baseURL, call.OnToken)
 			if err != nil {
-				return fail("repair turn after invalid ReAct output (%s): %s (%d attempts)", cutText(perr.Error(), 512), cutText(err.Error(), ModelErrorTextMax/2), made)
+				return fail("repair turn after invalid ReAct output (%s): %s (%d attempts)", cutText(perr.Error(), 512), cutText(err.Error(), ErrorTextMax/2), made)
 			}
 			usage.PromptTokens += out.Usage.PromptTokens
 			usage.CompletionTokens += out.Usage.CompletionTokens
@@ -205,7 +275,7 @@ func (m *modelClient) complete(ctx context.Context, call modelCall, req *childv1
 
 // retrying makes one streamed completion with bounded retries; it returns
 // the answer, how many attempts were made and the last error.
-func (m *modelClient) retrying(ctx context.Context, c *openai.Client, creq openai.ChatCompletionRequest, model, baseURL string, onToken func(string)) (openai.ChatCompletionResponse, int, error) {
+func (m *Models) retrying(ctx context.Context, c *openai.Client, creq openai.ChatCompletionRequest, model, baseURL string, onToken func(string)) (openai.ChatCompletionResponse, int, error) {
 	box := &retryAfterBox{}
 	attempts, made := 1+m.cfg.Retries, 0
 	var lastErr error
@@ -240,7 +310,7 @@ func (m *modelClient) retrying(ctx context.Context, c *openai.Client, creq opena
 		if !retryable(err) || notRetryable(err) {
 			break
 		}
-		m.log.Warn("model call failed; retrying", "model", model, "url", redactURL(baseURL), "attempt", i+1, "of", attempts, "err", cutText(err.Error(), ModelErrorTextMax))
+		m.log.Warn("model call failed; retrying", "model", model, "url", redactURL(baseURL), "attempt", i+1, "of", attempts, "err", cutText(err.Error(), ErrorTextMax))
 	}
 	return openai.ChatCompletionResponse{}, made, lastErr
 }
