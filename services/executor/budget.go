@@ -32,7 +32,7 @@ import (
 // resolved key, the task's budget and what the task has used so far,
 // earlier attempts included.
 type modelRun struct {
-	call    llm.Call
+	call    llm.Request
 	budget  *agentmeshv1.Budget
 	started time.Time
 	now     func() time.Time
@@ -55,7 +55,7 @@ type modelRun struct {
 func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step) (*modelRun, *outcome) {
 	settings := task.GetAgentSpec().GetModel()
 	r := &modelRun{
-		call:   llm.Call{Settings: settings},
+		call:   llm.Request{Settings: settings},
 		budget: task.GetBudget(),
 		now:    time.Now,
 	}
@@ -167,10 +167,11 @@ func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt
 	}
 	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
 	call := r.call
-	call.OnToken = tp.write
-	resp := s.model.Complete(ctx, call, withConversation(req, r.thread))
+	call.OnToken, call.Turn = tp.write, withConversation(req, r.thread)
+	resp, err := s.model.Complete(ctx, call)
 	tp.close()
-	if resp.Error != "" {
+	if err != nil {
+		resp = &childv1.ModelResponse{Id: req.GetId(), Error: err.Error()}
 		r.modelErr = resp.Error
 		return resp, nil
 	}

@@ -102,8 +102,17 @@ func ask(t *testing.T, m *llm.Models, baseURL string) *childv1.ModelResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return m.Complete(ctx, llm.Call{Settings: &agentmeshv1.ModelSettings{BaseUrl: baseURL, Model: "m"}},
-		&childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}})
+	return complete(ctx, m, llm.Request{Settings: &agentmeshv1.ModelSettings{BaseUrl: baseURL, Model: "m"},
+		Turn: &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}}})
+}
+
+// complete is m.Complete's answer, or its error as the child gets it.
+func complete(ctx context.Context, m *llm.Models, req llm.Request) *childv1.ModelResponse {
+	resp, err := m.Complete(ctx, req)
+	if err != nil {
+		return &childv1.ModelResponse{Id: req.Turn.GetId(), Error: err.Error()}
+	}
+	return resp
 }
 
 // An agent's base_url on loopback, private, link-local, CGNAT,
@@ -213,8 +222,8 @@ func TestModelRedirectDropsKey(t *testing.T) {
 		t.Fatalf("error %q content %q", resp.GetError(), resp.GetMessage().GetContent())
 	}
 	ctx := context.Background()
-	resp = m.Complete(ctx, llm.Call{Settings: &agentmeshv1.ModelSettings{BaseUrl: first.URL + "/v1", Model: "m"}, Key: "sk-agent", HasKey: true},
-		&childv1.ModelRequest{Id: 2, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}})
+	resp = complete(ctx, m, llm.Request{Settings: &agentmeshv1.ModelSettings{BaseUrl: first.URL + "/v1", Model: "m"}, Key: "sk-agent", HasKey: true,
+		Turn: &childv1.ModelRequest{Id: 2, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}}})
 	if resp.GetError() != "" {
 		t.Fatal(resp.GetError())
 	}

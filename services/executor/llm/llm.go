@@ -1,29 +1,47 @@
 // Package llm is the executor's model client: it makes the model calls
-// agent children ask for, with go-openai against any OpenAI-compatible
-// base URL — streamed completions, native tool calling or the JSON ReAct
-// fallback (react.go), a timeout per call, bounded retries honouring
-// Retry-After (stream.go), the outbound address policy and response caps
-// (limits.go), and the price table that turns usage into cost (prices.go).
+// agent children ask for (the child has no network and no key), on their
+// behalf and under the executor's policy.
+//
+// The executor's attempt sees one small interface, Client: Complete takes
+// a Request — the agent's model settings, the key its api_key_secret
+// resolved to, the conversation the child built (a childv1.ModelRequest)
+// and a callback for the content as it streams in — and returns the
+// model's answer as the ModelResponse the child is handed, or an error
+// that names the model, the URL and the cause.
+//
+// Behind it, Models (the Client the executor uses) picks the endpoint —
+// the agent's base_url and model, else the executor's defaults, with the
+// executor's own key only for its own endpoint — and hands the call to
+// the Provider of that endpoint's wire format. A Provider turns the
+// conversation into its wire format, makes the call (streamed, bounded by
+// Config.Timeout, retried by the shared retry loop on network errors,
+// timeouts, 429, 5xx and garbage, honouring Retry-After) and turns the
+// answer back; Models then prices its usage (prices.go). The
+// OpenAI-compatible Chat Completions format (openai.go, with go-openai:
+// OpenAI, Ollama, vLLM, llama.cpp, LM Studio …) is the only Provider now;
+// models without native tool calling get the JSON ReAct fallback on top of
+// it (react.go). Providers for other wire formats (Anthropic's Messages
+// API), quirks of real OpenAI-compatible servers, rate limits and
+// fallbacks belong here, each a Provider or a wrapper of one.
+//
+// Every call goes through the outbound policy (limits.go): web_fetch's
+// address policy with the model allowlist, no credentials across a
+// redirect to another origin, each response capped as it is read.
 package llm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
-	openai "github.com/sashabaranov/go-openai"
 )
 
 // Config says how to reach the default model, and how every model call
@@ -75,23 +93,69 @@ const (
 	DefaultBackoff = 250 * time.Millisecond
 )
 
-// Models makes the model calls children ask for, with go-openai
-// against any OpenAI-compatible base URL: streamed completions (content
-// deltas go out as TOKEN events), native tool calling or the JSON ReAct
-// fallback (model_react.go), a timeout per call and bounded retries with
-// backoff on network errors, timeouts, 429, 5xx and garbage answers,
-// honouring Retry-After (capped at MaxRetryAfter). Usage is priced from
-// Config.Prices.
-type Models struct {
-	cfg  Config
-	log  *slog.Logger
-	http *http.Client
-	// backoff is the wait before the first retry; it doubles each time.
-	backoff time.Duration
-
-	mu      sync.Mutex
-	clients map[[2]string]*openai.Client // (base URL, key) → client
+// Client makes model calls: the interface the executor's attempt calls,
+// once per model turn.
+type Client interface {
+	// Complete answers req: the model's answer addressed to
+	// req.Turn's id, its usage priced, its duration measured. A call that
+	// failed (after its retries) returns an error whose text names the
+	// model, the URL and the cause, at most ErrorTextMax bytes.
+	Complete(ctx context.Context, req Request) (*childv1.ModelResponse, error)
 }
+
+// Request is one model call.
+type Request struct {
+	// Settings are the agent's model settings (nil: the executor's
+	// defaults).
+	Settings *agentmeshv1.ModelSettings
+	// Key is the key resolved from Settings.api_key_secret (when HasKey,
+	// see Models.Secret); it goes to whichever base URL the agent uses.
+	Key    string
+	HasKey bool
+	// Turn is the conversation the child asks the model to continue: its
+	// messages and the tools it offers.
+	Turn *childv1.ModelRequest
+	// OnToken receives the answer's content as it streams in (nil:
+	// nowhere).
+	OnToken func(string)
+}
+
+// Provider speaks one wire format of model APIs: it makes one call to ep
+// (with its retries, through Models' retry loop) and returns the answer
+// as a ModelResponse, usage included and not yet priced.
+type Provider interface {
+	Complete(ctx context.Context, ep Endpoint, req Request) (*childv1.ModelResponse, error)
+}
+
+// Endpoint is where one call goes.
+type Endpoint struct {
+	BaseURL string
+	Key     string
+	// Model is the model's name at BaseURL.
+	Model string
+	// ReAct: the model is called without tools, in the JSON ReAct protocol
+	// (react.go).
+	ReAct bool
+}
+
+// Tool protocols (ModelSettings.tool_protocol).
+const (
+	// ToolProtocolNative is the default: the provider's tool calls.
+	ToolProtocolNative = "native"
+	// ToolProtocolReAct is the JSON ReAct fallback for models without
+	// native tool calling (react.go).
+	ToolProtocolReAct = "react"
+)
+
+// Models is the Client of the executor: it makes the model calls children
+// ask for, at the executor's default endpoint or the one an agent names.
+type Models struct {
+	cfg    Config
+	log    *slog.Logger
+	openai *openAI
+}
+
+var _ Client = (*Models)(nil)
 
 // New returns the model client of cfg, its zero values defaulted.
 func New(cfg Config, log *slog.Logger) (*Models, error) {
@@ -111,48 +175,79 @@ func New(cfg Config, log *slog.Logger) (*Models, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Models{
-		cfg:     cfg,
-		log:     log,
-		http:    hc,
-		backoff: cfg.Backoff,
-		clients: map[[2]string]*openai.Client{},
-	}, nil
+	retry := retrier{timeout: cfg.Timeout, retries: cfg.Retries, backoff: cfg.Backoff, log: log}
+	return &Models{cfg: cfg, log: log, openai: newOpenAI(hc, retry, log)}, nil
 }
 
-func (m *Models) client(baseURL, key string) *openai.Client {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k := [2]string{baseURL, key}
-	if c, ok := m.clients[k]; ok {
-		return c
+// Complete answers one model call (Client).
+func (m *Models) Complete(ctx context.Context, req Request) (*childv1.ModelResponse, error) {
+	began := time.Now()
+	ep, err := m.endpoint(req)
+	if err != nil {
+		return nil, err
 	}
-	if len(m.clients) >= maxModelClients {
-		// Base URLs come from agent definitions: the cache must not grow
-		// without bound. Clients are cheap; connections live in m.http.
-		clear(m.clients)
+	resp, err := m.provider(ep).Complete(ctx, ep, req)
+	if err != nil {
+		var ce *callError
+		if !errors.As(err, &ce) {
+			return nil, err // the request could not be built: no call was made
+		}
+		// The text may quote what the model server sent: cut it.
+		ce.text = cutText(fmt.Sprintf("model %s at %s: %s", ep.Model, redactURL(ep.BaseURL), ce.text), ErrorTextMax)
+		return nil, ce
 	}
-	cfg := openai.DefaultConfig(key)
-	cfg.BaseURL = baseURL
-	cfg.HTTPClient = m.http
-	c := openai.NewClientWithConfig(cfg)
-	m.clients[k] = c
-	return c
+	resp.Id = req.Turn.GetId()
+	if cost, ok := m.cfg.Prices.Cost(resp.Usage, ep.Model, resp.Model); ok {
+		resp.Usage.CostUsd = cost
+	}
+	resp.DurationMs = time.Since(began).Milliseconds()
+	return resp, nil
 }
 
-// maxModelClients bounds the cache of go-openai clients.
-const maxModelClients = 256
-
-// Call is one agent's way to the model.
-type Call struct {
-	Settings *agentmeshv1.ModelSettings
-	// Key is the key resolved from Settings.api_key_secret (when HasKey);
-	// it goes to whichever base URL the agent uses.
-	Key    string
-	HasKey bool
-	// OnToken receives streamed content (nil: nowhere).
-	OnToken func(string)
+// endpoint is where req goes: the agent's base URL (without the
+// executor's key, which goes to its own endpoint only) or the executor's,
+// the agent's model or the executor's default, and its tool protocol.
+func (m *Models) endpoint(req Request) (Endpoint, error) {
+	settings := req.Settings
+	ep := Endpoint{BaseURL: m.cfg.BaseURL, Key: m.cfg.APIKey, Model: settings.GetModel()}
+	if u := settings.GetBaseUrl(); u != "" && u != m.cfg.BaseURL {
+		ep.BaseURL, ep.Key = u, ""
+	}
+	if req.HasKey {
+		ep.Key = req.Key
+	}
+	if ep.Model == "" {
+		ep.Model = m.cfg.Model
+	}
+	switch p := strings.ToLower(strings.TrimSpace(settings.GetToolProtocol())); p {
+	case "", ToolProtocolNative:
+	case ToolProtocolReAct:
+		ep.ReAct = true
+	default:
+		return ep, fmt.Errorf("unknown model tool_protocol %q (want %q or %q)", settings.GetToolProtocol(), ToolProtocolNative, ToolProtocolReAct)
+	}
+	switch {
+	case ep.BaseURL == "":
+		return ep, errors.New("no model base URL configured (set the agent's model.base_url or the executor's default)")
+	case ep.Model == "":
+		return ep, errors.New("no model configured (set the agent's model.model or the executor's default)")
+	}
+	return ep, nil
 }
+
+// provider is the Provider of ep's wire format: OpenAI-compatible, the
+// only one now.
+func (m *Models) provider(Endpoint) Provider { return m.openai }
+
+// callError is a call that was made and failed: its text says how (the
+// attempts included); it wraps the last try's error.
+type callError struct {
+	text  string
+	cause error
+}
+
+func (e *callError) Error() string { return e.text }
+func (e *callError) Unwrap() error { return e.cause }
 
 // secretEnv is the environment variable that holds org's secret name:
 // AGENTMESH_SECRET_<ORG>__<NAME>, each part upper-cased with '-' → '_'.
@@ -182,211 +277,4 @@ func (m *Models) Secret(org, name string) (string, error) {
 		return "", fmt.Errorf("model api_key_secret %q is unknown to org %s: %s is not set in the executor's environment", name, org, env)
 	}
 	return v, nil
-}
-
-// Complete answers one ModelRequest. Failures come back in the response's
-// error field, after the retries, naming the model, the URL and the cause.
-func (m *Models) Complete(ctx context.Context, call Call, req *childv1.ModelRequest) *childv1.ModelResponse {
-	settings := call.Settings
-	began := time.Now()
-	resp := &childv1.ModelResponse{Id: req.GetId()}
-	baseURL, key := m.cfg.BaseURL, m.cfg.APIKey
-	if u := settings.GetBaseUrl(); u != "" && u != m.cfg.BaseURL {
-		baseURL, key = u, "" // the executor's key goes to its own endpoint only
-	}
-	if call.HasKey {
-		key = call.Key
-	}
-	model := settings.GetModel()
-	if model == "" {
-		model = m.cfg.Model
-	}
-	react := false
-	switch p := strings.ToLower(strings.TrimSpace(settings.GetToolProtocol())); p {
-	case "", ToolProtocolNative:
-	case ToolProtocolReAct:
-		react = true
-	default:
-		resp.Error = fmt.Sprintf("unknown model tool_protocol %q (want %q or %q)", settings.GetToolProtocol(), ToolProtocolNative, ToolProtocolReAct)
-		return resp
-	}
-	switch {
-	case baseURL == "":
-		resp.Error = "no model base URL configured (set the agent's model.base_url or the executor's default)"
-		return resp
-	case model == "":
-		resp.Error = "no model configured (set the agent's model.model or the executor's default)"
-		return resp
-	}
-	creq, err := chatRequest(model, settings, req)
-	if err != nil {
-		resp.Error = err.Error()
-		return resp
-	}
-	if react {
-		creq.Tools = nil
-		creq.Messages = reactMessages(req.GetMessages(), req.GetTools())
-	}
-	c := m.client(baseURL, key)
-	fail := func(format string, args ...any) *childv1.ModelResponse {
-		// The text may quote what the model server sent: cut it.
-		resp.Error = cutText(fmt.Sprintf("model %s at %s: ", model, redactURL(baseURL))+fmt.Sprintf(format, args...), ErrorTextMax)
-		resp.DurationMs = time.Since(began).Milliseconds()
-		return resp
-	}
-
-	out, made, err := m.retrying(ctx, c, creq, model, baseURL, call.OnToken)
-	if err != nil {
-		return fail("%s (%d attempts)", cutText(err.Error(), ErrorTextMax/2), made)
-	}
-	if !react {
-		fillResponse(resp, out)
-	} else {
-		usage := out.Usage
-		text := out.Choices[0].Message.Content
-		turn, perr := parseReAct(text)
-		if perr != nil {
-			// One bounded repair turn: tell the model what was wrong.
-			m.log.Info("model output is not valid ReAct; one repair turn", "model", model, "err", perr)
-			creq.Messages = append(creq.Messages,
-				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text},
-				openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: reactRepair(perr)})
-			out, made, err = m.retrying(ctx, c, creq, model, baseURL, call.OnToken)
-			if err != nil {
-				return fail("repair turn after invalid ReAct output (%s): %s (%d attempts)", cutText(perr.Error(), 512), cutText(err.Error(), ErrorTextMax/2), made)
-			}
-			usage.PromptTokens += out.Usage.PromptTokens
-			usage.CompletionTokens += out.Usage.CompletionTokens
-			usage.TotalTokens += out.Usage.TotalTokens
-			if turn, perr = parseReAct(out.Choices[0].Message.Content); perr != nil {
-				return fail("output does not follow the JSON ReAct protocol after one repair turn: %v", perr)
-			}
-		}
-		out.Usage = usage
-		fillResponse(resp, out)
-		resp.Message, resp.FinishReason = reactResponse(turn)
-	}
-	if cost, ok := m.cfg.Prices.Cost(resp.Usage, model, resp.Model); ok {
-		resp.Usage.CostUsd = cost
-	}
-	resp.DurationMs = time.Since(began).Milliseconds()
-	return resp
-}
-
-// retrying makes one streamed completion with bounded retries; it returns
-// the answer, how many attempts were made and the last error.
-func (m *Models) retrying(ctx context.Context, c *openai.Client, creq openai.ChatCompletionRequest, model, baseURL string, onToken func(string)) (openai.ChatCompletionResponse, int, error) {
-	box := &retryAfterBox{}
-	attempts, made := 1+m.cfg.Retries, 0
-	var lastErr error
-	for i := range attempts {
-		if i > 0 {
-			d := m.backoff << (i - 1)
-			d = min(d, 8*time.Second)
-			d += time.Duration(rand.Int64N(int64(d)/5 + 1))
-			if ra, ok := box.take(); ok {
-				d = ra // the server said when
-			}
-			if !sleepCtx(ctx, d) {
-				break
-			}
-		}
-		box.take()
-		made++
-		cctx, cancel := context.WithTimeout(context.WithValue(ctx, retryAfterKey{}, box), m.cfg.Timeout)
-		out, err := streamCompletion(cctx, c, creq, onToken)
-		cancel()
-		if err == nil && len(out.Choices) == 0 {
-			err = errors.New("the answer has no choices")
-		}
-		if err == nil {
-			return out, made, nil
-		}
-		if ctx.Err() != nil {
-			lastErr = context.Cause(ctx)
-			break
-		}
-		lastErr = err
-		if !retryable(err) || notRetryable(err) {
-			break
-		}
-		m.log.Warn("model call failed; retrying", "model", model, "url", redactURL(baseURL), "attempt", i+1, "of", attempts, "err", cutText(err.Error(), ErrorTextMax))
-	}
-	return openai.ChatCompletionResponse{}, made, lastErr
-}
-
-func chatRequest(model string, settings *agentmeshv1.ModelSettings, req *childv1.ModelRequest) (openai.ChatCompletionRequest, error) {
-	creq := openai.ChatCompletionRequest{Model: model}
-	if settings != nil && settings.Temperature != nil {
-		creq.Temperature = settings.GetTemperature()
-	}
-	if n := settings.GetMaxTokens(); n > 0 {
-		// max_tokens, not max_completion_tokens: every OpenAI-compatible
-		// server (Ollama, vLLM, llama.cpp) reads it; OpenAI's o-series
-		// models want the other.
-		//lint:ignore SA1019 the field the compatible servers understand
-		creq.MaxTokens = int(n)
-	}
-	for _, msg := range req.GetMessages() {
-		om := openai.ChatCompletionMessage{Role: msg.Role, Content: msg.Content, ToolCallID: msg.ToolCallId}
-		for _, tc := range msg.ToolCalls {
-			om.ToolCalls = append(om.ToolCalls, openai.ToolCall{
-				ID: tc.Id, Type: openai.ToolTypeFunction,
-				Function: openai.FunctionCall{Name: tc.Name, Arguments: tc.Arguments},
-			})
-		}
-		creq.Messages = append(creq.Messages, om)
-	}
-	for _, t := range req.GetTools() {
-		params := json.RawMessage(t.ParametersJson)
-		if !json.Valid(params) {
-			return creq, fmt.Errorf("tool %s: parameters are not JSON", t.Name)
-		}
-		creq.Tools = append(creq.Tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: t.Name, Description: t.Description, Parameters: params,
-		}})
-	}
-	return creq, nil
-}
-
-func fillResponse(resp *childv1.ModelResponse, out openai.ChatCompletionResponse) {
-	ch := out.Choices[0]
-	msg := &childv1.Message{Role: "assistant", Content: ch.Message.Content}
-	for _, tc := range ch.Message.ToolCalls {
-		msg.ToolCalls = append(msg.ToolCalls, &agentmeshv1.ToolCall{Id: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-	}
-	resp.Message = msg
-	resp.Model = out.Model
-	resp.FinishReason = string(ch.FinishReason)
-	resp.Usage = &agentmeshv1.Usage{
-		PromptTokens:     int64(out.Usage.PromptTokens),
-		CompletionTokens: int64(out.Usage.CompletionTokens),
-		TotalTokens:      int64(out.Usage.TotalTokens),
-	}
-}
-
-// retryable reports whether another try may help: not for a request the
-// server refused as such (400, 401, 403, 404, 422 ...).
-func retryable(err error) bool {
-	status := 0
-	var apiErr *openai.APIError
-	var reqErr *openai.RequestError
-	switch {
-	case errors.As(err, &apiErr):
-		status = apiErr.HTTPStatusCode
-	case errors.As(err, &reqErr):
-		status = reqErr.HTTPStatusCode
-	}
-	return status == 0 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

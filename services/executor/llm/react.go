@@ -35,12 +35,6 @@ import (
 //   - a valid action becomes a ModelResponse with one tool call (a
 //     generated id), a final answer a ModelResponse with its text.
 
-// ToolProtocolReAct is the ModelSettings.tool_protocol of the fallback.
-const ToolProtocolReAct = "react"
-
-// ToolProtocolNative is the default: the provider's tool calls.
-const ToolProtocolNative = "native"
-
 // reactTurn is one valid ReAct answer.
 type reactTurn struct {
 	Thought     string
