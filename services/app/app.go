@@ -34,8 +34,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
-	"github.com/agentmesh/agentmesh/services/executor/llm"
-	"github.com/agentmesh/agentmesh/services/executor/spawner"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/scheduler"
@@ -285,104 +284,18 @@ func ParseAPIKeys(v string) (map[string]string, error) {
 	return keys, nil
 }
 
+// executorConfig reads the executor's settings (executor.ConfigFromEnv:
+// a bad value is a usage error naming its variable). Under dev an unset
+// AGENTMESH_ISOLATION is best-effort: dev runs as an ordinary user too.
 func (s *settings) executorConfig() (executor.Config, error) {
-	capacity, err := s.int("AGENTMESH_CAPACITY")
+	cfg, err := executor.ConfigFromEnv(s.str)
 	if err != nil {
-		return executor.Config{}, err
+		return executor.Config{}, usageError{err}
 	}
-	wall, err := s.duration("AGENTMESH_WALL_TIME")
-	if err != nil {
-		return executor.Config{}, err
+	if s.cmd == "dev" && s.str("AGENTMESH_ISOLATION") == "" {
+		cfg.Sandbox.Level = sandbox.BestEffort
 	}
-	ackWait, err := s.duration("AGENTMESH_ACK_WAIT")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	steps, err := s.int("AGENTMESH_MAX_STEPS")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	prices, err := llm.ParsePrices(s.str("AGENTMESH_PRICES"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_PRICES: %w", err)}
-	}
-	key := s.str("AGENTMESH_MODEL_API_KEY")
-	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
-	}
-	sb, err := s.sandboxConfig()
-	if err != nil {
-		return executor.Config{}, err
-	}
-	outbound, err := s.modelOutbound()
-	if err != nil {
-		return executor.Config{}, err
-	}
-	labels, err := parseLabels(s.str("AGENTMESH_NODE_LABELS"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_NODE_LABELS: %w", err)}
-	}
-	drain, err := s.duration("AGENTMESH_DRAIN_GRACE")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	spawnMode, err := executor.ParseSpawner(s.str("AGENTMESH_SPAWNER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_SPAWNER: %w", err)}
-	}
-	warm, err := executor.ParseWarmPool(s.str("AGENTMESH_WARM_POOL"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_WARM_POOL: %w", err)}
-	}
-	nice, err := s.int("AGENTMESH_AGENT_NICE")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	if nice < 0 || nice > spawner.MaxNice {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_NICE: want 0 to %d, got %d", spawner.MaxNice, nice)}
-	}
-	release, err := executor.ParseReleaseAfter(s.str("AGENTMESH_RELEASE_AFTER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
-	}
-	above, err := executor.ParseReleaseAbove(s.str("AGENTMESH_RELEASE_ABOVE"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_ABOVE: %w", err)}
-	}
-	keep, err := executor.ParseKeepAnswersAfter(s.str("AGENTMESH_KEEP_ANSWERS_AFTER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_KEEP_ANSWERS_AFTER: %w", err)}
-	}
-	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
-	}
-	return executor.Config{
-		WarmPool:         warm,
-		ReleaseAfter:     release,
-		ReleaseAbove:     above,
-		KeepAnswersAfter: keep,
-		ChildReuse:       reuse,
-		Prefix:           s.str("AGENTMESH_PREFIX"),
-		Node:             s.str("AGENTMESH_NODE"),
-		Capacity:         capacity,
-		Labels:           labels, DrainGrace: drain,
-		WallTime:  wall,
-		AckWait:   ackWait,
-		MaxSteps:  steps,
-		Sandbox:   sb,
-		Spawner:   spawnMode,
-		AgentNice: nice,
-		Model: llm.Config{
-			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
-			APIKey:  key,
-			Model:   s.str("AGENTMESH_MODEL"),
-			Prices:  prices,
-
-			Allow:            outbound.Allow,
-			MaxResponseBytes: outbound.MaxResponseBytes,
-		},
-	}, nil
+	return cfg, nil
 }
 
 func (s *settings) routerConfig() (router.Config, error) {

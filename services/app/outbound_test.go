@@ -11,17 +11,15 @@ func TestOutboundSettings(t *testing.T) {
 		"-sql-allow-privileged-role", "true", "-sql-max-row-bytes", "64k"}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.modelOutbound()
+	cfg, err := s.executorConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := cfg.Model
 	if strings.Join(m.Allow, "|") != "127.0.0.1:11434|ollama.lan" || m.MaxResponseBytes != 8<<20 {
 		t.Errorf("got allow %q max %d", m.Allow, m.MaxResponseBytes)
 	}
-	tc, err := s.toolsConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := cfg.ToolSettings
 	if !tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 64<<10 {
 		t.Errorf("got %+v", tc.SQL)
 	}
@@ -30,10 +28,11 @@ func TestOutboundSettings(t *testing.T) {
 	if err := defaults.parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := defaults.modelOutbound(); err != nil || m.MaxResponseBytes != 16<<20 || len(m.Allow) != 0 {
+	cfg, err = defaults.executorConfig()
+	if m := cfg.Model; err != nil || m.MaxResponseBytes != 16<<20 || len(m.Allow) != 0 {
 		t.Errorf("defaults: %+v %v", m, err)
 	}
-	if tc, err := defaults.toolsConfig(); err != nil || tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 1<<20 {
+	if tc := cfg.ToolSettings; err != nil || tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 1<<20 {
 		t.Errorf("defaults: %+v %v", tc.SQL, err)
 	}
 
@@ -45,23 +44,8 @@ func TestOutboundSettings(t *testing.T) {
 		if err := s.parse(bad); err != nil {
 			t.Fatal(err)
 		}
-		_, err1 := s.modelOutbound()
-		_, err2 := s.toolsConfig()
-		if err1 == nil && err2 == nil {
+		if _, err := s.executorConfig(); err == nil {
 			t.Errorf("%v: no error", bad)
-		}
-	}
-}
-
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"1": 1, "1k": 1 << 10, "2KiB": 2 << 10, "16MiB": 16 << 20, "1 G": 1 << 30, "3mb": 3 << 20, "5B": 5} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "1T", "-1", "99999999999G"} {
-		if _, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q): no error", in)
 		}
 	}
 }

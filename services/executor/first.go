@@ -26,8 +26,6 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
@@ -196,34 +194,10 @@ func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attem
 // ends with its answer) and never asks for it. A quicker answer is handed
 // over as before, and written with the step that follows it: it costs
 // little to ask again, and its extra write would cost every fast task.
-// The threshold is Config.KeepAnswersAfter (AGENTMESH_KEEP_ANSWERS_AFTER):
-// an operator who would rather pay a write per turn than any answer
-// twice keeps every answer (0), one who wants the fewest writes none
-// (off).
-const DefaultKeepAnswersAfter = 100 * time.Millisecond
-
-// KeepEveryAnswer is Config.KeepAnswersAfter's value that keeps every
-// answer, however quick ("0" to ParseKeepAnswersAfter).
-const KeepEveryAnswer = time.Nanosecond
-
-// ParseKeepAnswersAfter parses AGENTMESH_KEEP_ANSWERS_AFTER: "" is the
-// default, "0" every answer, "off" none, otherwise a duration of at least
-// 1ms. It returns Config.KeepAnswersAfter's value.
-func ParseKeepAnswersAfter(s string) (time.Duration, error) {
-	switch s = strings.TrimSpace(s); s {
-	case "":
-		return 0, nil
-	case "0":
-		return KeepEveryAnswer, nil
-	case "off":
-		return -1, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Millisecond {
-		return 0, fmt.Errorf("keep answers after %q: want a duration of at least 1ms, 0 (every answer) or off", s)
-	}
-	return d, nil
-}
+// The threshold is Config.KeepAnswersAfter (AGENTMESH_KEEP_ANSWERS_AFTER,
+// DefaultKeepAnswersAfter): an operator who would rather pay a write per
+// turn than any answer twice keeps every answer (0), one who wants the
+// fewest writes none (off).
 
 // keepsEarly reports whether the answer resp, in hand while a child is
 // started for it or handed to the child that asked for it (its call did
@@ -232,16 +206,8 @@ func ParseKeepAnswersAfter(s string) (time.Duration, error) {
 // budget ran out with it (the child reports such a turn, and the attempt
 // ends with it).
 func (s *Service) keepsEarly(resp *childv1.ModelResponse, mr *modelRun) bool {
-	after := s.cfg.KeepAnswersAfter
-	switch {
-	case after < 0:
-		return false
-	case after == 0:
-		after = DefaultKeepAnswersAfter
-	case after == KeepEveryAnswer:
-		after = 0
-	}
-	return resp.GetError() == "" && mr.pending == "" &&
+	after, keep := keepAnswersAfter(s.cfg)
+	return keep && resp.GetError() == "" && mr.pending == "" &&
 		time.Duration(resp.GetDurationMs())*time.Millisecond >= after
 }
 

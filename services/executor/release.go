@@ -37,7 +37,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
@@ -46,62 +45,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"google.golang.org/protobuf/proto"
 )
-
-// DefaultReleaseAfter is how long a model call runs before its waiting
-// child is released, by default: longer than most tool-free turns of a
-// fast model, shorter than a slow model's turn.
-const DefaultReleaseAfter = 2 * time.Second
-
-// ParseReleaseAfter parses AGENTMESH_RELEASE_AFTER: "" is the default, "0"
-// never releases, otherwise a duration of at least 10ms. It returns
-// Config.ReleaseAfter's value (0 default, -1 off).
-func ParseReleaseAfter(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	if s == "0" {
-		return -1, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 10*time.Millisecond {
-		return 0, fmt.Errorf("release after %q: want a duration of at least 10ms (or 0 = never)", s)
-	}
-	return d, nil
-}
-
-// DefaultReleaseAbove is how many children may wait for a model answer
-// before any is released, by default: ~160 MiB of waiting children.
-const DefaultReleaseAbove = 64
-
-// ParseReleaseAbove parses AGENTMESH_RELEASE_ABOVE: "" is the default,
-// otherwise a count of at least 0 (0: release every waiting child). It
-// returns Config.ReleaseAbove's value (0 default, -1 for 0).
-func ParseReleaseAbove(s string) (int, error) {
-	return parseCount(s, "release above %q: want a number of waiting agent processes, 0 or more")
-}
-
-// releaseAbove is how many waiting children cfg keeps (0: none).
-func releaseAbove(cfg Config) int64 {
-	switch {
-	case cfg.ReleaseAbove < 0:
-		return 0
-	case cfg.ReleaseAbove == 0:
-		return DefaultReleaseAbove
-	}
-	return int64(cfg.ReleaseAbove)
-}
-
-// releaseAfter is the delay cfg asks for (0: never release).
-func releaseAfter(cfg Config) time.Duration {
-	switch {
-	case cfg.ReleaseAfter < 0:
-		return 0
-	case cfg.ReleaseAfter == 0:
-		return DefaultReleaseAfter
-	}
-	return cfg.ReleaseAfter
-}
 
 // ReleaseStats counts the children released while their model call ran,
 // and the children that took over from them.

@@ -57,7 +57,7 @@ func sandboxService(t *testing.T, cfg sandbox.Config) *Service {
 // path is the spawner's).
 func testSpawner(t testing.TB, exe string) *spawner.Client {
 	t.Helper()
-	mode, err := ParseSpawner(os.Getenv("AGENTMESH_SPAWNER"))
+	mode, err := parseSpawner(os.Getenv("AGENTMESH_SPAWNER"))
 	if err != nil {
 		t.Fatal(err)
 	}

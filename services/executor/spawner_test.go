@@ -41,7 +41,7 @@ func processGone(pid int) bool {
 
 func forkServerService(t *testing.T) *Service {
 	t.Helper()
-	if mode, _ := ParseSpawner(os.Getenv("AGENTMESH_SPAWNER")); mode == SpawnerDirect {
+	if mode, _ := parseSpawner(os.Getenv("AGENTMESH_SPAWNER")); mode == SpawnerDirect {
 		t.Skip("AGENTMESH_SPAWNER=direct: no spawner to kill")
 	}
 	s := sandboxService(t, sandbox.Config{})

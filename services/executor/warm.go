@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,48 +29,8 @@ import (
 // never exceed Capacity, so the pool adds no process beyond what a full
 // executor holds anyway.
 
-// DefaultWarmPoolMax caps the default pool size (Capacity, at most this):
-// an idle executor holds that many idle children.
-const DefaultWarmPoolMax = 64
-
 // warmRefillers is how many spawns the pool runs at once when refilling.
 const warmRefillers = 2
-
-// ParseWarmPool parses AGENTMESH_WARM_POOL: "" is the default (Capacity, at
-// most DefaultWarmPoolMax), "0" turns the pool off, N keeps up to N idle
-// warm children. It returns Config.WarmPool's value (0 default, -1 off).
-func ParseWarmPool(s string) (int, error) {
-	return parseCount(s, "warm pool %q: want a number of children ≥ 0 (0 = off)")
-}
-
-// parseCount parses a count setting whose zero value means the default:
-// "" is 0 (the default), "0" is -1, N ≥ 1 is N. bad formats the error
-// (%q: s).
-func parseCount(s, bad string) (int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf(bad, s)
-	}
-	if n == 0 {
-		return -1, nil
-	}
-	return n, nil
-}
-
-// warmSize is the pool size cfg asks for (0: off).
-func warmSize(cfg Config) int {
-	switch {
-	case cfg.WarmPool < 0:
-		return 0
-	case cfg.WarmPool == 0:
-		return min(cfg.Capacity, DefaultWarmPoolMax)
-	}
-	return min(cfg.WarmPool, cfg.Capacity)
-}
 
 // WarmStats counts what the warm pool did.
 type WarmStats struct {

@@ -248,24 +248,6 @@ func TestWarmPoolOff(t *testing.T) {
 	}
 }
 
-func TestParseWarmPool(t *testing.T) {
-	for in, want := range map[string]int{"": 0, "0": -1, " 3 ": 3, "64": 64} {
-		if got, err := ParseWarmPool(in); err != nil || got != want {
-			t.Errorf("ParseWarmPool(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"-1", "x", "1.5"} {
-		if _, err := ParseWarmPool(in); err == nil {
-			t.Errorf("ParseWarmPool(%q) accepted", in)
-		}
-	}
-	for _, c := range []struct{ capacity, pool, want int }{{32, 0, 32}, {1000, 0, DefaultWarmPoolMax}, {8, 20, 8}, {8, 3, 3}, {8, -1, 0}} {
-		if got := warmSize(Config{Capacity: c.capacity, WarmPool: c.pool}); got != c.want {
-			t.Errorf("warmSize(capacity %d, pool %d) = %d, want %d", c.capacity, c.pool, got, c.want)
-		}
-	}
-}
-
 // Idle warm children and running tasks together stay within Capacity.
 func TestWarmPoolWithinCapacity(t *testing.T) {
 	s := sandboxService(t, sandbox.Config{})

@@ -1186,31 +1186,6 @@ func userNamespacesEnabled() error {
 	return nil
 }
 
-// ParseSize parses a byte count: a number with an optional unit (K, M, G,
-// KiB, MiB, GiB, KB, MB, GB; all binary multiples), e.g. "512MiB".
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	num := strings.TrimRightFunc(t, func(r rune) bool { return r < '0' || r > '9' })
-	unit := strings.ToUpper(strings.TrimSpace(t[len(num):]))
-	mult := int64(1)
-	switch strings.TrimSuffix(strings.TrimSuffix(unit, "IB"), "B") {
-	case "":
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q (want K, M or G)", s, unit)
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit, e.g. 512MiB", s)
-	}
-	return n * mult, nil
-}
-
 // KillGroup sends SIGKILL to cmd's process group (a process started with
 // Setpgid); a group already gone is not an error.
 func KillGroup(cmd *exec.Cmd) error {
