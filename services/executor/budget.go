@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -156,43 +155,18 @@ func usd(v float64) string {
 	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
 }
 
-// modelTurn answers one ModelRequest of the child: the budgets are checked,
-// the model is called with its streamed content published as TOKEN events,
-// the usage is added. It returns the response for the child and, when the
-// task must stop now, how the conversation ends.
-func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt int32, r *modelRun, req *childv1.ModelRequest) (*childv1.ModelResponse, *serveResult) {
-	if why := r.check(false); why != "" {
-		return &childv1.ModelResponse{Id: req.GetId(), Error: why},
-			&serveResult{failure: &childv1.Failure{Reason: why, Permanent: true}, kind: agentmeshv1.FailureKind_FAILURE_KIND_BUDGET, last: true}
-	}
-	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
-	call := r.call
-	call.OnToken, call.Turn = tp.write, withConversation(req, r.thread)
-	resp, err := s.model.Complete(ctx, call)
-	tp.close()
-	if err != nil {
-		resp = &childv1.ModelResponse{Id: req.GetId(), Error: err.Error()}
-		r.modelErr = resp.Error
-		return resp, nil
-	}
-	r.turns++
-	r.tokens += totalTokens(resp.GetUsage())
-	r.cost += resp.GetUsage().GetCostUsd()
-	r.pending = r.check(true)
-	return resp, nil
-}
-
-// stepDone is called when a step has been checkpointed: a budget that ran
-// out with the model response this step records stops the task now.
-func (r *modelRun) stepDone(step *agentmeshv1.Step) (serveResult, bool) {
+// stepDone is called for a step the child reports: a budget that ran out
+// with the model response this step records stops the task once it is
+// checkpointed (nil: it goes on).
+func (r *modelRun) stepDone(step *agentmeshv1.Step) *serveResult {
 	if r.pending == "" || step.GetKind() != agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
-		return serveResult{}, false
+		return nil
 	}
-	return serveResult{
+	return &serveResult{
 		failure: &childv1.Failure{Reason: r.pending, Permanent: true},
 		kind:    agentmeshv1.FailureKind_FAILURE_KIND_BUDGET,
 		last:    true,
-	}, true
+	}
 }
 
 // failed classifies the child's Failure: the model stayed down (MODEL), the

@@ -33,7 +33,8 @@ func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
 	d0 := differed()
 
 	same := &childv1.ModelRequest{Id: 5, Messages: []*childv1.Message{{Role: "user", Content: "hello"}}}
-	a := s.firstAnswer(task, ahead(), same)
+	at := &attempt{s: s, task: task}
+	a := at.firstAnswer(ahead(), same)
 	if a == nil {
 		t.Fatal("the child's identical request was not given the answer asked ahead")
 	}
@@ -45,7 +46,7 @@ func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
 	}
 
 	other := &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "something else"}}}
-	if a := s.firstAnswer(task, ahead(), other); a != nil {
+	if a := at.firstAnswer(ahead(), other); a != nil {
 		t.Fatal("a different request was given the answer asked for another")
 	}
 	if n := differed() - d0; n != 1 {
