@@ -107,7 +107,7 @@ func (a *attempt) modelTurn(ctx context.Context, req *childv1.ModelRequest) (*ch
 		return &childv1.ModelResponse{Id: req.GetId(), Error: why},
 			&serveResult{failure: &childv1.Failure{Reason: why, Permanent: true}, kind: agentmeshv1.FailureKind_FAILURE_KIND_BUDGET, last: true}
 	}
-	tp := newTokenPublisher(ctx, a.s.nc, a.s.names.TaskTokens(a.task.GetOrg(), a.task.GetId()), a.task.GetOrg(), a.task.GetId(), a.num)
+	tp := newTokenPublisher(ctx, a.s.nc, a.s.names.TaskTokens(a.task.GetOrg(), a.task.GetId()), a.task, a.num)
 	call := r.call
 	call.OnToken, call.Turn = tp.write, withConversation(req, r.thread)
 	resp, err := a.model.Complete(ctx, call)

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
@@ -231,12 +232,30 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
-	var wg sync.WaitGroup
 	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
 
+	reuse, warm := s.startPools()
+	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, s.cfg.Capacity)
+	for ctx.Err() == nil {
+		s.pull(ctx, slots, &wg)
+	}
+	s.drain(hbCtx, &wg)
+	s.closePools(reuse, warm)
+	if s.spawner != nil {
+		s.spawner.Close()
+	}
+	s.log.Info("executor stopped")
+	return nil
+}
+
+// startPools starts the reuse pool (Config.ChildReuse) and the warm pool
+// (Config.WarmPool); nil for one that is off.
+func (s *Service) startPools() (*reusePool, *warmPool) {
 	var reuse *reusePool
 	if s.cfg.ChildReuse {
 		reuse = newReusePool(s, min(s.cfg.Capacity, DefaultWarmPoolMax), ReuseIdle)
@@ -252,64 +271,71 @@ func (s *Service) Run(ctx context.Context) error {
 		s.warm = warm
 		s.mu.Unlock()
 	}
-	slots := make(chan struct{}, s.cfg.Capacity)
-	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
-	for ctx.Err() == nil {
+	return reuse, warm
+}
+
+// pull waits for a free slot (of Capacity), fetches as many work items as
+// slots are free and handles each in its own goroutine (wg), which frees
+// its slot when done.
+func (s *Service) pull(ctx context.Context, slots chan struct{}, wg *sync.WaitGroup) {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	free := 1
+more:
+	for free < s.cfg.Capacity {
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
-			continue
-		}
-		free := 1
-	more:
-		for free < s.cfg.Capacity {
-			select {
-			case slots <- struct{}{}:
-				free++
-			default:
-				break more
-			}
-		}
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		batch, err := s.cons.Fetch(free, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			for range free {
-				<-slots
-			}
-			s.log.Warn("fetch work failed", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = msg.Nak() // arrived as we stop: another executor takes it
-				continue
-			}
-			got++
-			wg.Go(func() {
-				defer func() { <-slots }()
-				defer func() {
-					// A bug in one task must not take the node's other tasks down.
-					if p := recover(); p != nil {
-						s.log.Error("task handler panicked; the work will be redelivered", "panic", p, "stack", string(debug.Stack()))
-						_ = msg.Nak()
-					}
-				}()
-				s.handle(msg)
-			})
-		}
-		cancel()
-		for range free - got {
-			<-slots
-		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			s.log.Warn("fetch work failed", "err", err)
-			sleep(ctx, time.Second)
+			free++
+		default:
+			break more
 		}
 	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	batch, err := s.cons.Fetch(free, jetstream.FetchContext(fctx))
+	if err != nil {
+		for range free {
+			<-slots
+		}
+		s.log.Warn("fetch work failed", "err", err)
+		backoff.Sleep(ctx, time.Second)
+		return
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		if ctx.Err() != nil {
+			_ = msg.Nak() // arrived as we stop: another executor takes it
+			continue
+		}
+		got++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			defer func() {
+				// A bug in one task must not take the node's other tasks down.
+				if p := recover(); p != nil {
+					s.log.Error("task handler panicked; the work will be redelivered", "panic", p, "stack", string(debug.Stack()))
+					_ = msg.Nak()
+				}
+			}()
+			s.handle(msg)
+		})
+	}
+	for range free - got {
+		<-slots
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		s.log.Warn("fetch work failed", "err", err)
+		backoff.Sleep(ctx, time.Second)
+	}
+}
 
+// drain stops taking work: it says so in a heartbeat, lets the running
+// tasks (wg) finish for DrainGrace, then hands the rest back to the queue
+// (their children killed) and waits for every task goroutine.
+func (s *Service) drain(hbCtx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	s.draining = true
 	n := len(s.runs)
@@ -334,23 +360,21 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+}
+
+// closePools ends the parked and the idle warm children (their cgroups
+// and staging directories removed before the spawner goes).
+func (s *Service) closePools(reuse *reusePool, warm *warmPool) {
 	if reuse != nil {
 		reuse.close()
 		st := reuse.stats()
 		s.log.Info("child reuse closed", "parked", st.Parked, "hits", st.Hits, "expired", st.Expired, "refused", st.Refused)
 	}
 	if warm != nil {
-		// Idle warm children are killed and their cgroups and staging
-		// directories removed before the spawner goes.
 		warm.close()
 		st := warm.stats()
 		s.log.Info("warm pool closed", "hits", st.Hits, "misses", st.Misses, "spawned", st.Spawned, "failed", st.Failed, "discarded", st.Discarded)
 	}
-	if s.spawner != nil {
-		s.spawner.Close()
-	}
-	s.log.Info("executor stopped")
-	return nil
 }
 
 // register records a run of the task's attempt. It returns nil when the
@@ -446,14 +470,5 @@ func (s *Service) heartbeat(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("heartbeat not sent", "err", err)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

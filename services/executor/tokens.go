@@ -35,8 +35,8 @@ type tokenPublisher struct {
 	closed bool
 }
 
-func newTokenPublisher(ctx context.Context, nc *nats.Conn, subject, org, taskID string, attempt int32) *tokenPublisher {
-	return &tokenPublisher{nc: nc, subject: subject, org: org, taskID: taskID, attempt: attempt, ctx: ctx}
+func newTokenPublisher(ctx context.Context, nc *nats.Conn, subject string, task *agentmeshv1.Task, attempt int32) *tokenPublisher {
+	return &tokenPublisher{nc: nc, subject: subject, org: task.GetOrg(), taskID: task.GetId(), attempt: attempt, ctx: ctx}
 }
 
 // write adds a content delta.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 )
 
 // The warm pool (Config.WarmPool, AGENTMESH_WARM_POOL): agent children
@@ -126,7 +128,7 @@ func (w *warmPool) refill() {
 				w.failed.Add(1)
 				if w.ctx.Err() == nil {
 					w.s.log.Warn("warm pool: could not start a warm agent process; tasks spawn their own meanwhile", "err", err)
-					sleep(w.ctx, time.Second)
+					backoff.Sleep(w.ctx, time.Second)
 					w.wake() // try again
 				}
 				break
