@@ -201,7 +201,7 @@ func runProgram(ctx context.Context, p program) (string, error) {
 // ran is how a program ran: its limits, how it ended, what it wrote.
 type ran struct {
 	timeout        time.Duration
-	cpu            int // seconds
+	cpu            int                  // seconds
 	conf           *sandbox.Confinement // nil: not sandboxed
 	took           time.Duration
 	err            error
