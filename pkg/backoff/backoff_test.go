@@ -20,24 +20,22 @@ func TestSleep(t *testing.T) {
 	}
 }
 
-func TestDelays(t *testing.T) {
+func TestDelay(t *testing.T) {
+	b := Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
 	for _, tt := range []struct {
-		name string
-		got  time.Duration
+		n    int
 		want time.Duration
-	}{
-		{"linear first", Linear(1, 100*time.Millisecond, 2*time.Second), 100 * time.Millisecond},
-		{"linear fifth", Linear(5, 100*time.Millisecond, 2*time.Second), 500 * time.Millisecond},
-		{"linear capped", Linear(50, 100*time.Millisecond, 2*time.Second), 2 * time.Second},
-		{"linear huge n", Linear(1<<62, time.Second, time.Minute), time.Minute},
-		{"linear n<1", Linear(0, time.Second, time.Minute), time.Second},
-		{"exponential first", Exponential(0, 50*time.Millisecond, time.Second), 50 * time.Millisecond},
-		{"exponential third", Exponential(2, 50*time.Millisecond, time.Second), 200 * time.Millisecond},
-		{"exponential capped", Exponential(10, 50*time.Millisecond, time.Second), time.Second},
-		{"exponential huge n", Exponential(1<<30, time.Millisecond, time.Hour), time.Hour},
-	} {
-		if tt.got != tt.want {
-			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+	}{{1, 50 * time.Millisecond}, {2, 100 * time.Millisecond}, {3, 200 * time.Millisecond}, {6, time.Second}, {1 << 30, time.Second}} {
+		if got := b.Delay(tt.n); got != tt.want {
+			t.Errorf("Delay(%d) = %v, want %v", tt.n, got, tt.want)
+		}
+	}
+	if got := (Backoff{}).Delay(1); got != 10*time.Millisecond {
+		t.Errorf("zero Backoff: Delay(1) = %v, want 10ms", got)
+	}
+	for range 100 {
+		if got := b.Jittered(2); got < 100*time.Millisecond || got > 150*time.Millisecond {
+			t.Fatalf("Jittered(2) = %v, want 100ms to 150ms", got)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func (r retrier) do(ctx context.Context, ep Endpoint, try func(context.Context) 
 	var lastErr error
 	for i := range attempts {
 		if i > 0 {
-			d := backoff.Exponential(i-1, r.backoff, maxBackoff)
+			d := backoff.Backoff{Initial: r.backoff, Max: maxBackoff}.Delay(i)
 			d += time.Duration(rand.Int64N(int64(d)/5 + 1))
 			if ra, ok := box.take(); ok {
 				d = ra // the server said when
