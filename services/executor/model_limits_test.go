@@ -3,8 +3,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,12 +16,11 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // sseAnswer writes a one-chunk streamed answer.
 func sseAnswer(w http.ResponseWriter, content string) {
@@ -133,7 +130,7 @@ func TestModelBaseURLAddressPolicy(t *testing.T) {
 		Allow:       []string{allowed.Listener.Addr().String()},
 		Resolver:    fakeResolver{"evil.example": {"127.0.0.1"}, "meta.example": {"169.254.169.254"}, "mixed.example": {"93.184.216.34", "10.0.0.1"}},
 		DialContext: dials.dial,
-	}, quietLog())
+	}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +210,7 @@ func TestModelRedirectDropsKey(t *testing.T) {
 	m, err := llm.New(llm.Config{
 		BaseURL: first.URL + "/v1", APIKey: "sk-executor", Model: "m", Timeout: 10 * time.Second, Retries: -1,
 		Allow: []string{other.Listener.Addr().String()},
-	}, quietLog())
+	}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +293,7 @@ func TestModelErrorBodyCut(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 30 * time.Second, Retries: 1, Backoff: time.Millisecond}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 30 * time.Second, Retries: 1, Backoff: time.Millisecond}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +331,7 @@ func TestModelStreamCut(t *testing.T) {
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	t.Cleanup(srv.Close)
-	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 60 * time.Second, Retries: 2, MaxResponseBytes: limit}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 60 * time.Second, Retries: 2, MaxResponseBytes: limit}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +367,7 @@ func TestModelStreamDuration(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond, Retries: -1}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond, Retries: -1}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -51,7 +52,7 @@ func newRecordingModel(t *testing.T, script string) *recordingModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &recordingModel{srv: scriptedmodel.New(s, scriptedmodel.WithLogger(testLog()))}
+	m := &recordingModel{srv: scriptedmodel.New(s, scriptedmodel.WithLogger(testlog.New(t)))}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 			b, _ := io.ReadAll(r.Body)

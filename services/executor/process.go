@@ -15,6 +15,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/pkg/tail"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -63,7 +64,7 @@ type process struct {
 	pid    int
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
-	stderr *tailBuffer
+	stderr *tail.Buffer
 	dir    string
 	// sb is the child's sandbox: its workspace and cgroups. sb.OOMKilled()
 	// tells whether the kernel killed the child at its memory limit.
@@ -158,7 +159,7 @@ func (s *Service) spawnIn(ctx context.Context, taskID string, background bool) (
 		sb.Cleanup()
 		return nil, fmt.Errorf("agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
-	p := &process{stderr: &tailBuffer{max: StderrTail}, dir: sb.Workspace(), sb: sb}
+	p := &process{stderr: tail.New(StderrTail), dir: sb.Workspace(), sb: sb}
 	if s.spawner != nil {
 		err = s.spawnVia(ctx, cmd, p)
 	} else {
@@ -390,35 +391,4 @@ func (p *process) cleanup() {
 	if p.release != nil {
 		p.release()
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
-
-// reset forgets what was written (a reused child's next task starts with
-// an empty tail).
-func (t *tailBuffer) reset() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = t.buf[:0]
 }

@@ -140,7 +140,7 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 		return false // its task's context ended first: it is being killed
 	}
 	p.release, p.unlink = p.own, nil
-	p.stderr.reset()
+	p.stderr.Reset()
 	r.byKey[key] = append(r.byKey[key], parkedChild{p: p, since: time.Now()})
 	r.n.Add(1)
 	r.parked.Add(1)

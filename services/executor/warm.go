@@ -229,22 +229,6 @@ func (s *Service) WarmStats() WarmStats {
 	return w.stats()
 }
 
-// startChild gives the task an agent child: a warm one when the pool has
-// one (its kill linked to ctx), else a fresh spawn. Either has every wall
-// in force and has read nothing yet.
-func (s *Service) startChild(ctx context.Context, taskID string) (*process, error) {
-	s.mu.Lock()
-	w := s.warm
-	s.mu.Unlock()
-	if w != nil {
-		if p := w.take(); p != nil {
-			p.claim(ctx)
-			return p, nil
-		}
-	}
-	return s.spawn(ctx, taskID)
-}
-
 // claim makes ctx's end kill the warm child p, as a spawn under ctx would.
 func (p *process) claim(ctx context.Context) {
 	if p.own == nil {

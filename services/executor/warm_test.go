@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 )
@@ -56,7 +57,7 @@ func takeChild(t *testing.T, ctx context.Context, s *Service, name string) *proc
 	}
 	waitWarmConfined(t, s.warm)
 	hits := s.warm.hits.Load()
-	p, err := s.startChild(ctx, name)
+	p, err := s.startChildFor(ctx, &agentmeshv1.Task{Id: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestWarmChildKilledWithItsTask(t *testing.T) {
 	w := attachWarmPool(t, s)
 	waitWarmConfined(t, w)
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := s.startChild(ctx, "killed")
+	p, err := s.startChildFor(ctx, &agentmeshv1.Task{Id: "killed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +435,7 @@ func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 			t.Errorf("idle warm child %d: %s, want the background weight (cpu.shares=2 or cpu.weight=1)", p.pid, got)
 		}
 	}
-	p, err := s.startChild(context.Background(), "claimed")
+	p, err := s.startChildFor(context.Background(), &agentmeshv1.Task{Id: "claimed"})
 	if err != nil {
 		t.Fatal(err)
 	}
