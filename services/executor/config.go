@@ -95,7 +95,7 @@ type Config struct {
 	// KeepAnswersAfter is how long a model call must have taken for the
 	// executor to checkpoint its answer itself as soon as it has it —
 	// handed to the child waiting for it, or while a child starts for it
-	// (first.go; AGENTMESH_KEEP_ANSWERS_AFTER) — rather than with the step
+	// (answer.go, first.go; AGENTMESH_KEEP_ANSWERS_AFTER) — rather than with the step
 	// that follows it: 0 takes DefaultKeepAnswersAfter, KeepEveryAnswer
 	// keeps every answer, negative none.
 	KeepAnswersAfter time.Duration
@@ -138,7 +138,7 @@ const (
 	DefaultReleaseAbove = 64
 	// DefaultKeepAnswersAfter is how long a model call must have taken for
 	// its answer to be checkpointed as soon as the executor has it, by
-	// default (answer.go, "Kept at once").
+	// default (answer.go, step 4: kept).
 	DefaultKeepAnswersAfter = 100 * time.Millisecond
 	// KeepEveryAnswer is Config.KeepAnswersAfter's value that keeps every
 	// answer, however quick (AGENTMESH_KEEP_ANSWERS_AFTER=0).

@@ -89,12 +89,12 @@ type Service struct {
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
 	// waitingChildren: children waiting for a model answer now, not
-	// released (release.go, awaitModel).
+	// released (answer.go, awaitModel).
 	waitingChildren atomic.Int64
 	// childAfterAnswer counts the children started when the first model
 	// turn asked ahead had answered (first.go).
 	childAfterAnswer atomic.Int64
-	// spawnGate bounds the spawns in progress (spawn.go's spawnConcurrency).
+	// spawnGate bounds the spawns in progress (process.go's spawnConcurrency).
 	spawnGate chan struct{}
 
 	mu       sync.Mutex

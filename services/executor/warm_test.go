@@ -447,7 +447,7 @@ func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 		t.Errorf("claimed warm child %d: %s, want the default weight (cpu.shares=1024 or cpu.weight=100)", p.pid, got)
 	}
 	// Its task's answer recorded, the child exits in the background
-	// (runTaskIn's teardown).
+	// (the attempt's teardown, attempt.end).
 	p.background()
 	if got := cpuWeight(t, p); got != "cpu.shares=2" && got != "cpu.weight=1" {
 		t.Errorf("child %d after its answer: %s, want the background weight", p.pid, got)
