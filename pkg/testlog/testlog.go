@@ -31,10 +31,6 @@ func New(t testing.TB) *slog.Logger {
 	return l
 }
 
-// Discard returns a logger that drops every record, whatever EnvVar says
-// (for fixtures that have no testing.TB).
-func Discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // output is where the tests' records go and at which level.
 func output() (io.Writer, *slog.HandlerOptions) {
 	if os.Getenv(EnvVar) == "" {

@@ -217,9 +217,6 @@ func (s *Service) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
-// Node returns the executor's node name.
-func (s *Service) Node() string { return s.cfg.Node }
-
 // Run takes work until ctx ends. Then it drains: it stops pulling, says
 // so in its heartbeats, lets the running tasks finish for DrainGrace, then
 // kills the children still running (their tasks go back to the queue for

@@ -187,13 +187,6 @@ func New(ctx context.Context, cfg Config) (*Tool, error) {
 	return t, nil
 }
 
-// Ping checks that the database answers (for start-up reports).
-func (t *Tool) Ping(ctx context.Context) error {
-	if t.pool == nil {
-		return ErrNotConfigured
-	}
-	return t.pool.Ping(ctx)
-}
 
 // Close closes the pool.
 func (t *Tool) Close() {
