@@ -187,7 +187,6 @@ func New(ctx context.Context, cfg Config) (*Tool, error) {
 	return t, nil
 }
 
-
 // Close closes the pool.
 func (t *Tool) Close() {
 	if t.pool != nil {
