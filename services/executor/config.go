@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/agentmesh/agentmesh/services/executor/sqltool"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Config configures an executor. Zero values take the defaults named.
@@ -326,6 +328,7 @@ func modelFromEnv(r *envconf.Reader) llm.Config {
 	if m.APIKey == "" {
 		m.APIKey = os.Getenv("OPENAI_API_KEY")
 	}
+	r.Parse("AGENTMESH_MODEL_BASE_URL", checkHTTPURL)
 	if r.String("AGENTMESH_MODEL_MAX_BYTES") != "" && m.MaxResponseBytes <= 0 {
 		r.Fail("AGENTMESH_MODEL_MAX_BYTES", "want a positive size such as 16MiB")
 	}
@@ -346,6 +349,11 @@ func sandboxFromEnv(r *envconf.Reader) sandbox.Config {
 		ReadOnlyPaths: r.List("AGENTMESH_SANDBOX_READ_PATHS"),
 	}
 	r.Parse("AGENTMESH_ISOLATION", func(v string) (err error) { cfg.Level, err = sandbox.ParseLevel(v); return err })
+	for _, p := range cfg.ReadOnlyPaths {
+		if !filepath.IsAbs(p) {
+			r.Failf("AGENTMESH_SANDBOX_READ_PATHS", "%q is not an absolute path", p)
+		}
+	}
 	if cfg.Level == "" {
 		cfg.Level = sandbox.Strict
 	}
@@ -367,6 +375,12 @@ func toolsFromEnv(r *envconf.Reader) ToolsConfig {
 		return nil
 	})
 	cfg.SQL.URL = r.String("AGENTMESH_SQL_URL")
+	r.Parse("AGENTMESH_SQL_URL", func(v string) error {
+		if _, err := pgxpool.ParseConfig(v); err != nil {
+			return errors.New("want a Postgres URL (postgres://user@host/db) or key=value connection string")
+		}
+		return nil
+	})
 	cfg.SQL.Policy = sqltool.PolicyApprove
 	if r.Enum("AGENTMESH_SQL_POLICY", "approve", "refuse") == "refuse" {
 		cfg.SQL.Policy = sqltool.PolicyRefuse
@@ -379,6 +393,15 @@ func toolsFromEnv(r *envconf.Reader) ToolsConfig {
 		r.Fail("AGENTMESH_SQL_MAX_ROW_BYTES", "want a size from 1 byte to 1GiB such as 1MiB")
 	}
 	return cfg
+}
+
+// checkHTTPURL refuses what is not an http(s) URL with a host.
+func checkHTTPURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want an http(s) URL such as https://api.openai.com/v1")
+	}
+	return nil
 }
 
 // allowList reads a comma-separated allowlist of hosts, host:ports,

@@ -1,13 +1,13 @@
 package executor
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/envconf/envconftest"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/sqltool"
 )
@@ -18,7 +18,7 @@ func fromEnv(vars map[string]string) (Config, error) { return ConfigFromEnv(envc
 // Every variable the executor reads refuses a bad value at start with an
 // error that names it.
 func TestConfigFromEnvRefusesBadValues(t *testing.T) {
-	for _, c := range []struct{ name, bad string }{
+	envconftest.Refused(t, ConfigFromEnv, []envconftest.Bad{
 		{"AGENTMESH_PREFIX", "am.*"},
 		{"AGENTMESH_NODE", "node.one"},
 		{"AGENTMESH_CAPACITY", "lots"},
@@ -39,6 +39,8 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AGENTMESH_RELEASE_ABOVE", "1.5"},
 		{"AGENTMESH_RELEASE_AFTER", "5ms"},
 		{"AGENTMESH_KEEP_ANSWERS_AFTER", "OFF"},
+		{"AGENTMESH_MODEL_BASE_URL", "api.openai.com/v1"},
+		{"AGENTMESH_MODEL_BASE_URL", "ftp://models/v1"},
 		{"AGENTMESH_MODEL_ALLOW", "10.0.0.0/99"},
 		{"AGENTMESH_MODEL_MAX_BYTES", "lots"},
 		{"AGENTMESH_MODEL_MAX_BYTES", "0"},
@@ -53,24 +55,15 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AGENTMESH_AGENT_CPU_SHARES", "1"},
 		{"AGENTMESH_AGENT_CPU_SHARES", "262145"},
 		{"AGENTMESH_SANDBOX_UIDS", "100-50"},
+		{"AGENTMESH_SANDBOX_READ_PATHS", "/opt/ok,opt/relative"},
 		{"AGENTMESH_WEB_FETCH_ALLOW", "999.1.1.1/8"},
 		{"AGENTMESH_WEB_FETCH_MAX_BYTES", "50k"},
+		{"AGENTMESH_SQL_URL", "postgres://[::1"},
 		{"AGENTMESH_SQL_POLICY", "ask"},
 		{"AGENTMESH_SQL_READ_WRITE", "perhaps"},
 		{"AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE", "perhaps"},
 		{"AGENTMESH_SQL_MAX_ROW_BYTES", "2G"},
-	} {
-		t.Run(c.name+"="+c.bad, func(t *testing.T) {
-			_, err := fromEnv(map[string]string{c.name: c.bad})
-			var ee *envconf.Error
-			if !errors.As(err, &ee) || ee.Name != c.name {
-				t.Fatalf("got %v, want an error naming %s", err, c.name)
-			}
-			if !strings.HasPrefix(err.Error(), c.name+": ") {
-				t.Errorf("error %q does not start with the variable", err)
-			}
-		})
-	}
+	})
 }
 
 // Unset, every variable reads as its zero value (New applies the
