@@ -285,7 +285,6 @@ func keepAnswersAfter(cfg Config) (time.Duration, bool) {
 func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	r := envconf.New(get)
 	cfg := Config{
-		Prefix:       r.String("AGENTMESH_PREFIX"),
 		Node:         r.String("AGENTMESH_NODE"),
 		Capacity:     nonNegative(r, "AGENTMESH_CAPACITY"),
 		MaxSteps:     nonNegative(r, "AGENTMESH_MAX_STEPS"),
@@ -293,14 +292,13 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 		AckWait:      nonNegativeDuration(r, "AGENTMESH_ACK_WAIT"),
 		DrainGrace:   nonNegativeDuration(r, "AGENTMESH_DRAIN_GRACE"),
 		Labels:       r.Pairs("AGENTMESH_NODE_LABELS"),
-		Streams:      bus.StreamOptions{Replicas: r.IntRange("AGENTMESH_STREAM_REPLICAS", 0, 5)},
 		AgentNice:    r.IntRange("AGENTMESH_AGENT_NICE", 0, spawner.MaxNice),
 		ChildReuse:   r.Enum("AGENTMESH_CHILD_REUSE", "off", "agent") == "agent",
 		Model:        modelFromEnv(r),
 		Sandbox:      sandboxFromEnv(r),
 		ToolSettings: toolsFromEnv(r),
 	}
-	r.Parse("AGENTMESH_PREFIX", func(v string) error { _, err := subjects.New(v); return err })
+	cfg.Prefix, cfg.Streams = bus.ReadSettings(r)
 	if cfg.Node != "" && !subjects.ValidToken(cfg.Node) {
 		r.Fail("AGENTMESH_NODE", "want a subject token: no dots, spaces, '*' or '>'")
 	}
