@@ -34,7 +34,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
-	"github.com/agentmesh/agentmesh/services/executor/spawner"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/nats-io/nats.go"
@@ -174,6 +174,9 @@ func (s *settings) get(name string) string {
 		v = os.Getenv("OPENAI_API_KEY")
 	case v == "" && name == router.EnvHTTPListen && s.cmd == "dev":
 		v = DefaultDevHTTPListen // dev serves REST unless told "off"
+	case v == "" && name == executor.EnvIsolation && s.cmd == "dev":
+		// dev runs as an ordinary user too: every wall the host allows.
+		v = string(sandbox.BestEffort)
 	}
 	return v
 }
@@ -279,106 +282,6 @@ func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
 	default:
 		return nil, usageError{fmt.Errorf("AGENTMESH_LOG_FORMAT: want text or json, got %q", s.str("AGENTMESH_LOG_FORMAT"))}
 	}
-}
-
-func (s *settings) executorConfig() (executor.Config, error) {
-	capacity, err := s.int("AGENTMESH_CAPACITY")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	wall, err := s.duration("AGENTMESH_WALL_TIME")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	ackWait, err := s.duration("AGENTMESH_ACK_WAIT")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	steps, err := s.int("AGENTMESH_MAX_STEPS")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	prices, err := executor.ParsePrices(s.str("AGENTMESH_PRICES"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_PRICES: %w", err)}
-	}
-	key := s.str("AGENTMESH_MODEL_API_KEY")
-	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
-	}
-	sb, err := s.sandboxConfig()
-	if err != nil {
-		return executor.Config{}, err
-	}
-	outbound, err := s.modelOutbound()
-	if err != nil {
-		return executor.Config{}, err
-	}
-	labels, err := parseLabels(s.str("AGENTMESH_NODE_LABELS"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_NODE_LABELS: %w", err)}
-	}
-	drain, err := s.duration("AGENTMESH_DRAIN_GRACE")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	spawnMode, err := executor.ParseSpawner(s.str("AGENTMESH_SPAWNER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_SPAWNER: %w", err)}
-	}
-	warm, err := executor.ParseWarmPool(s.str("AGENTMESH_WARM_POOL"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_WARM_POOL: %w", err)}
-	}
-	nice, err := s.int("AGENTMESH_AGENT_NICE")
-	if err != nil {
-		return executor.Config{}, err
-	}
-	if nice < 0 || nice > spawner.MaxNice {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_NICE: want 0 to %d, got %d", spawner.MaxNice, nice)}
-	}
-	release, err := executor.ParseReleaseAfter(s.str("AGENTMESH_RELEASE_AFTER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_AFTER: %w", err)}
-	}
-	above, err := executor.ParseReleaseAbove(s.str("AGENTMESH_RELEASE_ABOVE"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_RELEASE_ABOVE: %w", err)}
-	}
-	keep, err := executor.ParseKeepAnswersAfter(s.str("AGENTMESH_KEEP_ANSWERS_AFTER"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_KEEP_ANSWERS_AFTER: %w", err)}
-	}
-	reuse, err := executor.ParseChildReuse(s.str("AGENTMESH_CHILD_REUSE"))
-	if err != nil {
-		return executor.Config{}, usageError{fmt.Errorf("AGENTMESH_CHILD_REUSE: %w", err)}
-	}
-	return executor.Config{
-		WarmPool:         warm,
-		ReleaseAfter:     release,
-		ReleaseAbove:     above,
-		KeepAnswersAfter: keep,
-		ChildReuse:       reuse,
-		Prefix:           s.str("AGENTMESH_PREFIX"),
-		Node:             s.str("AGENTMESH_NODE"),
-		Capacity:         capacity,
-		Labels:           labels, DrainGrace: drain,
-		WallTime:  wall,
-		AckWait:   ackWait,
-		MaxSteps:  steps,
-		Sandbox:   sb,
-		Spawner:   spawnMode,
-		AgentNice: nice,
-		Model: executor.ModelConfig{
-			BaseURL: s.str("AGENTMESH_MODEL_BASE_URL"),
-			APIKey:  key,
-			Model:   s.str("AGENTMESH_MODEL"),
-			Prices:  prices,
-
-			Allow:            outbound.Allow,
-			MaxResponseBytes: outbound.MaxResponseBytes,
-		},
-	}, nil
 }
 
 // DefaultDevHTTPListen is where dev serves the HTTP API unless told.
@@ -550,9 +453,8 @@ func (s *settings) runService(ctx context.Context) error {
 }
 
 // stackConfig reads the configuration of the named services of the table
-// (none: all of them, as dev) — the table's readers, then the executor's,
-// still read here — and builds the executor's privileged tools; the
-// returned func closes them.
+// (none: all of them, as dev) and builds the executor's privileged tools;
+// the returned func closes them.
 func (s *settings) stackConfig(ctx context.Context, services ...string) (stack.Config, func(), error) {
 	cfg, err := stack.ConfigFromEnv(s.get, services...)
 	if err != nil {
@@ -561,9 +463,6 @@ func (s *settings) stackConfig(ctx context.Context, services ...string) (stack.C
 	cfg.Router.Version = Version
 	closeTools := func() {}
 	if len(services) == 0 || slices.Contains(services, subjects.ServiceExecutor) {
-		if cfg.Executor, err = s.executorConfig(); err != nil {
-			return stack.Config{}, nil, err
-		}
 		if closeTools, err = s.privileged(ctx, &cfg.Executor); err != nil {
 			return stack.Config{}, nil, err
 		}

@@ -1,13 +1,5 @@
 package app
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-
-	"github.com/agentmesh/agentmesh/services/executor/sandbox"
-)
-
 // Env is one environment variable the agentmesh binary reads. Every flag
 // has an environment variable; the README's configuration table and the
 // deploy files are checked against this list by tests.
@@ -104,53 +96,4 @@ func EnvVars() []Env {
 // hidden subcommand the executor re-executes itself as.)
 func Commands() []string {
 	return []string{"dev", "state", "registry", "scheduler", "executor", "router", "scripted-model", "bus", "version"}
-}
-
-// sandboxConfig reads the sandbox settings of the executor.
-func (s *settings) sandboxConfig() (sandbox.Config, error) {
-	iso := s.str("AGENTMESH_ISOLATION")
-	if iso == "" && s.cmd == "dev" {
-		iso = string(sandbox.BestEffort) // dev runs as an ordinary user too
-	}
-	level, err := sandbox.ParseLevel(iso)
-	if err != nil {
-		return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_ISOLATION: %w", err)}
-	}
-	cfg := sandbox.Config{Level: level}
-	if cfg.Disk, err = sandbox.ParseSize(s.str("AGENTMESH_TASK_DISK")); err != nil {
-		return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_TASK_DISK: %w", err)}
-	}
-	if v := s.str("AGENTMESH_TASK_CPU"); v != "" {
-		if cfg.CPU, err = strconv.ParseFloat(v, 64); err != nil || cfg.CPU < 0.01 || cfg.CPU > 1024 {
-			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_TASK_CPU: want a number of cores from 0.01 to 1024, e.g. 0.5, got %q", v)}
-		}
-	}
-	if v := s.str("AGENTMESH_AGENT_CPU_SHARES"); v != "" {
-		if cfg.CPUShares, err = strconv.ParseInt(v, 10, 64); err != nil || cfg.CPUShares < sandbox.MinCPUShares || cfg.CPUShares > sandbox.MaxCPUShares {
-			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_AGENT_CPU_SHARES: want a number from %d to %d, e.g. 128, got %q", sandbox.MinCPUShares, sandbox.MaxCPUShares, v)}
-		}
-	}
-	if v := s.str("AGENTMESH_SANDBOX_UIDS"); v != "" {
-		if cfg.UIDs, err = sandbox.ParseIDRange(v); err != nil {
-			return sandbox.Config{}, usageError{fmt.Errorf("AGENTMESH_SANDBOX_UIDS: %w", err)}
-		}
-	}
-	cfg.Node = s.str("AGENTMESH_NODE")
-	for _, v := range []struct {
-		name string
-		dst  *int64
-	}{{"AGENTMESH_TASK_MEMORY", &cfg.Memory}, {"AGENTMESH_TOOL_MEMORY", &cfg.ToolMemory}} {
-		if *v.dst, err = sandbox.ParseSize(s.str(v.name)); err != nil {
-			return sandbox.Config{}, usageError{fmt.Errorf("%s: %w", v.name, err)}
-		}
-	}
-	if cfg.Pids, err = s.int("AGENTMESH_TASK_PIDS"); err != nil {
-		return sandbox.Config{}, err
-	}
-	for _, p := range strings.Split(s.str("AGENTMESH_SANDBOX_READ_PATHS"), ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.ReadOnlyPaths = append(cfg.ReadOnlyPaths, p)
-		}
-	}
-	return cfg, nil
 }

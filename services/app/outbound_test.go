@@ -3,6 +3,11 @@ package app
 import (
 	"strings"
 	"testing"
+
+	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/sandbox"
+	"github.com/agentmesh/agentmesh/services/stack"
 )
 
 func TestOutboundSettings(t *testing.T) {
@@ -11,17 +16,15 @@ func TestOutboundSettings(t *testing.T) {
 		"-sql-allow-privileged-role", "true", "-sql-max-row-bytes", "64k"}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.modelOutbound()
+	cfg, err := executorConfigOf(s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := cfg.Model
 	if strings.Join(m.Allow, "|") != "127.0.0.1:11434|ollama.lan" || m.MaxResponseBytes != 8<<20 {
 		t.Errorf("got allow %q max %d", m.Allow, m.MaxResponseBytes)
 	}
-	tc, err := s.toolsConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := cfg.ToolSettings
 	if !tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 64<<10 {
 		t.Errorf("got %+v", tc.SQL)
 	}
@@ -30,10 +33,11 @@ func TestOutboundSettings(t *testing.T) {
 	if err := defaults.parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := defaults.modelOutbound(); err != nil || m.MaxResponseBytes != 16<<20 || len(m.Allow) != 0 {
+	cfg, err = executorConfigOf(defaults)
+	if m := cfg.Model; err != nil || m.MaxResponseBytes != 16<<20 || len(m.Allow) != 0 {
 		t.Errorf("defaults: %+v %v", m, err)
 	}
-	if tc, err := defaults.toolsConfig(); err != nil || tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 1<<20 {
+	if tc := cfg.ToolSettings; err != nil || tc.SQL.AllowPrivilegedRole || tc.SQL.MaxRowBytes != 1<<20 {
 		t.Errorf("defaults: %+v %v", tc.SQL, err)
 	}
 
@@ -45,23 +49,49 @@ func TestOutboundSettings(t *testing.T) {
 		if err := s.parse(bad); err != nil {
 			t.Fatal(err)
 		}
-		_, err1 := s.modelOutbound()
-		_, err2 := s.toolsConfig()
-		if err1 == nil && err2 == nil {
+		if _, err := executorConfigOf(s); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"1": 1, "1k": 1 << 10, "2KiB": 2 << 10, "16MiB": 16 << 20, "1 G": 1 << 30, "3mb": 3 << 20, "5B": 5} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
+// executorConfigOf reads the executor's configuration as agentmesh executor
+// does: through the service table's reader, a bad value a usage error.
+func executorConfigOf(s *settings) (executor.Config, error) {
+	cfg, err := stack.ConfigFromEnv(s.get, subjects.ServiceExecutor)
+	if err != nil {
+		return executor.Config{}, usageError{err}
 	}
-	for _, in := range []string{"", "x", "1T", "-1", "99999999999G"} {
-		if _, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q): no error", in)
+	return cfg.Executor, nil
+}
+
+// agentmesh dev runs as an ordinary user too: an unset AGENTMESH_ISOLATION
+// is best-effort there and strict for agentmesh executor; a set one wins.
+func TestIsolationDefaultOfDev(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want sandbox.Level
+	}{
+		{"dev", nil, sandbox.BestEffort},
+		{"executor", nil, sandbox.Strict},
+		{"dev", []string{"--isolation", "strict"}, sandbox.Strict},
+		{"executor", []string{"--isolation", "none"}, sandbox.None},
+	} {
+		s := newSettings(tc.cmd)
+		if err := s.parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := executorConfigOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cfg.Sandbox.Level
+		if got == "" {
+			got = sandbox.Strict
+		}
+		if got != tc.want {
+			t.Errorf("%s %v: isolation %q, want %q", tc.cmd, tc.args, got, tc.want)
 		}
 	}
 }

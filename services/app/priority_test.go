@@ -9,7 +9,7 @@ func TestAgentPrioritySettings(t *testing.T) {
 	if err := s.parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := s.executorConfig()
+	cfg, err := executorConfigOf(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestAgentPrioritySettings(t *testing.T) {
 	if err := s.parse([]string{"--agent-nice", "3", "--agent-cpu-shares", "256"}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err = s.executorConfig(); err != nil {
+	if cfg, err = executorConfigOf(s); err != nil {
 		t.Fatal(err)
 	} else if cfg.AgentNice != 3 || cfg.Sandbox.CPUShares != 256 {
 		t.Errorf("nice %d, cpu shares %d; want 3 and 256", cfg.AgentNice, cfg.Sandbox.CPUShares)
@@ -33,7 +33,7 @@ func TestAgentPrioritySettings(t *testing.T) {
 		if err := bad.parse(args); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bad.executorConfig(); err == nil {
+		if _, err := executorConfigOf(bad); err == nil {
 			t.Errorf("%v accepted", args)
 		} else if _, ok := err.(usageError); !ok {
 			t.Errorf("%v: err = %T %v, want a usage error", args, err, err)

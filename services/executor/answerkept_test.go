@@ -268,18 +268,3 @@ func cancelTask(t *testing.T, e *env, id string) {
 		t.Fatalf("cancel: %v", err)
 	}
 }
-
-func TestParseKeepAnswersAfter(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"": 0, "0": executor.KeepEveryAnswer, "off": -1, " 250ms ": 250 * time.Millisecond, "1ms": time.Millisecond,
-	} {
-		if got, err := executor.ParseKeepAnswersAfter(in); err != nil || got != want {
-			t.Errorf("ParseKeepAnswersAfter(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"500us", "-1s", "soon", "100", "OFF"} {
-		if got, err := executor.ParseKeepAnswersAfter(in); err == nil {
-			t.Errorf("ParseKeepAnswersAfter(%q) = %v, want an error", in, got)
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 )
 
 // Budgets. A task's Budget (the submit request's merged over the agent's)
@@ -31,7 +31,7 @@ import (
 // resolved key, the task's budget and what the task has used so far,
 // earlier attempts included.
 type modelRun struct {
-	call    modelCall
+	call    llm.Request
 	budget  *agentmeshv1.Budget
 	started time.Time
 	now     func() time.Time
@@ -54,7 +54,7 @@ type modelRun struct {
 func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step) (*modelRun, *outcome) {
 	settings := task.GetAgentSpec().GetModel()
 	r := &modelRun{
-		call:   modelCall{settings: settings},
+		call:   llm.Request{Settings: settings},
 		budget: task.GetBudget(),
 		now:    time.Now,
 	}
@@ -63,11 +63,11 @@ func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step)
 		r.started = ts.AsTime()
 	}
 	if name := settings.GetApiKeySecret(); name != "" {
-		key, err := s.model.resolveSecret(task.GetOrg(), name)
+		key, err := s.model.Secret(task.GetOrg(), name)
 		if err != nil {
 			return nil, &outcome{kind: outFailed, reason: err.Error(), failKind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 		}
-		r.call.secretKey, r.call.hasSecret = key, true
+		r.call.Key, r.call.HasKey = key, true
 	}
 	for _, st := range steps {
 		if st.GetKind() == agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
@@ -155,42 +155,18 @@ func usd(v float64) string {
 	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
 }
 
-// modelTurn answers one ModelRequest of the child: the budgets are checked,
-// the model is called with its streamed content published as TOKEN events,
-// the usage is added. It returns the response for the child and, when the
-// task must stop now, how the conversation ends.
-func (s *Service) modelTurn(ctx context.Context, task *agentmeshv1.Task, attempt int32, r *modelRun, req *childv1.ModelRequest) (*childv1.ModelResponse, *serveResult) {
-	if why := r.check(false); why != "" {
-		return &childv1.ModelResponse{Id: req.GetId(), Error: why},
-			&serveResult{failure: &childv1.Failure{Reason: why, Permanent: true}, kind: agentmeshv1.FailureKind_FAILURE_KIND_BUDGET, last: true}
-	}
-	tp := newTokenPublisher(ctx, s.nc, s.names.TaskTokens(task.GetOrg(), task.GetId()), task.GetOrg(), task.GetId(), attempt)
-	call := r.call
-	call.onToken = tp.write
-	resp := s.model.complete(ctx, call, withConversation(req, r.thread))
-	tp.close()
-	if resp.Error != "" {
-		r.modelErr = resp.Error
-		return resp, nil
-	}
-	r.turns++
-	r.tokens += totalTokens(resp.GetUsage())
-	r.cost += resp.GetUsage().GetCostUsd()
-	r.pending = r.check(true)
-	return resp, nil
-}
-
-// stepDone is called when a step has been checkpointed: a budget that ran
-// out with the model response this step records stops the task now.
-func (r *modelRun) stepDone(step *agentmeshv1.Step) (serveResult, bool) {
+// stepDone is called for a step the child reports: a budget that ran out
+// with the model response this step records stops the task once it is
+// checkpointed (nil: it goes on).
+func (r *modelRun) stepDone(step *agentmeshv1.Step) *serveResult {
 	if r.pending == "" || step.GetKind() != agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
-		return serveResult{}, false
+		return nil
 	}
-	return serveResult{
+	return &serveResult{
 		failure: &childv1.Failure{Reason: r.pending, Permanent: true},
 		kind:    agentmeshv1.FailureKind_FAILURE_KIND_BUDGET,
 		last:    true,
-	}, true
+	}
 }
 
 // failed classifies the child's Failure: the model stayed down (MODEL), the

@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/agentmesh/agentmesh/services/state"
@@ -53,7 +54,7 @@ func (c counting) WithGroup(name string) slog.Handler {
 func TestCheckpointSurvivesStateRestart(t *testing.T) {
 	e := newEnv(t)
 	var retries atomic.Int64
-	e.log = slog.New(counting{Handler: testLog().Handler(), substr: "checkpoint not answered", n: &retries})
+	e.log = slog.New(counting{Handler: testlog.New(t).Handler(), substr: "checkpoint not answered", n: &retries})
 
 	// A model of our own whose first turn takes a while: the state service
 	// is stopped while the model thinks.

@@ -89,10 +89,18 @@ func (d *delegator) callID(env tools.Env) string {
 	return strings.TrimPrefix(env.IdempotencyKey, d.task.Id+":")
 }
 
-// ceiling is what the task's budget leaves now.
-func (d *delegator) ceiling() (*agentmeshv1.Budget, string) {
+// allowance is what the task's budget leaves a sub-task: its ceiling, or
+// the budget that is used up (exhausted).
+type allowance struct {
+	ceiling   *agentmeshv1.Budget
+	exhausted string
+}
+
+// allowance is what the task's budget leaves now.
+func (d *delegator) allowance() allowance {
 	r := d.mr
-	return delegation.Remaining(r.budget, r.turns, r.tokens, r.cost, r.now().Sub(r.started))
+	c, why := delegation.Remaining(r.budget, r.turns, r.tokens, r.cost, r.now().Sub(r.started))
+	return allowance{ceiling: c, exhausted: why}
 }
 
 // prefetch starts, for a model turn just checkpointed, the spawns of its
@@ -112,7 +120,7 @@ func (d *delegator) prefetch(ctx context.Context, g *gate, turn *agentmeshv1.Ste
 	if len(calls) < 2 {
 		return // one call gains nothing
 	}
-	ceiling, why := d.ceiling()
+	left := d.allowance()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range calls {
@@ -123,7 +131,7 @@ func (d *delegator) prefetch(ctx context.Context, g *gate, turn *agentmeshv1.Ste
 		d.spawns[c.Id] = r
 		go func(c *agentmeshv1.ToolCall) {
 			defer close(r.done)
-			r.out, r.err = d.spawn(ctx, c.Id, c.Name, json.RawMessage(c.Arguments), ceiling, why)
+			r.out, r.err = d.spawn(ctx, c.Id, c.Name, json.RawMessage(c.Arguments), left)
 		}(c)
 	}
 }
@@ -151,8 +159,7 @@ func (d *delegator) runSpawn(ctx context.Context, tool string, env tools.Env, ar
 		}
 		out, err = r.out, r.err
 	} else {
-		ceiling, why := d.ceiling()
-		out, err = d.spawn(ctx, id, tool, args, ceiling, why)
+		out, err = d.spawn(ctx, id, tool, args, d.allowance())
 	}
 	if err != nil {
 		return ExecResult{Output: "error: " + err.Error(), IsError: true}, nil
@@ -169,11 +176,11 @@ func (d *delegator) runSpawn(ctx context.Context, tool string, env tools.Env, ar
 
 // spawn creates the sub-task a call_agent or call_model call asks for and
 // returns its URI.
-func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.RawMessage, ceiling *agentmeshv1.Budget, exhausted string) (string, error) {
-	if exhausted != "" {
-		return "", fmt.Errorf("budget exhausted: %s; no sub-task was created", exhausted)
+func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.RawMessage, left allowance) (string, error) {
+	if left.exhausted != "" {
+		return "", fmt.Errorf("budget exhausted: %s; no sub-task was created", left.exhausted)
 	}
-	req := &busv1.SpawnSubtaskRequest{ParentTaskId: d.task.Id, Attempt: d.attempt, ToolCallId: callID, Ceiling: ceiling}
+	req := &busv1.SpawnSubtaskRequest{ParentTaskId: d.task.Id, Attempt: d.attempt, ToolCallId: callID, Ceiling: left.ceiling}
 	switch tool {
 	case delegation.ToolCallModel:
 		a, err := delegation.ParseCallModel(args)

@@ -41,10 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -52,178 +49,22 @@ import (
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
-	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Config configures an executor. Zero values take the defaults named.
-type Config struct {
-	// Prefix of every subject ("am").
-	Prefix string
-	// Node names this executor in heartbeats and task records; the host
-	// name by default (dots become dashes: it is a subject token).
-	Node string
-	// Capacity is how many tasks run at once (32).
-	Capacity int
-	// ChildCommand runs an agent child. Default: the agentmesh-agent binary
-	// next to this executable when there is one (it starts about twice as
-	// fast: it links only the agent loop), else [this executable, "child"].
-	ChildCommand []string
-	// Model is the default model; an agent's own settings override it.
-	Model ModelConfig
-	// WallTime bounds one attempt of a task (10m).
-	WallTime time.Duration
-	// MaxSteps bounds the model turns of a task whose agent sets none (16).
-	MaxSteps int
-	// AckWait is how long work stays ours without a sign of life (30s);
-	// running tasks send in-progress every AckWait/3.
-	AckWait time.Duration
-	// HeartbeatInterval between executor heartbeats (5s). The scheduler
-	// counts the node lost after 3 intervals without one.
-	HeartbeatInterval time.Duration
-	// Labels describe the node in its heartbeats (AGENTMESH_NODE_LABELS).
-	Labels map[string]string
-	// DrainGrace is how long a stopping executor (SIGTERM) lets its running
-	// tasks finish before it hands the rest back to the queue (10s). It
-	// takes no new work meanwhile and says so in its heartbeats.
-	DrainGrace time.Duration
-	// Streams tunes the bus streams this service ensures.
-	Streams bus.StreamOptions
-	// Sandbox isolates the agent children (the strict level by default; see
-	// package sandbox). New probes the host and fails, naming what is
-	// missing, when the level cannot be had.
-	Sandbox sandbox.Config
-	// Spawner says who starts the agent children: SpawnerForkServer (the
-	// default: a small long-lived spawner process, see package spawner)
-	// or SpawnerDirect (the executor forks them itself).
-	Spawner string
-	// AgentNice lowers the CPU priority of the spawner and so of every
-	// agent child by this many nice steps below the executor's (0 to 19;
-	// 0 = the executor's priority): when the CPU is short the agents
-	// yield it to the executor and the services beside it. It applies to
-	// SpawnerForkServer; with SpawnerDirect only the agents' cgroup
-	// weight (Sandbox.CPUShares) applies.
-	AgentNice int
-	// WarmPool is how many idle warm agent children (started and
-	// sandboxed ahead of time, each to serve exactly one task; see
-	// warm.go) the executor keeps (AGENTMESH_WARM_POOL): 0 takes the
-	// default, Capacity but at most DefaultWarmPoolMax; negative turns the
-	// pool off. Idle warm children and running tasks together never
-	// exceed Capacity.
-	WarmPool int
-	// ReleaseAfter is how long a model call runs before the child waiting
-	// for it is ended, to be replaced by a fresh one when the answer comes
-	// (release.go; AGENTMESH_RELEASE_AFTER): 0 takes DefaultReleaseAfter,
-	// negative never releases.
-	ReleaseAfter time.Duration
-	// ReleaseAbove is how many children may wait for a model answer
-	// before any is released (release.go; AGENTMESH_RELEASE_ABOVE): a
-	// child whose call outlives ReleaseAfter is released only while more
-	// than this many wait. 0 takes DefaultReleaseAbove, negative releases
-	// every one.
-	ReleaseAbove int
-	// KeepAnswersAfter is how long a model call must have taken for the
-	// executor to checkpoint its answer itself as soon as it has it —
-	// handed to the child waiting for it, or while a child starts for it
-	// (first.go; AGENTMESH_KEEP_ANSWERS_AFTER) — rather than with the step
-	// that follows it: 0 takes DefaultKeepAnswersAfter, KeepEveryAnswer
-	// keeps every answer, negative none.
-	KeepAnswersAfter time.Duration
-	// ChildReuse lets a child serve the next task of the same org and
-	// agent (reuse.go; AGENTMESH_CHILD_REUSE=agent). Off: one child per
-	// task.
-	ChildReuse bool
-	// Tools are the implementations of the tools this executor runs on the
-	// children's behalf (tools.InExecutor), by name; a tool without one is
-	// refused at the gate as not configured here.
-	Tools map[string]ExecFunc
-	// MCPClient connects to agents' HTTP MCP servers. Their URLs come from
-	// agent definitions (API callers), so the default applies web_fetch's
-	// address policy: private, loopback and link-local addresses refused
-	// (webfetch.Fetcher.ServiceClient; allowlist with its Allow).
-	MCPClient *http.Client
-}
-
-// ModelConfig says how to reach the default model.
-type ModelConfig struct {
-	// BaseURL of an OpenAI-compatible API ("https://api.openai.com/v1").
-	BaseURL string
-	// APIKey for BaseURL. It is sent only to BaseURL, never to a base URL
-	// an agent names, and never reaches the child.
-	APIKey string
-	// Model name used when the agent names none.
-	Model string
-	// Timeout of one model call (2m).
-	Timeout time.Duration
-	// Retries after a failed call: errors, 5xx, 429, garbage (3; negative
-	// means none). A Retry-After header sets the wait (capped at
-	// MaxRetryAfter).
-	Retries int
-	// Prices prices model usage (USD per 1M prompt/completion tokens, see
-	// ParsePrices); a model it does not name costs 0.
-	Prices Prices
-	// LookupEnv resolves an agent's model.api_key_secret NAME, for a task
-	// of org ORG, from the variable AGENTMESH_SECRET_<ORG>__<NAME> (both
-	// upper-cased, '-' → '_'; os.LookupEnv when nil).
-	LookupEnv func(string) (string, bool)
-	// Allow names model endpoints an agent's base_url may reach although
-	// they are loopback, private or link-local (a local Ollama:
-	// "127.0.0.1:11434"): host, host:port, address or CIDR, as
-	// webfetch.Config.Allow. Every other base_url goes through web_fetch's
-	// address policy. BaseURL's own host:port is always allowed.
-	Allow []string
-	// MaxResponseBytes caps one model response's body as it is read,
-	// streamed or not (DefaultModelMaxResponseBytes, 16 MiB).
-	MaxResponseBytes int64
-
-	// resolver and dialContext replace name resolution and connecting
-	// in tests (webfetch.Config.Resolver and DialContext).
-	resolver    webfetch.Resolver
-	dialContext func(ctx context.Context, network, address string) (net.Conn, error)
-}
-
 // Deps are the executor's dependencies.
 type Deps struct {
 	NC  *nats.Conn
 	Log *slog.Logger
-}
-
-// Defaults.
-const (
-	DefaultCapacity          = 32
-	DefaultWallTime          = 10 * time.Minute
-	DefaultMaxSteps          = 16
-	DefaultAckWait           = 30 * time.Second
-	DefaultHeartbeatInterval = 5 * time.Second
-	DefaultDrainGrace        = 10 * time.Second
-	DefaultModelTimeout      = 2 * time.Minute
-	DefaultModelRetries      = 3
-	// MaxAckPending of the shared executors consumer: work handed out and
-	// not yet acked, across all executors.
-	MaxAckPending = 1 << 16
-)
-
-// AgentBinary is the name of the dedicated child binary.
-const AgentBinary = "agentmesh-agent"
-
-// DefaultChildCommand returns the child command for an executor running
-// as exe: AgentBinary beside it if present, else exe re-executed as
-// "child".
-func DefaultChildCommand(exe string) []string {
-	if exe, err := filepath.EvalSymlinks(exe); err == nil {
-		agent := filepath.Join(filepath.Dir(exe), AgentBinary)
-		if fi, err := os.Stat(agent); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return []string{agent}
-		}
-	}
-	return []string{exe, "child"}
 }
 
 // Service is one executor.
@@ -233,7 +74,7 @@ type Service struct {
 	log   *slog.Logger
 	names subjects.Names
 	cons  jetstream.Consumer
-	model *modelClient
+	model *llm.Models
 	sb    *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
@@ -248,12 +89,12 @@ type Service struct {
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
 	// waitingChildren: children waiting for a model answer now, not
-	// released (release.go, awaitModel).
+	// released (answer.go, awaitModel).
 	waitingChildren atomic.Int64
 	// childAfterAnswer counts the children started when the first model
 	// turn asked ahead had answered (first.go).
 	childAfterAnswer atomic.Int64
-	// spawnGate bounds the spawns in progress (spawn.go's spawnConcurrency).
+	// spawnGate bounds the spawns in progress (process.go's spawnConcurrency).
 	spawnGate chan struct{}
 
 	mu       sync.Mutex
@@ -300,136 +141,81 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	if cfg.Node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("executor: node name: %w", err)
-		}
-		cfg.Node = strings.NewReplacer(".", "-", "*", "-", ">", "-", " ", "-").Replace(h)
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
 	}
-	if !subjects.ValidToken(cfg.Node) {
-		return nil, fmt.Errorf("executor: node %q is not a valid subject token", cfg.Node)
-	}
-	if cfg.Capacity <= 0 {
-		cfg.Capacity = DefaultCapacity
-	}
-	if cfg.MCPClient == nil {
-		f, err := webfetch.New(webfetch.Config{})
-		if err != nil {
-			return nil, fmt.Errorf("executor: %w", err)
-		}
-		cfg.MCPClient = f.ServiceClient()
-	}
-	cfg.MCPClient = limitMCPClient(cfg.MCPClient)
-	if len(cfg.ChildCommand) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("executor: child command: %w", err)
-		}
-		cfg.ChildCommand = DefaultChildCommand(exe)
-	}
-	if cfg.WallTime <= 0 {
-		cfg.WallTime = DefaultWallTime
-	}
-	if cfg.MaxSteps <= 0 {
-		cfg.MaxSteps = DefaultMaxSteps
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = DefaultAckWait
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if cfg.DrainGrace <= 0 {
-		cfg.DrainGrace = DefaultDrainGrace
-	}
-	if cfg.Model.Timeout <= 0 {
-		cfg.Model.Timeout = DefaultModelTimeout
-	}
-	switch {
-	case cfg.Model.Retries == 0:
-		cfg.Model.Retries = DefaultModelRetries
-	case cfg.Model.Retries < 0:
-		cfg.Model.Retries = 0
-	}
-
 	sb, err := sandbox.New(cfg.Sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	switch sb.Isolation() {
-	case sandbox.IsolationNone:
-		deps.Log.Warn("executor: agent processes are UNSANDBOXED", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
-	case sandbox.IsolationReduced:
-		deps.Log.Warn("executor: agent sandbox with walls MISSING (isolation reduced, recorded on every task)", "node", cfg.Node, "isolation", sb.Label(), "missing", strings.Join(sb.Missing(), "; "), "sandbox", sb.String())
-	default:
-		deps.Log.Info("executor: agent sandbox", "node", cfg.Node, "isolation", sb.Isolation(), "sandbox", sb.String())
-	}
-
-	mode, err := ParseSpawner(cfg.Spawner)
+	logSandbox(deps.Log, cfg.Node, sb)
+	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	model, err := llm.New(cfg.Model, log)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	cfg.Spawner = mode
-	var sp *spawner.Client
-	if mode == SpawnerForkServer {
+	s := &Service{
+		cfg: cfg, nc: deps.NC, log: log, names: names,
+		sb: sb, model: model, execTools: cfg.Tools,
+		runs:      map[runKey]*run{},
+		spawnGate: make(chan struct{}, spawnConcurrency()),
+	}
+	if cfg.Spawner == SpawnerForkServer {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("executor: spawner: %w", err)
 		}
-		if sp, err = spawner.StartWith(exe, deps.Log.With("service", "executor", "node", cfg.Node), spawner.Options{Nice: cfg.AgentNice}); err != nil {
+		if s.spawner, err = spawner.StartWith(exe, log, spawner.Options{Nice: cfg.AgentNice}); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 	}
-	// From here on an error must stop the spawner.
-	fail := func(err error) (*Service, error) {
-		if sp != nil {
-			sp.Close()
+	if s.cons, err = s.consumer(ctx); err != nil {
+		if s.spawner != nil {
+			s.spawner.Close()
 		}
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	return s, nil
+}
+
+// logSandbox says at start how the agent children are isolated.
+func logSandbox(log *slog.Logger, node string, sb *sandbox.Sandbox) {
+	switch sb.Isolation() {
+	case sandbox.IsolationNone:
+		log.Warn("executor: agent processes are UNSANDBOXED", "node", node, "isolation", sb.Isolation(), "sandbox", sb.String())
+	case sandbox.IsolationReduced:
+		log.Warn("executor: agent sandbox with walls MISSING (isolation reduced, recorded on every task)", "node", node, "isolation", sb.Label(), "missing", strings.Join(sb.Missing(), "; "), "sandbox", sb.String())
+	default:
+		log.Info("executor: agent sandbox", "node", node, "isolation", sb.Isolation(), "sandbox", sb.String())
+	}
+}
+
+// consumer ensures the executors' durable pull consumer of the work
+// stream. The state service owns the stream; the executors own their
+// consumer.
+func (s *Service) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := bus.WaitStream(ctx, js, s.names.WorkStream()); err != nil {
 		return nil, err
 	}
-
-	js, err := jetstream.New(deps.NC)
-	if err != nil {
-		return fail(fmt.Errorf("executor: jetstream: %w", err))
-	}
-	// The state service owns the stream; the executors own their consumer.
-	if err := bus.WaitStream(ctx, js, names.WorkStream()); err != nil {
-		return fail(fmt.Errorf("executor: %w", err))
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.WorkStream(), jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(ctx, s.names.WorkStream(), jetstream.ConsumerConfig{
 		Durable:       subjects.ConsumerExecutors,
 		Description:   "agentmesh executors pull dispatched work",
-		FilterSubject: names.WorkAll(),
+		FilterSubject: s.names.WorkAll(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
+		AckWait:       s.cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("executor: consumer %s: %w", subjects.ConsumerExecutors, err))
+		return nil, fmt.Errorf("consumer %s: %w", subjects.ConsumerExecutors, err)
 	}
-	log := deps.Log.With("service", "executor", "node", cfg.Node)
-	model, err := newModelClient(cfg.Model, log)
-	if err != nil {
-		return fail(fmt.Errorf("executor: %w", err))
-	}
-	return &Service{
-		cfg:   cfg,
-		nc:    deps.NC,
-		log:   log,
-		names: names,
-		cons:  cons,
-		sb:    sb, spawner: sp,
-		model: model, execTools: cfg.Tools,
-		runs:      map[runKey]*run{},
-		spawnGate: make(chan struct{}, spawnConcurrency()),
-	}, nil
+	return cons, nil
 }
-
-// Node returns the executor's node name.
-func (s *Service) Node() string { return s.cfg.Node }
 
 // Run takes work until ctx ends. Then it drains: it stops pulling, says
 // so in its heartbeats, lets the running tasks finish for DrainGrace, then
@@ -443,12 +229,30 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
-	var wg sync.WaitGroup
 	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
 
+	reuse, warm := s.startPools()
+	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, s.cfg.Capacity)
+	for ctx.Err() == nil {
+		s.pull(ctx, slots, &wg)
+	}
+	s.drain(hbCtx, &wg)
+	s.closePools(reuse, warm)
+	if s.spawner != nil {
+		s.spawner.Close()
+	}
+	s.log.Info("executor stopped")
+	return nil
+}
+
+// startPools starts the reuse pool (Config.ChildReuse) and the warm pool
+// (Config.WarmPool); nil for one that is off.
+func (s *Service) startPools() (*reusePool, *warmPool) {
 	var reuse *reusePool
 	if s.cfg.ChildReuse {
 		reuse = newReusePool(s, min(s.cfg.Capacity, DefaultWarmPoolMax), ReuseIdle)
@@ -464,64 +268,71 @@ func (s *Service) Run(ctx context.Context) error {
 		s.warm = warm
 		s.mu.Unlock()
 	}
-	slots := make(chan struct{}, s.cfg.Capacity)
-	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
-	for ctx.Err() == nil {
+	return reuse, warm
+}
+
+// pull waits for a free slot (of Capacity), fetches as many work items as
+// slots are free and handles each in its own goroutine (wg), which frees
+// its slot when done.
+func (s *Service) pull(ctx context.Context, slots chan struct{}, wg *sync.WaitGroup) {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	free := 1
+more:
+	for free < s.cfg.Capacity {
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
-			continue
-		}
-		free := 1
-	more:
-		for free < s.cfg.Capacity {
-			select {
-			case slots <- struct{}{}:
-				free++
-			default:
-				break more
-			}
-		}
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		batch, err := s.cons.Fetch(free, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			for range free {
-				<-slots
-			}
-			s.log.Warn("fetch work failed", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = msg.Nak() // arrived as we stop: another executor takes it
-				continue
-			}
-			got++
-			wg.Go(func() {
-				defer func() { <-slots }()
-				defer func() {
-					// A bug in one task must not take the node's other tasks down.
-					if p := recover(); p != nil {
-						s.log.Error("task handler panicked; the work will be redelivered", "panic", p, "stack", string(debug.Stack()))
-						_ = msg.Nak()
-					}
-				}()
-				s.handle(msg)
-			})
-		}
-		cancel()
-		for range free - got {
-			<-slots
-		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			s.log.Warn("fetch work failed", "err", err)
-			sleep(ctx, time.Second)
+			free++
+		default:
+			break more
 		}
 	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	batch, err := s.cons.Fetch(free, jetstream.FetchContext(fctx))
+	if err != nil {
+		for range free {
+			<-slots
+		}
+		s.log.Warn("fetch work failed", "err", err)
+		backoff.Sleep(ctx, time.Second)
+		return
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		if ctx.Err() != nil {
+			_ = msg.Nak() // arrived as we stop: another executor takes it
+			continue
+		}
+		got++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			defer func() {
+				// A bug in one task must not take the node's other tasks down.
+				if p := recover(); p != nil {
+					s.log.Error("task handler panicked; the work will be redelivered", "panic", p, "stack", string(debug.Stack()))
+					_ = msg.Nak()
+				}
+			}()
+			s.handle(msg)
+		})
+	}
+	for range free - got {
+		<-slots
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		s.log.Warn("fetch work failed", "err", err)
+		backoff.Sleep(ctx, time.Second)
+	}
+}
 
+// drain stops taking work: it says so in a heartbeat, lets the running
+// tasks (wg) finish for DrainGrace, then hands the rest back to the queue
+// (their children killed) and waits for every task goroutine.
+func (s *Service) drain(hbCtx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	s.draining = true
 	n := len(s.runs)
@@ -546,23 +357,21 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-drained
+}
+
+// closePools ends the parked and the idle warm children (their cgroups
+// and staging directories removed before the spawner goes).
+func (s *Service) closePools(reuse *reusePool, warm *warmPool) {
 	if reuse != nil {
 		reuse.close()
 		st := reuse.stats()
 		s.log.Info("child reuse closed", "parked", st.Parked, "hits", st.Hits, "expired", st.Expired, "refused", st.Refused)
 	}
 	if warm != nil {
-		// Idle warm children are killed and their cgroups and staging
-		// directories removed before the spawner goes.
 		warm.close()
 		st := warm.stats()
 		s.log.Info("warm pool closed", "hits", st.Hits, "misses", st.Misses, "spawned", st.Spawned, "failed", st.Failed, "discarded", st.Discarded)
 	}
-	if s.spawner != nil {
-		s.spawner.Close()
-	}
-	s.log.Info("executor stopped")
-	return nil
 }
 
 // register records a run of the task's attempt. It returns nil when the
@@ -604,7 +413,11 @@ func (s *Service) running() int {
 // onCancelled kills the child of a task cancelled while it runs here. The
 // state already says cancelled; nothing is written.
 func (s *Service) onCancelled(m *nats.Msg) {
-	id := taskIDFromSubject(m.Subject)
+	ev, ok := s.names.ParseEvent(m.Subject)
+	if !ok || ev.Kind != subjects.KindTask {
+		return
+	}
+	id := ev.ID
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, r := range s.runs {
@@ -613,15 +426,6 @@ func (s *Service) onCancelled(m *nats.Msg) {
 			r.cancel(errCancelled)
 		}
 	}
-}
-
-// taskIDFromSubject returns <id> of <p>.evt.<org>.task.<id>.<type>.
-func taskIDFromSubject(subj string) string {
-	toks := strings.Split(subj, ".")
-	if len(toks) < 2 {
-		return ""
-	}
-	return toks[len(toks)-2]
 }
 
 func (s *Service) heartbeats(ctx context.Context) {
@@ -658,14 +462,5 @@ func (s *Service) heartbeat(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("heartbeat not sent", "err", err)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

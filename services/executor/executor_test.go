@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -26,7 +25,9 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
@@ -66,13 +67,6 @@ type env struct {
 	stopState func()
 }
 
-func testLog() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // newEnv starts NATS, the real state service on the embedded store, and
 // the scripted model. The executor is started by startExecutor.
 func newEnv(t *testing.T) *env {
@@ -90,7 +84,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	names := subjects.Must("am")
-	log := testLog()
+	log := testlog.New(t)
 	st, err := kvstore.Open(ctx, stateJS, names, kvstore.Options{Memory: true})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -124,7 +118,7 @@ func newEnv(t *testing.T) *env {
 		// otherwise (TestFewWaitingChildrenAreKept).
 		ReleaseAbove:      -1,
 		ChildCommand:      []string{os.Args[0]},
-		Model:             executor.ModelConfig{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
+		Model:             llm.Config{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
 		WallTime:          30 * time.Second,
 		AckWait:           5 * time.Second,
 		HeartbeatInterval: 50 * time.Millisecond,
@@ -587,7 +581,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	if _, err := executor.New(context.Background(), executor.Config{}, executor.Deps{Log: testLog()}); err == nil || !strings.Contains(err.Error(), "NC") {
+	if _, err := executor.New(context.Background(), executor.Config{}, executor.Deps{Log: testlog.New(t)}); err == nil || !strings.Contains(err.Error(), "NC") {
 		t.Errorf("missing NC: err = %v", err)
 	}
 	e := newEnv(t)

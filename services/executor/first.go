@@ -26,51 +26,21 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
-	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
-	"google.golang.org/protobuf/proto"
 )
 
-// asked is a model call under way: its answer once done is closed.
-type asked struct {
-	req  *childv1.ModelRequest
-	done chan struct{}
-	resp *childv1.ModelResponse
-	stop *serveResult
-}
-
-// ask makes the model call of req in the background.
-func (s *Service) ask(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest) *asked {
-	a := &asked{req: req, done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		a.resp, a.stop = s.modelTurn(ctx, task, attempt, mr, req)
-	}()
-	return a
-}
-
-// answer waits for the call and returns its answer, addressed to the
-// request id id.
-func (a *asked) answer(id int64) (*childv1.ModelResponse, *serveResult) {
-	<-a.done
-	a.resp.Id = id
-	return a.resp, a.stop
-}
-
-// askFirst asks the model for start's first turn when start alone decides
-// it (nil otherwise: the child asks, as always).
-func (s *Service) askFirst(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, start *childv1.Start) *asked {
-	req, ok := child.FirstRequest(start)
+// askFirst asks the model for the Start's first turn when the Start alone
+// decides it (nil otherwise: the child asks, as always).
+func (a *attempt) askFirst(ctx context.Context) *asked {
+	req, ok := child.FirstRequest(a.start)
 	if !ok {
 		return nil
 	}
-	return s.ask(ctx, task, attempt, mr, req)
+	return a.ask(ctx, req)
 }
 
 // childFor gives the attempt its agent child: at once when the first turn
@@ -78,13 +48,14 @@ func (s *Service) askFirst(ctx context.Context, task *agentmeshv1.Task, attempt 
 // without a spawn; otherwise when the first turn's answer came.
 //
 // A slow first answer is checkpointed while its child starts
-// (startKeeping): kept is that step, at index next (nil: not kept).
-func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, first *asked, next int32) (p *process, kept *agentmeshv1.Step, err error) {
+// (startKeeping): kept is that step, at index a.next (nil: not kept).
+func (a *attempt) childFor(ctx context.Context) (p *process, kept *agentmeshv1.Step, err error) {
+	s, first := a.s, a.first
 	if first == nil || releaseAfter(s.cfg) == 0 {
-		p, err = s.startChildFor(ctx, task)
+		p, err = s.startChildFor(ctx, a.task)
 		return p, nil, err
 	}
-	if p := s.readyChild(ctx, task); p != nil {
+	if p := s.readyChild(ctx, a.task); p != nil {
 		metrics.FirstTurns.WithLabelValues("ready").Inc()
 		return p, nil, nil
 	}
@@ -98,89 +69,61 @@ func (s *Service) childFor(ctx context.Context, task *agentmeshv1.Task, attempt 
 	}
 	metrics.FirstTurns.WithLabelValues("after").Inc()
 	s.childAfterAnswer.Add(1)
-	return s.startKeeping(ctx, task, attempt, first.resp, next, s.keepsEarly(first.resp, mr))
+	return a.startKeeping(ctx, first.resp, a.keepsEarly(first.resp))
 }
 
 // errNoChild: the first turn, asked before a child, ended the attempt
 // (asked.ended): no child is started for it.
 var errNoChild = errors.New("the attempt ended with its first model call")
 
-// ended reports whether the answered call a ends the attempt by itself,
+// ended reports whether the answered call c ends the attempt by itself,
 // and how: a budget ran out before the call, or the model call failed —
 // the child would only report "model call failed", as its loop does, and
 // mr.failed makes it a MODEL failure. A model that is down so costs no
 // spawn per attempt.
-func (a *asked) ended(mr *modelRun) (serveResult, bool) {
+func (c *asked) ended(mr *modelRun) (serveResult, bool) {
 	switch {
-	case !a.endsAttempt():
+	case !c.endsAttempt():
 		return serveResult{}, false
-	case a.stop != nil:
-		return *a.stop, true
+	case c.stop != nil:
+		return *c.stop, true
 	}
-	return mr.failed(&childv1.Failure{Reason: "model call failed: " + a.resp.GetError()}), true
+	return mr.failed(&childv1.Failure{Reason: "model call failed: " + c.resp.GetError()}), true
 }
 
-// endsAttempt reports whether the answered call a ends the attempt by
+// endsAttempt reports whether the answered call c ends the attempt by
 // itself (ended says how).
-func (a *asked) endsAttempt() bool { return a.stop != nil || a.resp.GetError() != "" }
+func (c *asked) endsAttempt() bool { return c.stop != nil || c.resp.GetError() != "" }
 
 // firstAnswer is the call asked ahead for the child's first request req,
 // or nil when req is not what was asked (the call's end awaited first: it
 // counts in the attempt's budgets, which the next call reads).
-func (s *Service) firstAnswer(task *agentmeshv1.Task, first *asked, req *childv1.ModelRequest) *asked {
+func (a *attempt) firstAnswer(first *asked, req *childv1.ModelRequest) *asked {
 	if child.SameRequest(first.req, req) {
 		return first
 	}
 	<-first.done
 	metrics.FirstTurns.WithLabelValues("differed").Inc()
-	s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task", task.GetId())
+	a.s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task", a.task.GetId())
 	return nil
 }
 
-// unclaimed is the answer of the call a, asked ahead, when it is in and
+// unclaimed is the answer of the call c, asked ahead, when it is in and
 // no child asked for it (nil: none asked ahead, still under way, taken, or
 // a failure).
-func (a *asked) unclaimed() *childv1.ModelResponse {
-	if a == nil {
+func (c *asked) unclaimed() *childv1.ModelResponse {
+	if c == nil {
 		return nil
 	}
 	select {
-	case <-a.done:
+	case <-c.done:
 	default:
 		return nil
 	}
-	if a.endsAttempt() {
+	if c.endsAttempt() {
 		return nil
 	}
-	return a.resp
-}
-
-// keepAnswer checkpoints the model's answer resp, which no child recorded
-// — its child died before reporting it, or none could be started for it —
-// as the MODEL_TURN step the child would have recorded at index next
-// (child.TurnStep, with the usage and model the executor saw), so the
-// next attempt replays the answer instead of asking the model again, and
-// the task's usage counts the call. It is an answer to the conversation
-// the child had (the first turn: to child.FirstRequest, the child's own),
-// so the step is the one the child would have written.
-func (s *Service) keepAnswer(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32) {
-	if _, err := s.writeAnswer(ctx, task, attempt, resp, next, "unrecorded"); err != nil {
-		s.log.Warn("the model's answer no agent process recorded was not checkpointed; the next attempt asks again", "task", task.GetId(), "step", next, "err", err)
-		return
-	}
-	s.log.Info("checkpointed the model's answer no agent process recorded", "task", task.GetId(), "step", next)
-}
-
-// writeAnswer writes resp as the MODEL_TURN step at index next (see
-// keepAnswer) and returns the step.
-func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32, when string) (*agentmeshv1.Step, error) {
-	step, _ := child.TurnStep(proto.CloneOf(resp), next)
-	step.Attempt = attempt
-	if err := s.appendSteps(ctx, task.GetId(), attempt, step); err != nil {
-		return nil, err
-	}
-	metrics.AnswersKept.WithLabelValues(when).Inc()
-	return step, nil
+	return c.resp
 }
 
 // An answer in hand while its child starts (docs/architecture.md, "An
@@ -196,99 +139,18 @@ func (s *Service) writeAnswer(ctx context.Context, task *agentmeshv1.Task, attem
 // ends with its answer) and never asks for it. A quicker answer is handed
 // over as before, and written with the step that follows it: it costs
 // little to ask again, and its extra write would cost every fast task.
-// The threshold is Config.KeepAnswersAfter (AGENTMESH_KEEP_ANSWERS_AFTER):
-// an operator who would rather pay a write per turn than any answer
-// twice keeps every answer (0), one who wants the fewest writes none
-// (off).
-const DefaultKeepAnswersAfter = 100 * time.Millisecond
+// The threshold is Config.KeepAnswersAfter (AGENTMESH_KEEP_ANSWERS_AFTER,
+// DefaultKeepAnswersAfter): an operator who would rather pay a write per
+// turn than any answer twice keeps every answer (0), one who wants the
+// fewest writes none (off).
 
-// KeepEveryAnswer is Config.KeepAnswersAfter's value that keeps every
-// answer, however quick ("0" to ParseKeepAnswersAfter).
-const KeepEveryAnswer = time.Nanosecond
-
-// ParseKeepAnswersAfter parses AGENTMESH_KEEP_ANSWERS_AFTER: "" is the
-// default, "0" every answer, "off" none, otherwise a duration of at least
-// 1ms. It returns Config.KeepAnswersAfter's value.
-func ParseKeepAnswersAfter(s string) (time.Duration, error) {
-	switch s = strings.TrimSpace(s); s {
-	case "":
-		return 0, nil
-	case "0":
-		return KeepEveryAnswer, nil
-	case "off":
-		return -1, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Millisecond {
-		return 0, fmt.Errorf("keep answers after %q: want a duration of at least 1ms, 0 (every answer) or off", s)
-	}
-	return d, nil
-}
-
-// keepsEarly reports whether the answer resp, in hand while a child is
-// started for it or handed to the child that asked for it (its call did
-// not end the attempt), is checkpointed at once by the executor: a slow
-// enough call's answer (Config.KeepAnswersAfter), not an error, and no
-// budget ran out with it (the child reports such a turn, and the attempt
-// ends with it).
-func (s *Service) keepsEarly(resp *childv1.ModelResponse, mr *modelRun) bool {
-	after := s.cfg.KeepAnswersAfter
-	switch {
-	case after < 0:
-		return false
-	case after == 0:
-		after = DefaultKeepAnswersAfter
-	case after == KeepEveryAnswer:
-		after = 0
-	}
-	return resp.GetError() == "" && mr.pending == "" &&
-		time.Duration(resp.GetDurationMs())*time.Millisecond >= after
-}
-
-// earlyTurn is a slow answer's MODEL_TURN step being written by the
-// executor while the child that asked for it takes the answer.
-type earlyTurn struct {
-	done chan struct{}
-	step *agentmeshv1.Step // once done: the step written, nil if it was not
-	err  error
-}
-
-// wait waits for the write and returns its error.
-func (et *earlyTurn) wait() error {
-	<-et.done
-	return et.err
-}
-
-// handEarly writes resp, a slow call's answer (keepsEarly) that is handed
-// to the child waiting for it, as the MODEL_TURN step at index next — the
-// step the child will report (child.TurnStep) — beside the hand-over, not
-// in front of it. Until the child reports the turn, and that report is
-// written with the step that follows it, the answer would live only in
-// this executor: a few milliseconds, but a paid answer asked again if the
-// executor dies then (docs/architecture.md, "A slow answer waiting for its
-// child"). The child's report is then acknowledged without a second write.
-// A quicker answer is not written early: it costs little to ask again, and
-// the extra write would cost every fast task.
-func (s *Service) handEarly(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32) *earlyTurn {
-	et := &earlyTurn{done: make(chan struct{})}
-	resp = proto.CloneOf(resp)
-	go func() {
-		defer close(et.done)
-		et.step, et.err = s.writeAnswer(ctx, task, attempt, resp, next, "handed")
-		if et.err != nil {
-			s.log.Warn("the model's answer was not checkpointed while its agent process took it; the agent process records it", "task", task.GetId(), "step", next, "err", et.err)
-		}
-	}()
-	return et
-}
-
-// startKeeping starts a child for task (startChildFor) and, when keep,
-// checkpoints the answer resp meanwhile as the MODEL_TURN step at index
-// next. kept is that step once written; nil when not asked or the write
-// failed (then the child is handed the answer, as before).
-func (s *Service) startKeeping(ctx context.Context, task *agentmeshv1.Task, attempt int32, resp *childv1.ModelResponse, next int32, keep bool) (p *process, kept *agentmeshv1.Step, err error) {
+// startKeeping starts a child for the task (startChildFor) and, when
+// keep, checkpoints the answer resp meanwhile as the MODEL_TURN step at
+// index a.next. kept is that step once written; nil when not asked or the
+// write failed (then the child is handed the answer, as before).
+func (a *attempt) startKeeping(ctx context.Context, resp *childv1.ModelResponse, keep bool) (p *process, kept *agentmeshv1.Step, err error) {
 	if !keep {
-		p, err = s.startChildFor(ctx, task)
+		p, err = a.s.startChildFor(ctx, a.task)
 		return p, nil, err
 	}
 	type started struct {
@@ -297,12 +159,12 @@ func (s *Service) startKeeping(ctx context.Context, task *agentmeshv1.Task, atte
 	}
 	ch := make(chan started, 1)
 	go func() {
-		p, err := s.startChildFor(ctx, task)
+		p, err := a.s.startChildFor(ctx, a.task)
 		ch <- started{p, err}
 	}()
-	kept, werr := s.writeAnswer(ctx, task, attempt, resp, next, "before_child")
+	kept, werr := a.writeAnswer(ctx, resp, a.next, "before_child")
 	if werr != nil {
-		s.log.Warn("the model's answer was not checkpointed while its agent process started; the agent process records it", "task", task.GetId(), "step", next, "err", werr)
+		a.s.log.Warn("the model's answer was not checkpointed while its agent process started; the agent process records it", "task", a.task.GetId(), "step", a.next, "err", werr)
 	}
 	r := <-ch
 	return r.p, kept, r.err

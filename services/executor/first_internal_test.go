@@ -1,13 +1,12 @@
 package executor
 
 import (
-	"io"
-	"log/slog"
 	"testing"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -15,7 +14,7 @@ import (
 // child asked the same; otherwise it is dropped (after its call ended) and
 // counted, and the answer handed over is addressed to the child's request.
 func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
-	s := &Service{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{log: testlog.New(t)}
 	task := &agentmeshv1.Task{Id: "t1"}
 	req := &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "hello"}}}
 	ahead := func() *asked {
@@ -33,7 +32,8 @@ func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
 	d0 := differed()
 
 	same := &childv1.ModelRequest{Id: 5, Messages: []*childv1.Message{{Role: "user", Content: "hello"}}}
-	a := s.firstAnswer(task, ahead(), same)
+	at := &attempt{s: s, task: task}
+	a := at.firstAnswer(ahead(), same)
 	if a == nil {
 		t.Fatal("the child's identical request was not given the answer asked ahead")
 	}
@@ -45,7 +45,7 @@ func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
 	}
 
 	other := &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "something else"}}}
-	if a := s.firstAnswer(task, ahead(), other); a != nil {
+	if a := at.firstAnswer(ahead(), other); a != nil {
 		t.Fatal("a different request was given the answer asked for another")
 	}
 	if n := differed() - d0; n != 1 {

@@ -3,15 +3,32 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 )
+
+// ErrMCPResponseTooLarge is returned (wrapped) when an HTTP MCP server's
+// response goes past MCPMaxResponseBytes.
+var ErrMCPResponseTooLarge = errors.New("MCP server response too large")
+
+// MCPMaxResponseBytes caps one response of an HTTP MCP server as it is
+// read (a tool's output reaches the model cut at tools.MaxOutput anyway).
+const MCPMaxResponseBytes = 16 << 20
+
+// limitMCPClient returns a copy of c whose responses are capped like the
+// model's: error bodies at 4 KiB, others at MCPMaxResponseBytes.
+func limitMCPClient(c *http.Client) *http.Client {
+	return llm.Capped(c, MCPMaxResponseBytes, ErrMCPResponseTooLarge)
+}
 
 // taskMCP is the MCP side of one attempt: the HTTP servers the executor
 // connected (it calls them on the child's behalf: the child has no

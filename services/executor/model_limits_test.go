@@ -3,8 +3,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,11 +16,11 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/pkg/tools"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/webfetch"
 )
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // sseAnswer writes a one-chunk streamed answer.
 func sseAnswer(w http.ResponseWriter, content string) {
@@ -97,12 +95,21 @@ func (r fakeResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr
 	return out, nil
 }
 
-func ask(t *testing.T, m *modelClient, baseURL string) *childv1.ModelResponse {
+func ask(t *testing.T, m *llm.Models, baseURL string) *childv1.ModelResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return m.complete(ctx, modelCall{settings: &agentmeshv1.ModelSettings{BaseUrl: baseURL, Model: "m"}},
-		&childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}})
+	return complete(ctx, m, llm.Request{Settings: &agentmeshv1.ModelSettings{BaseUrl: baseURL, Model: "m"},
+		Turn: &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}}})
+}
+
+// complete is m.Complete's answer, or its error as the child gets it.
+func complete(ctx context.Context, m *llm.Models, req llm.Request) *childv1.ModelResponse {
+	resp, err := m.Complete(ctx, req)
+	if err != nil {
+		return &childv1.ModelResponse{Id: req.Turn.GetId(), Error: err.Error()}
+	}
+	return resp
 }
 
 // An agent's base_url on loopback, private, link-local, CGNAT,
@@ -118,12 +125,12 @@ func TestModelBaseURLAddressPolicy(t *testing.T) {
 	t.Cleanup(allowed.Close)
 	victim := newListener(t)
 	dials := &dialLog{}
-	m, err := newModelClient(ModelConfig{
+	m, err := llm.New(llm.Config{
 		BaseURL: operator.URL + "/v1", Model: "m", Timeout: 10 * time.Second, Retries: 2,
 		Allow:       []string{allowed.Listener.Addr().String()},
-		resolver:    fakeResolver{"evil.example": {"127.0.0.1"}, "meta.example": {"169.254.169.254"}, "mixed.example": {"93.184.216.34", "10.0.0.1"}},
-		dialContext: dials.dial,
-	}, quietLog())
+		Resolver:    fakeResolver{"evil.example": {"127.0.0.1"}, "meta.example": {"169.254.169.254"}, "mixed.example": {"93.184.216.34", "10.0.0.1"}},
+		DialContext: dials.dial,
+	}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,10 +207,10 @@ func TestModelRedirectDropsKey(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect) // 307 keeps the POST body
 	}))
 	t.Cleanup(first.Close)
-	m, err := newModelClient(ModelConfig{
-		BaseURL: first.URL + "/v1", APIKey: "sk-executor", Model: "m", Timeout: 10 * time.Second,
+	m, err := llm.New(llm.Config{
+		BaseURL: first.URL + "/v1", APIKey: "sk-executor", Model: "m", Timeout: 10 * time.Second, Retries: -1,
 		Allow: []string{other.Listener.Addr().String()},
-	}, quietLog())
+	}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +219,8 @@ func TestModelRedirectDropsKey(t *testing.T) {
 		t.Fatalf("error %q content %q", resp.GetError(), resp.GetMessage().GetContent())
 	}
 	ctx := context.Background()
-	resp = m.complete(ctx, modelCall{settings: &agentmeshv1.ModelSettings{BaseUrl: first.URL + "/v1", Model: "m"}, secretKey: "sk-agent", hasSecret: true},
-		&childv1.ModelRequest{Id: 2, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}})
+	resp = complete(ctx, m, llm.Request{Settings: &agentmeshv1.ModelSettings{BaseUrl: first.URL + "/v1", Model: "m"}, Key: "sk-agent", HasKey: true,
+		Turn: &childv1.ModelRequest{Id: 2, Messages: []*childv1.Message{{Role: "user", Content: "hi"}}}})
 	if resp.GetError() != "" {
 		t.Fatal(resp.GetError())
 	}
@@ -269,7 +276,7 @@ func allocDuring(fn func()) (allocated, peakGrowth uint64) {
 }
 
 // A hostile model's 50 MiB error body is cut at 4 KiB before it is read
-// into memory, and the task's error holds at most ModelErrorTextMax of it.
+// into memory, and the task's error holds at most llm.ErrorTextMax of it.
 func TestModelErrorBodyCut(t *testing.T) {
 	const body = 50 << 20
 	var served atomic.Int64
@@ -286,19 +293,18 @@ func TestModelErrorBodyCut(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := newModelClient(ModelConfig{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 30 * time.Second, Retries: 1}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 30 * time.Second, Retries: 1, Backoff: time.Millisecond}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.backoff = time.Millisecond
 	var resp *childv1.ModelResponse
 	allocated, peak := allocDuring(func() { resp = ask(t, m, "") })
 	t.Logf("error body offered: 2 × %d MiB; allocated %d KiB; peak heap growth %d KiB; error %d bytes", body>>20, allocated>>10, peak>>10, len(resp.GetError()))
 	if !strings.Contains(resp.GetError(), "500") || !strings.Contains(resp.GetError(), "(2 attempts)") {
 		t.Errorf("error = %.300q, want the status and the attempts", resp.GetError())
 	}
-	if len(resp.GetError()) > ModelErrorTextMax+64 {
-		t.Errorf("error is %d bytes, want at most %d", len(resp.GetError()), ModelErrorTextMax+64)
+	if len(resp.GetError()) > llm.ErrorTextMax+64 {
+		t.Errorf("error is %d bytes, want at most %d", len(resp.GetError()), llm.ErrorTextMax+64)
 	}
 	if allocated > 16<<20 {
 		t.Errorf("the executor allocated %d MiB for a 50 MiB error body: it was read, not cut", allocated>>20)
@@ -306,7 +312,7 @@ func TestModelErrorBodyCut(t *testing.T) {
 }
 
 // A hostile model's 500 MiB stream is cut at MaxResponseBytes: the call
-// fails with ErrModelResponseTooLarge (not retried), the server stops
+// fails with llm.ErrResponseTooLarge (not retried), the server stops
 // being read, and the executor's allocations stay near the cap.
 func TestModelStreamCut(t *testing.T) {
 	const offered = 500 << 20
@@ -325,7 +331,7 @@ func TestModelStreamCut(t *testing.T) {
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	t.Cleanup(srv.Close)
-	m, err := newModelClient(ModelConfig{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 60 * time.Second, Retries: 2, MaxResponseBytes: limit}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 60 * time.Second, Retries: 2, MaxResponseBytes: limit}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +367,7 @@ func TestModelStreamDuration(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := newModelClient(ModelConfig{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond}, quietLog())
+	m, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 500 * time.Millisecond, Retries: -1}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

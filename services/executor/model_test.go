@@ -21,7 +21,8 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/services/executor"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -51,7 +52,7 @@ func newRecordingModel(t *testing.T, script string) *recordingModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &recordingModel{srv: scriptedmodel.New(s, scriptedmodel.WithLogger(testLog()))}
+	m := &recordingModel{srv: scriptedmodel.New(s, scriptedmodel.WithLogger(testlog.New(t)))}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 			b, _ := io.ReadAll(r.Body)
@@ -284,7 +285,7 @@ func TestBudgets(t *testing.T) {
 			e := newEnv(t)
 			m := newRecordingModel(t, budgetScript)
 			e.cfg.Model.BaseURL = m.url
-			e.cfg.Model.Prices = executor.Prices{"costly": {PromptPerM: 10, CompletionPerM: 30}}
+			e.cfg.Model.Prices = llm.Prices{"costly": {PromptPerM: 10, CompletionPerM: 30}}
 			e.startExecutor()
 			task := e.submitTask(&agentmeshv1.Task{Input: "spend", Budget: tt.budget, AgentSpec: withModel(&agentmeshv1.ModelSettings{Model: "costly"})})
 			got := e.waitStatus(task.Id, taskstate.Failed, 20*time.Second)
@@ -325,7 +326,7 @@ func TestCostPerStepAndTask(t *testing.T) {
 	  {"content": "done", "usage": {"prompt_tokens": 3000, "completion_tokens": 500}}
 	]}]`)
 	e.cfg.Model.BaseURL = m.url
-	prices, err := executor.ParsePrices("gpt-4o-mini=0.15/0.60, other=1/1")
+	prices, err := llm.ParsePrices("gpt-4o-mini=0.15/0.60, other=1/1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
@@ -46,62 +45,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"google.golang.org/protobuf/proto"
 )
-
-// DefaultReleaseAfter is how long a model call runs before its waiting
-// child is released, by default: longer than most tool-free turns of a
-// fast model, shorter than a slow model's turn.
-const DefaultReleaseAfter = 2 * time.Second
-
-// ParseReleaseAfter parses AGENTMESH_RELEASE_AFTER: "" is the default, "0"
-// never releases, otherwise a duration of at least 10ms. It returns
-// Config.ReleaseAfter's value (0 default, -1 off).
-func ParseReleaseAfter(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	if s == "0" {
-		return -1, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 10*time.Millisecond {
-		return 0, fmt.Errorf("release after %q: want a duration of at least 10ms (or 0 = never)", s)
-	}
-	return d, nil
-}
-
-// DefaultReleaseAbove is how many children may wait for a model answer
-// before any is released, by default: ~160 MiB of waiting children.
-const DefaultReleaseAbove = 64
-
-// ParseReleaseAbove parses AGENTMESH_RELEASE_ABOVE: "" is the default,
-// otherwise a count of at least 0 (0: release every waiting child). It
-// returns Config.ReleaseAbove's value (0 default, -1 for 0).
-func ParseReleaseAbove(s string) (int, error) {
-	return parseCount(s, "release above %q: want a number of waiting agent processes, 0 or more")
-}
-
-// releaseAbove is how many waiting children cfg keeps (0: none).
-func releaseAbove(cfg Config) int64 {
-	switch {
-	case cfg.ReleaseAbove < 0:
-		return 0
-	case cfg.ReleaseAbove == 0:
-		return DefaultReleaseAbove
-	}
-	return int64(cfg.ReleaseAbove)
-}
-
-// releaseAfter is the delay cfg asks for (0: never release).
-func releaseAfter(cfg Config) time.Duration {
-	switch {
-	case cfg.ReleaseAfter < 0:
-		return 0
-	case cfg.ReleaseAfter == 0:
-		return DefaultReleaseAfter
-	}
-	return cfg.ReleaseAfter
-}
 
 // ReleaseStats counts the children released while their model call ran,
 // and the children that took over from them.
@@ -171,74 +114,60 @@ func (r *releasable) takeOver(start *childv1.Start) *childv1.Start {
 	return next
 }
 
-// awaitModel makes the model call of req, or awaits the one asked ahead
-// for it (a, nil when none was: first.go). When rel allows it and the call
-// has not answered within rel.after, it ends the child p (which waits for
-// nothing but this answer) and removes its sandbox, then waits for the
-// answer: released reports that, and the caller starts a child to take
-// over.
-func (s *Service) awaitModel(ctx context.Context, task *agentmeshv1.Task, attempt int32, mr *modelRun, req *childv1.ModelRequest, rel *releasable, p *process, a *asked) (resp *childv1.ModelResponse, stop *serveResult, released bool) {
-	if a == nil && !rel.can() {
-		resp, stop = s.modelTurn(ctx, task, attempt, mr, req)
-		return resp, stop, false
-	}
-	if a == nil {
-		a = s.ask(ctx, task, attempt, mr, req)
-	}
-	if !rel.can() {
-		resp, stop = a.answer(req.GetId())
-		return resp, stop, false
-	}
-	s.waitingChildren.Add(1)
-	t := time.NewTimer(rel.after)
-	defer t.Stop()
-	select {
-	case <-a.done:
-		s.waitingChildren.Add(-1)
-		resp, stop = a.answer(req.GetId())
-		return resp, stop, false
-	case <-t.C:
-	}
-	if s.waitingChildren.Load() <= releaseAbove(s.cfg) {
-		// Few children wait: this one waits on (it counts among them
-		// until its answer), as a released one would cost a spawn.
-		resp, stop = a.answer(req.GetId())
-		s.waitingChildren.Add(-1)
-		metrics.ChildrenKeptWaiting.Inc()
-		return resp, stop, false
-	}
-	s.waitingChildren.Add(-1)
-	p.cleanup()
-	s.released.Add(1)
+// release ends the child, which waits for nothing but its model call's
+// answer, and removes its sandbox (awaitModel).
+func (a *attempt) release() {
+	a.p.cleanup()
+	a.s.released.Add(1)
 	metrics.ChildrenReleased.Inc()
-	s.log.Debug("agent process released while its model call runs", "task", task.GetId(), "attempt", attempt, "pid", p.pid)
-	resp, stop = a.answer(req.GetId())
-	return resp, stop, true
+	a.s.log.Debug("agent process released while its model call runs", "task", a.task.GetId(), "attempt", a.num, "pid", a.p.pid)
 }
 
-// takeOver starts the child that goes on with an attempt whose child was
+// takeOver starts the child that goes on with the attempt whose child was
 // released, for the answer resp of its pending turn (the turn's step has
-// index next): it replays the history checkpointed since start (the first
-// child's) and asks for that turn — or, when keep, the answer is
-// checkpointed while it starts (startKeeping) and is the last step of its
-// history: it replays it and asks nothing. kept is that step (nil: none).
-func (s *Service) takeOver(ctx context.Context, task *agentmeshv1.Task, attempt int32, rel *releasable, start *childv1.Start, resp *childv1.ModelResponse, next int32, keep bool) (*process, *agentmeshv1.Step, error) {
+// index a.next): it replays the history checkpointed since the Start (the
+// first child's) and asks for that turn, and is handed resp, held for it —
+// or, when the answer is slow (keepsEarly), the answer is checkpointed
+// while it starts (startKeeping) and is the last step of its history: it
+// replays it and asks nothing. When no child can take over, the answer is
+// kept for the next attempt (keepUnrecorded).
+func (a *attempt) takeOver(ctx context.Context, resp *childv1.ModelResponse) *serveResult {
+	p, kept, err := a.startSuccessor(ctx, resp)
+	if kept != nil {
+		a.next = kept.Index + 1
+	}
+	if err != nil {
+		if resp.GetError() == "" && kept == nil {
+			a.observed = resp // kept for the next attempt
+		}
+		return &serveResult{takeOverErr: err}
+	}
+	a.serveBy(p)
+	if kept == nil {
+		a.held = resp
+	}
+	return nil
+}
+
+// startSuccessor starts the child taking over (kept: see takeOver) and
+// sends it its Start.
+func (a *attempt) startSuccessor(ctx context.Context, resp *childv1.ModelResponse) (*process, *agentmeshv1.Step, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, nil, err
 	}
-	p, kept, err := s.startKeeping(ctx, task, attempt, resp, next, keep)
+	p, kept, err := a.startKeeping(ctx, resp, a.keepsEarly(resp))
 	if kept != nil {
-		rel.recorded(kept, verdict{})
+		a.rel.recorded(kept, verdict{})
 	}
 	if err != nil {
 		return nil, kept, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
 	_, w := p.frames()
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: rel.takeOver(start)}}); err != nil {
+	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: a.rel.takeOver(a.start)}}); err != nil {
 		p.cleanup()
 		return nil, kept, fmt.Errorf("start an agent process to take over from the released one: %w", err)
 	}
-	s.resumed.Add(1)
+	a.s.resumed.Add(1)
 	metrics.ChildrenTakenOver.Inc()
 	return p, kept, nil
 }

@@ -181,35 +181,3 @@ func TestFewWaitingChildrenAreKept(t *testing.T) {
 		t.Errorf("metrics: %v released, %v kept waiting; want 1 and 1", r, k)
 	}
 }
-
-func TestParseReleaseAbove(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int
-		bad  bool
-	}{
-		{"", 0, false}, {"0", -1, false}, {"64", 64, false}, {" 1 ", 1, false},
-		{"-1", 0, true}, {"many", 0, true}, {"1.5", 0, true},
-	} {
-		got, err := executor.ParseReleaseAbove(c.in)
-		if (err != nil) != c.bad || got != c.want {
-			t.Errorf("ParseReleaseAbove(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.bad)
-		}
-	}
-}
-
-func TestParseReleaseAfter(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-		bad  bool
-	}{
-		{"", 0, false}, {"0", -1, false}, {"500ms", 500 * time.Millisecond, false}, {" 3s ", 3 * time.Second, false},
-		{"5ms", 0, true}, {"-1s", 0, true}, {"soon", 0, true}, {"10", 0, true},
-	} {
-		got, err := executor.ParseReleaseAfter(c.in)
-		if (err != nil) != c.bad || got != c.want {
-			t.Errorf("ParseReleaseAfter(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.bad)
-		}
-	}
-}

@@ -38,19 +38,6 @@ const ReuseIdle = 30 * time.Second
 // readyWait bounds the wait for a child's Ready after its task.
 const readyWait = 2 * time.Second
 
-// ParseChildReuse parses AGENTMESH_CHILD_REUSE: "" or "off" (one child per
-// task), "agent" (a child may serve the next task of the same org and
-// agent).
-func ParseChildReuse(s string) (bool, error) {
-	switch strings.TrimSpace(s) {
-	case "", "off":
-		return false, nil
-	case "agent":
-		return true, nil
-	}
-	return false, fmt.Errorf("child reuse %q: want off or agent", s)
-}
-
 // reuseKey names the tasks that may share a child.
 type reuseKey string
 
@@ -153,7 +140,7 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 		return false // its task's context ended first: it is being killed
 	}
 	p.release, p.unlink = p.own, nil
-	p.stderr.reset()
+	p.stderr.Reset()
 	r.byKey[key] = append(r.byKey[key], parkedChild{p: p, since: time.Now()})
 	r.n.Add(1)
 	r.parked.Add(1)

@@ -9,7 +9,6 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/services/executor"
 )
 
 // With AGENTMESH_CHILD_REUSE=agent, the child of a completed task serves
@@ -82,17 +81,6 @@ func TestChildReusedForTheSameAgentOnly(t *testing.T) {
 	}
 	if st := ex.ReuseStats(); st.Hits != 1 {
 		t.Errorf("reuse %+v: another org's task got a parked child", st)
-	}
-}
-
-func TestParseChildReuse(t *testing.T) {
-	for in, want := range map[string]bool{"": false, "off": false, "agent": true, " agent ": true} {
-		if got, err := executor.ParseChildReuse(in); err != nil || got != want {
-			t.Errorf("ParseChildReuse(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	if _, err := executor.ParseChildReuse("org"); err == nil {
-		t.Error(`ParseChildReuse("org") accepted`)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
@@ -47,7 +47,7 @@ func sandboxService(t *testing.T, cfg sandbox.Config) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: testlog.New(t)}
 	s.spawner = testSpawner(t, exe)
 	return s
 }
@@ -57,14 +57,14 @@ func sandboxService(t *testing.T, cfg sandbox.Config) *Service {
 // path is the spawner's).
 func testSpawner(t testing.TB, exe string) *spawner.Client {
 	t.Helper()
-	mode, err := ParseSpawner(os.Getenv("AGENTMESH_SPAWNER"))
+	mode, err := parseSpawner(os.Getenv("AGENTMESH_SPAWNER"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mode == SpawnerDirect {
 		return nil
 	}
-	sp, err := spawner.Start(exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sp, err := spawner.Start(exe, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

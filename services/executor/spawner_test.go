@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -21,27 +19,14 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 )
 
-// gone reports whether pid has ended (no such process, or a zombie).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
-}
-
 func forkServerService(t *testing.T) *Service {
 	t.Helper()
-	if mode, _ := ParseSpawner(os.Getenv("AGENTMESH_SPAWNER")); mode == SpawnerDirect {
+	if mode, _ := parseSpawner(os.Getenv("AGENTMESH_SPAWNER")); mode == SpawnerDirect {
 		t.Skip("AGENTMESH_SPAWNER=direct: no spawner to kill")
 	}
 	s := sandboxService(t, sandbox.Config{})
@@ -97,7 +82,7 @@ func TestSpawnerKilledMidFlight(t *testing.T) {
 		t.Errorf("the running agent %s, want it to have died with the spawner", st)
 	}
 	poll.Until(t, 20*time.Second, func() error {
-		if !processGone(a.p.pid) {
+		if !processEnded(a.p.pid) {
 			return fmt.Errorf("agent %d still runs after its spawner was killed", a.p.pid)
 		}
 		return nil
@@ -162,7 +147,7 @@ func TestExecutorKilledTakesSpawnerAndChildren(t *testing.T) {
 		if pids[k] <= 0 {
 			t.Fatalf("the helper executor did not report its %s's pid (got %v)", k, pids)
 		}
-		if processGone(pids[k]) {
+		if processEnded(pids[k]) {
 			t.Fatalf("the %s (pid %d) is not running before the kill", k, pids[k])
 		}
 	}
@@ -173,7 +158,7 @@ func TestExecutorKilledTakesSpawnerAndChildren(t *testing.T) {
 	_ = cmd.Wait()
 	poll.Until(t, 20*time.Second, func() error {
 		for k, pid := range pids {
-			if !processGone(pid) {
+			if !processEnded(pid) {
 				return fmt.Errorf("the %s (pid %d) outlived the executor", k, pid)
 			}
 		}
@@ -307,7 +292,7 @@ func sandboxServiceB(b *testing.B) *Service {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{cfg: Config{ChildCommand: []string{exe}}, sb: sb, log: testlog.New(b)}
 	s.spawner = testSpawner(b, exe)
 	return s
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentmesh/agentmesh/pkg/backoff"
 )
 
 // The warm pool (Config.WarmPool, AGENTMESH_WARM_POOL): agent children
@@ -30,48 +31,8 @@ import (
 // never exceed Capacity, so the pool adds no process beyond what a full
 // executor holds anyway.
 
-// DefaultWarmPoolMax caps the default pool size (Capacity, at most this):
-// an idle executor holds that many idle children.
-const DefaultWarmPoolMax = 64
-
 // warmRefillers is how many spawns the pool runs at once when refilling.
 const warmRefillers = 2
-
-// ParseWarmPool parses AGENTMESH_WARM_POOL: "" is the default (Capacity, at
-// most DefaultWarmPoolMax), "0" turns the pool off, N keeps up to N idle
-// warm children. It returns Config.WarmPool's value (0 default, -1 off).
-func ParseWarmPool(s string) (int, error) {
-	return parseCount(s, "warm pool %q: want a number of children ≥ 0 (0 = off)")
-}
-
-// parseCount parses a count setting whose zero value means the default:
-// "" is 0 (the default), "0" is -1, N ≥ 1 is N. bad formats the error
-// (%q: s).
-func parseCount(s, bad string) (int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf(bad, s)
-	}
-	if n == 0 {
-		return -1, nil
-	}
-	return n, nil
-}
-
-// warmSize is the pool size cfg asks for (0: off).
-func warmSize(cfg Config) int {
-	switch {
-	case cfg.WarmPool < 0:
-		return 0
-	case cfg.WarmPool == 0:
-		return min(cfg.Capacity, DefaultWarmPoolMax)
-	}
-	return min(cfg.WarmPool, cfg.Capacity)
-}
 
 // WarmStats counts what the warm pool did.
 type WarmStats struct {
@@ -167,7 +128,7 @@ func (w *warmPool) refill() {
 				w.failed.Add(1)
 				if w.ctx.Err() == nil {
 					w.s.log.Warn("warm pool: could not start a warm agent process; tasks spawn their own meanwhile", "err", err)
-					sleep(w.ctx, time.Second)
+					backoff.Sleep(w.ctx, time.Second)
 					w.wake() // try again
 				}
 				break
@@ -266,22 +227,6 @@ func (s *Service) WarmStats() WarmStats {
 		return WarmStats{}
 	}
 	return w.stats()
-}
-
-// startChild gives the task an agent child: a warm one when the pool has
-// one (its kill linked to ctx), else a fresh spawn. Either has every wall
-// in force and has read nothing yet.
-func (s *Service) startChild(ctx context.Context, taskID string) (*process, error) {
-	s.mu.Lock()
-	w := s.warm
-	s.mu.Unlock()
-	if w != nil {
-		if p := w.take(); p != nil {
-			p.claim(ctx)
-			return p, nil
-		}
-	}
-	return s.spawn(ctx, taskID)
 }
 
 // claim makes ctx's end kill the warm child p, as a spawn under ctx would.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 )
@@ -56,7 +57,7 @@ func takeChild(t *testing.T, ctx context.Context, s *Service, name string) *proc
 	}
 	waitWarmConfined(t, s.warm)
 	hits := s.warm.hits.Load()
-	p, err := s.startChild(ctx, name)
+	p, err := s.startChildFor(ctx, &agentmeshv1.Task{Id: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestWarmChildKilledWithItsTask(t *testing.T) {
 	w := attachWarmPool(t, s)
 	waitWarmConfined(t, w)
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := s.startChild(ctx, "killed")
+	p, err := s.startChildFor(ctx, &agentmeshv1.Task{Id: "killed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,24 +246,6 @@ func TestWarmPoolOff(t *testing.T) {
 	}
 	if st := a.finish(); st != "exited with status 0" {
 		t.Errorf("the child %s", st)
-	}
-}
-
-func TestParseWarmPool(t *testing.T) {
-	for in, want := range map[string]int{"": 0, "0": -1, " 3 ": 3, "64": 64} {
-		if got, err := ParseWarmPool(in); err != nil || got != want {
-			t.Errorf("ParseWarmPool(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"-1", "x", "1.5"} {
-		if _, err := ParseWarmPool(in); err == nil {
-			t.Errorf("ParseWarmPool(%q) accepted", in)
-		}
-	}
-	for _, c := range []struct{ capacity, pool, want int }{{32, 0, 32}, {1000, 0, DefaultWarmPoolMax}, {8, 20, 8}, {8, 3, 3}, {8, -1, 0}} {
-		if got := warmSize(Config{Capacity: c.capacity, WarmPool: c.pool}); got != c.want {
-			t.Errorf("warmSize(capacity %d, pool %d) = %d, want %d", c.capacity, c.pool, got, c.want)
-		}
 	}
 }
 
@@ -452,7 +435,7 @@ func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 			t.Errorf("idle warm child %d: %s, want the background weight (cpu.shares=2 or cpu.weight=1)", p.pid, got)
 		}
 	}
-	p, err := s.startChild(context.Background(), "claimed")
+	p, err := s.startChildFor(context.Background(), &agentmeshv1.Task{Id: "claimed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +447,7 @@ func TestWarmChildInTheBackgroundUntilClaimed(t *testing.T) {
 		t.Errorf("claimed warm child %d: %s, want the default weight (cpu.shares=1024 or cpu.weight=100)", p.pid, got)
 	}
 	// Its task's answer recorded, the child exits in the background
-	// (runTaskIn's teardown).
+	// (the attempt's teardown, attempt.end).
 	p.background()
 	if got := cpuWeight(t, p); got != "cpu.shares=2" && got != "cpu.weight=1" {
 		t.Errorf("child %d after its answer: %s, want the background weight", p.pid, got)

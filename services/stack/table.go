@@ -7,6 +7,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
 	"github.com/agentmesh/agentmesh/services/scheduler"
@@ -25,8 +26,7 @@ type Service struct {
 	// Needs is what it needs besides its own bus connection.
 	Needs Needs
 	// ReadConfig reads its Config from its AGENTMESH_* variables into its
-	// field of cfg (with its defaults). The executor's is nil: the binary
-	// (services/app) still reads it, until executor.ConfigFromEnv.
+	// field of cfg (with its defaults).
 	ReadConfig func(get envconf.Getter, cfg *Config) error
 	// build builds it on nc (ready when it returns) and returns its Run.
 	build func(s *Stack, ctx context.Context, nc *nats.Conn) (func(context.Context) error, error)
@@ -52,9 +52,8 @@ func Services() []Service {
 			ReadConfig: read(registry.ConfigFromEnv, func(c *Config) *registry.Config { return &c.Registry })},
 		{Name: subjects.ServiceScheduler, build: (*Stack).buildScheduler,
 			ReadConfig: read(scheduler.ConfigFromEnv, func(c *Config) *scheduler.Config { return &c.Scheduler })},
-		// The executor's ReadConfig comes with executor.ConfigFromEnv
-		// (read(executor.ConfigFromEnv, …)); services/app reads it meanwhile.
-		{Name: subjects.ServiceExecutor, Needs: Needs{Model: true}, build: (*Stack).buildExecutor},
+		{Name: subjects.ServiceExecutor, Needs: Needs{Model: true}, build: (*Stack).buildExecutor,
+			ReadConfig: read(executor.ConfigFromEnv, func(c *Config) *executor.Config { return &c.Executor })},
 		{Name: subjects.ServiceRouter, build: (*Stack).buildRouter,
 			ReadConfig: read(router.ConfigFromEnv, func(c *Config) *router.Config { return &c.Router })},
 	}
@@ -94,9 +93,6 @@ func ConfigFromEnv(get envconf.Getter, names ...string) (Config, error) {
 		return Config{}, err
 	}
 	for _, row := range rows {
-		if row.ReadConfig == nil {
-			continue
-		}
 		if err := row.ReadConfig(get, &c); err != nil {
 			return Config{}, err
 		}

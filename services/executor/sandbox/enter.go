@@ -241,13 +241,6 @@ func takeParams() (string, bool) {
 	return v, ok
 }
 
-// Sandboxed reports whether the executor asked this process to confine
-// itself (it carries the sandbox parameters); true before Enter, too.
-func Sandboxed() bool {
-	_, ok := findParams()
-	return ok || Current() != nil
-}
-
 func setRlimits(p params) error {
 	limits := []struct {
 		res int

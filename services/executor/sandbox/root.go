@@ -71,7 +71,17 @@ func buildRoot(p *params) error {
 	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m,nr_inodes=4096"); err != nil {
 		return fmt.Errorf("mount the root tmpfs on %s: %w", r, err)
 	}
-	// The task disk: workspace, /tmp and /dev/shm share one size limit.
+	for _, step := range []func(r string, p *params) error{mountDisk, bindSystem, mountDev, bindToolCgroups} {
+		if err := step(r, p); err != nil {
+			return err
+		}
+	}
+	return pivot(r)
+}
+
+// mountDisk mounts the task disk: workspace, /tmp and /dev/shm share one
+// tmpfs of p.Disk bytes.
+func mountDisk(r string, p *params) error {
 	disk := filepath.Join(r, ".disk")
 	if err := os.Mkdir(disk, 0o700); err != nil {
 		return err
@@ -104,7 +114,12 @@ func buildRoot(p *params) error {
 		return fmt.Errorf("unmount the task disk's staging point: %w", err)
 	}
 	_ = os.Remove(disk)
+	return nil
+}
 
+// bindSystem binds the host's system paths, /etc and the extra read-only
+// paths.
+func bindSystem(r string, p *params) error {
 	for _, path := range rootSystemPaths {
 		if err := bindHost(r, path, true); err != nil {
 			return err
@@ -121,7 +136,12 @@ func buildRoot(p *params) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// mountDev makes /dev (the harmless devices and the fd links) and a fresh
+// /proc of the task's PID namespace.
+func mountDev(r string, _ *params) error {
 	dev := filepath.Join(r, "dev")
 	if err := os.MkdirAll(dev, 0o755); err != nil {
 		return err
@@ -143,8 +163,12 @@ func buildRoot(p *params) error {
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount a fresh /proc in the PID namespace: %w (a /proc partly hidden by other mounts, as in some containers, forbids it)", err)
 	}
+	return nil
+}
 
-	// The tools' cgroup files, at fixed paths.
+// bindToolCgroups binds the tools' cgroup files at fixed paths and
+// rewrites p's paths to where the sandbox sees them.
+func bindToolCgroups(r string, p *params) error {
 	meta := filepath.Join(r, sandboxMeta)
 	if err := os.Mkdir(meta, 0o755); err != nil {
 		return err
@@ -163,9 +187,13 @@ func buildRoot(p *params) error {
 		}
 		p.ToolOOM = at
 	}
+	return nil
+}
 
-	// pivot_root(".", "."): the old root ends up stacked on the new one
-	// and is then detached, with every host mount under it.
+// pivot makes r the root: pivot_root(".", "."), the old root ends up
+// stacked on the new one and is then detached, with every host mount
+// under it; the root is made read-only and the workspace entered.
+func pivot(r string) error {
 	if err := unix.Chdir(r); err != nil {
 		return err
 	}

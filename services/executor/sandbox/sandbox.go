@@ -301,58 +301,14 @@ func New(cfg Config) (*Sandbox, error) {
 		return s, nil
 	}
 	MarkInheritedCloseOnExec()
-	var fatal, missing, short []string
-	var subErr error
-	if s.root {
-		s.uids = newUIDPool(cfg.UIDs)
-	} else {
-		s.uid, s.gid = os.Geteuid(), os.Getegid()
-		if sub, err := findSubordinate(); err != nil {
-			subErr = err
-		} else {
-			s.sub, s.uids, s.caps = sub, sub.pool(), AmbientCaps()
-		}
-	}
-	if err := userNamespacesEnabled(); err != nil {
-		fatal = append(fatal, err.Error())
-	}
-	if abi, err := landlockABI(); err != nil {
-		missing, short = append(missing, err.Error()), append(short, "no Landlock")
-	} else {
-		s.abi = abi
-	}
-	if _, err := seccompProgram(); err != nil {
-		missing, short = append(missing, err.Error()), append(short, "no seccomp filter")
-	} else {
-		s.seccomp = true
-	}
-	if err := s.findCgroups(); err != nil {
-		missing, short = append(missing, err.Error()), append(short, "no cgroup limits — run under a delegated cgroup")
-	} else {
-		s.cgroups = true
-	}
+	var w walls
+	subErr := s.findIDs()
+	s.probe(&w)
 	Sweep(cfg)
-	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox: create the workspace root: %w", err)
+	if err := s.prepareRoot(&w); err != nil {
+		return nil, err
 	}
-	if err := os.Chmod(s.wsRoot, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
-	}
-	if err := buildEtc(filepath.Join(s.wsRoot, "etc")); err != nil {
-		fatal = append(fatal, err.Error())
-	} else {
-		s.etc = filepath.Join(s.wsRoot, "etc")
-	}
-	if s.root {
-		// The tasks' uids must be able to reach their staging directories.
-		for d := filepath.Dir(s.wsRoot); d != "/" && d != "."; d = filepath.Dir(d) {
-			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-				fatal = append(fatal, fmt.Sprintf("workspace root %s: the tasks' uids cannot reach it (%s is mode %v: it needs o+x)", cfg.WorkspaceRoot, d, st.Mode().Perm()))
-				break
-			}
-		}
-	}
-	if len(fatal) == 0 {
+	if len(w.fatal) == 0 {
 		err := s.selfTest()
 		if err != nil && s.sub != nil {
 			// Subordinate ids listed but not usable (helpers not setuid,
@@ -362,31 +318,119 @@ func New(cfg Config) (*Sandbox, error) {
 			err = s.selfTest()
 		}
 		if err != nil {
-			fatal = append(fatal, err.Error())
+			w.fatal = append(w.fatal, err.Error())
 		}
 	}
 	if !s.root && s.sub == nil {
-		missing = append([]string{fmt.Sprintf("a host uid per task: the executor is not root and cannot map tasks to subordinate ids (%v), so every task's sandbox is mapped to its uid %d; the fresh root still keeps the tasks' workspaces apart — run the executor as root, or give its user a subordinate range", subErr, s.uid)}, missing...)
-		short = append([]string{"one uid for all tasks — add a /etc/subuid range and install uidmap"}, short...)
+		w.missing = append([]string{fmt.Sprintf("a host uid per task: the executor is not root and cannot map tasks to subordinate ids (%v), so every task's sandbox is mapped to its uid %d; the fresh root still keeps the tasks' workspaces apart — run the executor as root, or give its user a subordinate range", subErr, s.uid)}, w.missing...)
+		w.short = append([]string{"one uid for all tasks — add a /etc/subuid range and install uidmap"}, w.short...)
 	}
-	if len(fatal) > 0 || (cfg.Level == Strict && len(missing) > 0) {
-		all := append(fatal, missing...)
+	if len(w.fatal) > 0 || (cfg.Level == Strict && len(w.missing) > 0) {
+		all := append(w.fatal, w.missing...)
 		hint := "set the isolation level to best-effort to run with what this host allows (named on every task), or to none to run unsandboxed, for development only"
-		if len(fatal) > 0 {
+		if len(w.fatal) > 0 {
 			hint = "set the isolation level to none to run unsandboxed, for development only"
 		}
 		return nil, fmt.Errorf("sandbox: %w: %s isolation needs: %s (%s)", ErrUnavailable, cfg.Level, strings.Join(all, "; "), hint)
 	}
-	s.missing = missing
+	s.settle(w)
+	return s, nil
+}
+
+// walls are what New found of the sandbox's walls: fatal, what no level
+// but none can do without; missing, the walls this host or user lacks
+// (best-effort runs without them, named), and their short names for the
+// label.
+type walls struct {
+	fatal, missing, short []string
+}
+
+// findIDs finds the host ids the tasks are mapped to: a pool of uids as
+// root, else the executor's user's subordinate ids (the error says why
+// there are none).
+func (s *Sandbox) findIDs() error {
+	if s.root {
+		s.uids = newUIDPool(s.cfg.UIDs)
+		return nil
+	}
+	s.uid, s.gid = os.Geteuid(), os.Getegid()
+	sub, err := findSubordinate()
+	if err != nil {
+		return err
+	}
+	s.sub, s.uids, s.caps = sub, sub.pool(), AmbientCaps()
+	return nil
+}
+
+// probe checks the kernel's walls: user namespaces, Landlock, seccomp and
+// the cgroup controllers.
+func (s *Sandbox) probe(w *walls) {
+	if err := userNamespacesEnabled(); err != nil {
+		w.fatal = append(w.fatal, err.Error())
+	}
+	if abi, err := landlockABI(); err != nil {
+		w.missing, w.short = append(w.missing, err.Error()), append(w.short, "no Landlock")
+	} else {
+		s.abi = abi
+	}
+	if _, err := seccompProgram(); err != nil {
+		w.missing, w.short = append(w.missing, err.Error()), append(w.short, "no seccomp filter")
+	} else {
+		s.seccomp = true
+	}
+	if err := s.findCgroups(); err != nil {
+		w.missing, w.short = append(w.missing, err.Error()), append(w.short, "no cgroup limits — run under a delegated cgroup")
+	} else {
+		s.cgroups = true
+	}
+}
+
+// prepareRoot creates the workspace root and the /etc snapshot, and
+// checks that the tasks' uids can reach it.
+func (s *Sandbox) prepareRoot(w *walls) error {
+	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
+		return fmt.Errorf("sandbox: create the workspace root: %w", err)
+	}
+	if err := os.Chmod(s.wsRoot, 0o711); err != nil {
+		return fmt.Errorf("sandbox: workspace root: %w", err)
+	}
+	if err := buildEtc(filepath.Join(s.wsRoot, "etc")); err != nil {
+		w.fatal = append(w.fatal, err.Error())
+	} else {
+		s.etc = filepath.Join(s.wsRoot, "etc")
+	}
+	if s.root {
+		// The tasks' uids must be able to reach their staging directories.
+		for d := filepath.Dir(s.wsRoot); d != "/" && d != "."; d = filepath.Dir(d) {
+			if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+				w.fatal = append(w.fatal, fmt.Sprintf("workspace root %s: the tasks' uids cannot reach it (%s is mode %v: it needs o+x)", s.cfg.WorkspaceRoot, d, st.Mode().Perm()))
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// settle records the isolation the walls give, its label and the report
+// New's caller logs.
+func (s *Sandbox) settle(w walls) {
+	s.missing = w.missing
 	s.isolation = IsolationStrict
 	s.label = IsolationStrict
-	if len(missing) > 0 {
+	if len(w.missing) > 0 {
 		s.isolation = IsolationReduced
+		short := w.short
 		if s.sub != nil {
 			short = append([]string{"a subordinate uid per task"}, short...)
 		}
 		s.label = IsolationReduced + ": " + strings.Join(short, "; ")
 	}
+	s.report = s.describe()
+}
+
+// describe says what the sandbox's walls are.
+func (s *Sandbox) describe() string {
+	cfg := s.cfg
 	var b strings.Builder
 	fmt.Fprintf(&b, "isolation %s: user/pid/mount/net/ipc/uts namespaces, fresh root (system paths read-only; workspace, /tmp and /dev/shm on a %s tmpfs), no inherited descriptors, new session keyring, no controlling terminal", s.isolation, mib(cfg.Disk))
 	if s.root {
@@ -414,11 +458,10 @@ func New(cfg Config) (*Sandbox, error) {
 			s.mem, mib(cfg.Memory), mib(cfg.ToolMemory), s.pids, cfg.Pids, s.cpu, cfg.CPU, cfg.CPUShares)
 	}
 	fmt.Fprintf(&b, ", rlimits core=0 nofile=%d fsize=%s", cfg.NoFile, mib(int64(cfg.FileSize)))
-	if len(missing) > 0 {
-		fmt.Fprintf(&b, "; MISSING: %s", strings.Join(missing, "; "))
+	if len(s.missing) > 0 {
+		fmt.Fprintf(&b, "; MISSING: %s", strings.Join(s.missing, "; "))
 	}
-	s.report = b.String()
-	return s, nil
+	return b.String()
 }
 
 // findCgroups locates the memory, pids and CPU controllers and prepares
@@ -560,8 +603,21 @@ func (t *Task) setup() error {
 		return nil
 	}
 	sameV2 := s.mem.v2 && s.pids.v2 && s.mem.base == s.pids.base
-	// Memory: <base>/<task> (the whole task), the agent in it (v1) or in
-	// <task>/agent (v2: no processes in inner cgroups), tools in <task>/tools.
+	if err := t.setupMemory(sameV2); err != nil {
+		return err
+	}
+	if err := t.setupPids(sameV2); err != nil {
+		return err
+	}
+	return t.setupCPU()
+}
+
+// setupMemory makes the task's memory cgroups: <base>/<task> (the whole
+// task), the agent in it (v1) or in <task>/agent (v2: no processes in
+// inner cgroups), tools in <task>/tools. With sameV2 the pids controller
+// shares them.
+func (t *Task) setupMemory(sameV2 bool) error {
+	s := t.sb
 	t.memDir = filepath.Join(s.mem.base, t.name)
 	if err := t.mkCgroup(t.memDir); err != nil {
 		return fmt.Errorf("sandbox: create cgroup: %w", err)
@@ -603,8 +659,15 @@ func (t *Task) setup() error {
 			return err
 		}
 	}
-	// Pids: the task's limit, and a smaller one for the tools' programs, so
-	// that a fork bomb leaves the agent process room for its threads.
+	return nil
+}
+
+// setupPids makes the task's pids cgroups: the task's limit, and a
+// smaller one for the tools' programs, so that a fork bomb leaves the
+// agent process room for its threads. With sameV2 they are the memory
+// cgroups.
+func (t *Task) setupPids(sameV2 bool) error {
+	s := t.sb
 	if sameV2 {
 		t.pidsDir, t.agentPid, t.toolsPid = t.memDir, t.agentMem, t.toolsMem
 	} else {
@@ -633,13 +696,15 @@ func (t *Task) setup() error {
 	if err := writeFile(t.toolsPid, "pids.max", strconv.Itoa(s.cfg.toolPids())); err != nil {
 		return err
 	}
-	if err := writeFile(t.pidsDir, "pids.max", strconv.Itoa(s.cfg.Pids)); err != nil {
-		return err
-	}
-	// CPU: one share for the whole task. In the unified hierarchy a
-	// process is in one cgroup only: the limit goes on the task's v2
-	// cgroup (whose subtree holds the agent and the tools) when there is
-	// one; otherwise the task gets a cpu cgroup of its own.
+	return writeFile(t.pidsDir, "pids.max", strconv.Itoa(s.cfg.Pids))
+}
+
+// setupCPU gives the whole task one CPU share. In the unified hierarchy a
+// process is in one cgroup only: the limit goes on the task's v2 cgroup
+// (whose subtree holds the agent and the tools) when there is one;
+// otherwise the task gets a cpu cgroup of its own.
+func (t *Task) setupCPU() error {
+	s := t.sb
 	switch {
 	case s.cpu.v2 && s.mem.v2 && s.cpu.base == s.mem.base:
 		t.cpuDir, t.agentCPU = t.memDir, t.agentMem
@@ -766,40 +831,11 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 		return cmd, nil
 	}
-	p := params{
-		Stage:      t.dir,
-		Etc:        t.sb.etcFor(),
-		Disk:       cfg.Disk,
-		Landlock:   t.sb.abi > 0,
-		Scope:      landlockScope(t.sb.abi),
-		Seccomp:    t.sb.seccomp,
-		ReadOnly:   cfg.ReadOnlyPaths,
-		NoFile:     cfg.NoFile,
-		FileSize:   cfg.FileSize,
-		ToolMemory: cfg.ToolMemory,
-		V2:         t.sb.mem.v2,
-		Pids:       cfg.Pids,
-	}
-	if t.toolsMem != "" {
-		p.ToolProcs, p.ToolOOM = t.toolProcs(), oomKillFile(t.toolsMem, t.sb.mem.v2)
-	}
+	p := t.params()
 	if t.sb.root && t.uid != 0 {
-		// The sandbox's root (a host uid of its own) may not reach the
-		// binary (a 0700 build directory): exec it through an fd the
-		// executor opened; Enter closes it.
-		path, err := exec.LookPath(argv[0])
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
+		if err := t.execByFD(cmd, argv[0], &p); err != nil {
+			return nil, err
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: open %s: %w", path, err)
-		}
-		t.exe = f
-		cmd.Path = "/proc/self/fd/3"
-		cmd.Err = nil
-		cmd.ExtraFiles = []*os.File{f}
-		p.ExeFD = 3
 	}
 	if t.sub {
 		// Subordinate ids: the helpers map them after the start (Start,
@@ -819,7 +855,58 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 	}
 	cmd.Env = append(cmd.Env, "PATH="+cfg.Path)
 	cmd.Args = append(cmd.Args, ArgParams+string(b))
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	cmd.SysProcAttr = t.namespaces()
+	return cmd, nil
+}
+
+// params are the sandbox parameters Enter reads in the child.
+func (t *Task) params() params {
+	cfg := t.sb.cfg
+	p := params{
+		Stage:      t.dir,
+		Etc:        t.sb.etcFor(),
+		Disk:       cfg.Disk,
+		Landlock:   t.sb.abi > 0,
+		Scope:      landlockScope(t.sb.abi),
+		Seccomp:    t.sb.seccomp,
+		ReadOnly:   cfg.ReadOnlyPaths,
+		NoFile:     cfg.NoFile,
+		FileSize:   cfg.FileSize,
+		ToolMemory: cfg.ToolMemory,
+		V2:         t.sb.mem.v2,
+		Pids:       cfg.Pids,
+	}
+	if t.toolsMem != "" {
+		p.ToolProcs, p.ToolOOM = t.toolProcs(), oomKillFile(t.toolsMem, t.sb.mem.v2)
+	}
+	return p
+}
+
+// execByFD makes cmd exec the binary through an fd the executor opened:
+// the sandbox's root (a host uid of its own) may not reach the binary (a
+// 0700 build directory). Enter closes it.
+func (t *Task) execByFD(cmd *exec.Cmd, name string, p *params) error {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sandbox: open %s: %w", path, err)
+	}
+	t.exe = f
+	cmd.Path = "/proc/self/fd/3"
+	cmd.Err = nil
+	cmd.ExtraFiles = []*os.File{f}
+	p.ExeFD = 3
+	return nil
+}
+
+// namespaces is how the child starts: in new namespaces, mapped to the
+// task's host ids (or, with subordinate ids, mapped by the helpers once it
+// runs), in a session of its own, killed when the executor dies.
+func (t *Task) namespaces() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
 			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: t.uid, Size: 1}},
@@ -840,11 +927,10 @@ func (t *Task) Command(ctx context.Context, argv []string, env []string) (*exec.
 		// the helpers write the subordinate ones once it runs), so no
 		// credential to switch to; the capabilities of its namespace are
 		// kept across exec as ambient ones, until Enter drops them.
-		a := cmd.SysProcAttr
 		a.UidMappings, a.GidMappings, a.GidMappingsEnableSetgroups, a.Credential = nil, nil, false, nil
 		a.AmbientCaps = t.sb.caps
 	}
-	return cmd, nil
+	return a
 }
 
 // closeSync closes what is left of the sync pipe.
@@ -1184,31 +1270,6 @@ func userNamespacesEnabled() error {
 		return errors.New("user namespaces: not supported by this kernel (no /proc/self/ns/user)")
 	}
 	return nil
-}
-
-// ParseSize parses a byte count: a number with an optional unit (K, M, G,
-// KiB, MiB, GiB, KB, MB, GB; all binary multiples), e.g. "512MiB".
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	num := strings.TrimRightFunc(t, func(r rune) bool { return r < '0' || r > '9' })
-	unit := strings.ToUpper(strings.TrimSpace(t[len(num):]))
-	mult := int64(1)
-	switch strings.TrimSuffix(strings.TrimSuffix(unit, "IB"), "B") {
-	case "":
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q (want K, M or G)", s, unit)
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit, e.g. 512MiB", s)
-	}
-	return n * mult, nil
 }
 
 // KillGroup sends SIGKILL to cmd's process group (a process started with

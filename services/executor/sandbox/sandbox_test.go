@@ -653,19 +653,6 @@ func BenchmarkSpawn(b *testing.B) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "4096": 4096, "512MiB": 512 << 20, "1G": 1 << 30, "64k": 64 << 10, "2 GB": 2 << 30} {
-		if got, err := sandbox.ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "MiB", "12X", "-1", "1.5G"} {
-		if _, err := sandbox.ParseSize(in); err == nil {
-			t.Errorf("ParseSize(%q) did not fail", in)
-		}
-	}
-}
-
 // An executor killed with a task running leaves no process behind (the
 // agent dies with it: Pdeathsig, and its PID namespace with it), and the
 // next executor of the node sweeps the cgroups and the staging directory

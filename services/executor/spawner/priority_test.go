@@ -1,8 +1,6 @@
 package spawner
 
 import (
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,7 +67,7 @@ func TestSpawnerAndChildrenRunAtNice(t *testing.T) {
 		t.Skipf("the test runs at nice %d already", ownNice)
 	}
 	want := min(ownNice+7, MaxNice)
-	c, err := StartWith(exe, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Nice: 7})
+	c, err := StartWith(exe, testlog.New(t), Options{Nice: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +97,7 @@ func TestStartWithRefusesBadNice(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []int{-1, MaxNice + 1} {
-		if c, err := StartWith(exe, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Nice: n}); err == nil {
+		if c, err := StartWith(exe, testlog.New(t), Options{Nice: n}); err == nil {
 			c.Close()
 			t.Errorf("nice %d accepted", n)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/poll"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
 )
 
 func startClient(t *testing.T) *Client {
@@ -23,7 +23,7 @@ func startClient(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Start(exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := Start(exe, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

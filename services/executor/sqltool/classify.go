@@ -190,7 +190,9 @@ func Classify(query string) Verdict {
 }
 
 // classifyStmt judges one statement's significant tokens (no spaces,
-// comments or semicolons).
+// comments or semicolons). It is a decision table over the statement's
+// leading words, a few lines over the house's ~80: kept whole so every
+// rule is read beside the others.
 func classifyStmt(ts []token) Verdict {
 	for len(ts) > 0 && ts[0].kind == tokOpen {
 		ts = ts[1:]

@@ -60,6 +60,10 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // comments, line comments (which "--" starts anywhere, even inside an
 // operator), parameters and semicolons. It never fails: an unterminated
 // construct runs to the end of the input and is marked.
+//
+// It is one loop over the input with a case per construct, longer than
+// the house's ~80 lines: a scanner reads best as one piece, each case
+// beside the others it must not overlap.
 func lex(src string) []token {
 	var toks []token
 	i := 0

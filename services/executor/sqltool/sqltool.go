@@ -187,14 +187,6 @@ func New(ctx context.Context, cfg Config) (*Tool, error) {
 	return t, nil
 }
 
-// Ping checks that the database answers (for start-up reports).
-func (t *Tool) Ping(ctx context.Context) error {
-	if t.pool == nil {
-		return ErrNotConfigured
-	}
-	return t.pool.Ping(ctx)
-}
-
 // Close closes the pool.
 func (t *Tool) Close() {
 	if t.pool != nil {
@@ -346,7 +338,7 @@ func (t *Tool) Query(ctx context.Context, a Args, approved bool) (*Result, error
 		return nil, fmt.Errorf("sql_query: set statement_timeout: %w", err)
 	}
 
-	res, err := t.query(ctx, tx, a.Query, params, maxRows, readWrite)
+	res, err := t.query(ctx, tx, stmt{q: a.Query, params: params, maxRows: maxRows, readWrite: readWrite})
 	if err != nil {
 		return nil, t.queryError(err, stalled())
 	}
@@ -360,10 +352,20 @@ func (t *Tool) Query(ctx context.Context, a Args, approved bool) (*Result, error
 	return res, nil
 }
 
-func (t *Tool) query(ctx context.Context, tx pgx.Tx, q string, params []any, maxRows int, readWrite bool) (*Result, error) {
+// stmt is one statement a call runs: its text and parameters, the rows it
+// may return, and whether it may write.
+type stmt struct {
+	q         string
+	params    []any
+	maxRows   int
+	readWrite bool
+}
+
+func (t *Tool) query(ctx context.Context, tx pgx.Tx, st stmt) (*Result, error) {
+	q, maxRows, readWrite := st.q, st.maxRows, st.readWrite
 	qctx, qcancel := context.WithCancel(ctx)
 	defer qcancel()
-	args := append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, params...)
+	args := append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, st.params...)
 	rows, err := tx.Query(qctx, q, args...)
 	if err != nil {
 		return nil, err

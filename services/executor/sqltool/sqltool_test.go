@@ -359,7 +359,7 @@ func TestServerRunsOneStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	_, err = tool.query(ctx, tx, "SELECT 1; DELETE FROM items", nil, 10, true)
+	_, err = tool.query(ctx, tx, stmt{q: "SELECT 1; DELETE FROM items", maxRows: 10, readWrite: true})
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "42601" {
 		t.Errorf("got %v, want SQLSTATE 42601 (multiple commands)", err)

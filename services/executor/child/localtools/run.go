@@ -123,7 +123,7 @@ func runCode(ctx context.Context, env tools.Env, raw json.RawMessage) (string, e
 	if err != nil {
 		return "", fmt.Errorf("code_run: write the program: %w", err)
 	}
-	return runProgram(ctx, "code_run", ws, append(argv, f.Name()), a.Stdin, a.Timeout)
+	return runProgram(ctx, program{tool: "code_run", ws: ws, argv: append(argv, f.Name()), stdin: a.Stdin, timeoutSec: a.Timeout})
 }
 
 type shellArgs struct {
@@ -141,7 +141,7 @@ func runShell(ctx context.Context, env tools.Env, raw json.RawMessage) (string, 
 	if err != nil {
 		return "", fmt.Errorf("shell: %w", err)
 	}
-	return runProgram(ctx, "shell", ws, []string{"/bin/sh", "-c", a.Command}, a.Stdin, a.Timeout)
+	return runProgram(ctx, program{tool: "shell", ws: ws, argv: []string{"/bin/sh", "-c", a.Command}, stdin: a.Stdin, timeoutSec: a.Timeout})
 }
 
 // wrapper is the shell that starts every program: it sets RLIMIT_CPU, moves
@@ -155,51 +155,32 @@ done
 unset IFS AGENTMESH_CPU_SECONDS AGENTMESH_CGROUP_PROCS
 exec "$@"`
 
-// runProgram runs argv in ws under the limits and formats the result.
-func runProgram(ctx context.Context, tool, ws string, argv []string, stdin string, timeoutSec int) (string, error) {
+// program is one program a local tool runs: the tool's name, the
+// workspace, argv, its stdin and its wall-time limit in seconds (0:
+// DefaultTimeout).
+type program struct {
+	tool, ws   string
+	argv       []string
+	stdin      string
+	timeoutSec int
+}
+
+// runProgram runs p under the limits and formats the result.
+func runProgram(ctx context.Context, p program) (string, error) {
 	timeout := DefaultTimeout
-	if timeoutSec > 0 {
-		timeout = min(time.Duration(timeoutSec)*time.Second, MaxTimeout)
+	if p.timeoutSec > 0 {
+		timeout = min(time.Duration(p.timeoutSec)*time.Second, MaxTimeout)
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
 		timeout = max(time.Until(dl), time.Second)
 	}
-	cpu := int(timeout.Seconds())
-	if cpu < 1 {
-		cpu = 1
-	}
-	conf := sandbox.Current()
-	var procs []string
-	if conf != nil {
-		procs = conf.ToolProcs
-	}
+	r := ran{timeout: timeout, cpu: max(int(timeout.Seconds()), 1), conf: sandbox.Current()}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(rctx, "/bin/sh", append([]string{"-c", wrapper, "sh"}, argv...)...)
-	cmd.Dir = ws
-	lang := os.Getenv("LANG")
-	if lang == "" {
-		lang = "C.UTF-8"
-	}
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + ws, "TMPDIR=" + ws, "LANG=" + lang,
-		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "NO_COLOR=1",
-		"AGENTMESH_CPU_SECONDS=" + strconv.Itoa(cpu), "AGENTMESH_CGROUP_PROCS=" + strings.Join(procs, ":"),
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
-	cmd.WaitDelay = 2 * time.Second
-	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
+	cmd := p.command(rctx, &r)
 
 	sandbox.Reap() // orphans of earlier calls count against the pids limit
-	oomBefore := int64(-1)
-	if conf != nil {
-		oomBefore = conf.ToolOOMKills()
-	}
+	oomBefore := oomKills(r.conf)
 	began := time.Now()
 	err := sandbox.StartCmd(cmd)
 	if err == nil {
@@ -208,38 +189,91 @@ func runProgram(ctx context.Context, tool, ws string, argv []string, stdin strin
 		// Whatever the program left behind in its group goes too.
 		_ = sandbox.KillGroup(cmd)
 	}
-	took := time.Since(began)
-	oomAfter := int64(-1)
-	if conf != nil {
-		oomAfter = conf.ToolOOMKills()
+	r.took, r.err = time.Since(began), err
+	r.oom = oomBefore >= 0 && oomKills(r.conf) > oomBefore
+	r.timedOut = errors.Is(rctx.Err(), context.DeadlineExceeded)
+	if r.st = cmd.ProcessState; r.st == nil {
+		return "", fmt.Errorf("%s: could not start %s: %w", p.tool, p.argv[0], err)
 	}
+	return p.result(ctx, &r)
+}
 
-	st := cmd.ProcessState
-	if st == nil {
-		return "", fmt.Errorf("%s: could not start %s: %w", tool, argv[0], err)
+// ran is how a program ran: its limits, how it ended, what it wrote.
+type ran struct {
+	timeout        time.Duration
+	cpu            int                  // seconds
+	conf           *sandbox.Confinement // nil: not sandboxed
+	took           time.Duration
+	err            error
+	st             *os.ProcessState
+	oom, timedOut  bool
+	stdout, stderr *capped
+}
+
+// oomKills is how many of the tools' programs the kernel killed out of
+// memory (-1: unknown, not sandboxed).
+func oomKills(c *sandbox.Confinement) int64 {
+	if c == nil {
+		return -1
 	}
+	return c.ToolOOMKills()
+}
+
+// command is the command that runs p: through the wrapper (RLIMIT_CPU and
+// the tools' cgroups), in the workspace, with a clean environment, in a
+// process group of its own; its output is captured, capped, in r.
+func (p program) command(ctx context.Context, r *ran) *exec.Cmd {
+	var procs []string
+	if r.conf != nil {
+		procs = r.conf.ToolProcs
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", wrapper, "sh"}, p.argv...)...)
+	cmd.Dir = p.ws
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + p.ws, "TMPDIR=" + p.ws, "LANG=" + lang,
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "NO_COLOR=1",
+		"AGENTMESH_CPU_SECONDS=" + strconv.Itoa(r.cpu), "AGENTMESH_CGROUP_PROCS=" + strings.Join(procs, ":"),
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }
+	cmd.WaitDelay = 2 * time.Second
+	r.stdout, r.stderr = &capped{max: OutputCap}, &capped{max: OutputCap}
+	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
+	if p.stdin != "" {
+		cmd.Stdin = strings.NewReader(p.stdin)
+	}
+	return cmd
+}
+
+// result is what the model is told of how the program ran: its output,
+// or the limit it ran into.
+func (p program) result(ctx context.Context, r *ran) (string, error) {
 	var sig syscall.Signal
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws, ok := r.st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		sig = ws.Signal()
 	}
-	body := format(st, sig, stdout, stderr)
+	body := format(r.st, sig, r.stdout, r.stderr)
 	var limit string
 	switch {
-	case oomBefore >= 0 && oomAfter > oomBefore:
-		limit = fmt.Sprintf("memory limit of %d MiB exceeded: the program was killed (out of memory)", conf.ToolMemory>>20)
-	case errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
-		limit = fmt.Sprintf("wall-time limit of %s exceeded after %s: the program was killed", timeout, took.Round(time.Millisecond))
-	case sig == syscall.SIGXCPU || (sig == syscall.SIGKILL && cpuUsed(st) >= time.Duration(cpu)*time.Second):
-		limit = fmt.Sprintf("CPU-time limit of %ds exceeded: the program was killed", cpu)
+	case r.oom:
+		limit = fmt.Sprintf("memory limit of %d MiB exceeded: the program was killed (out of memory)", r.conf.ToolMemory>>20)
+	case r.timedOut && ctx.Err() == nil:
+		limit = fmt.Sprintf("wall-time limit of %s exceeded after %s: the program was killed", r.timeout, r.took.Round(time.Millisecond))
+	case sig == syscall.SIGXCPU || (sig == syscall.SIGKILL && cpuUsed(r.st) >= time.Duration(r.cpu)*time.Second):
+		limit = fmt.Sprintf("CPU-time limit of %ds exceeded: the program was killed", r.cpu)
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("%s: stopped: %w", tool, ctx.Err())
-	case st.ExitCode() == 125 && strings.Contains(stderr.String(), "agentmesh sandbox:"):
-		return "", fmt.Errorf("%s: the sandbox could not limit the program: %s", tool, strings.TrimSpace(stderr.String()))
-	case errors.Is(err, exec.ErrWaitDelay):
+		return "", fmt.Errorf("%s: stopped: %w", p.tool, ctx.Err())
+	case r.st.ExitCode() == 125 && strings.Contains(r.stderr.String(), "agentmesh sandbox:"):
+		return "", fmt.Errorf("%s: the sandbox could not limit the program: %s", p.tool, strings.TrimSpace(r.stderr.String()))
+	case errors.Is(r.err, exec.ErrWaitDelay):
 		body += "\n[background processes of the program kept its output open: what they wrote after it exited is not shown]"
 	}
 	if limit != "" {
-		return "", fmt.Errorf("%s: %w: %s\n%s", tool, sandbox.ErrResourceExhausted, limit, body)
+		return "", fmt.Errorf("%s: %w: %s\n%s", p.tool, sandbox.ErrResourceExhausted, limit, body)
 	}
 	return body, nil
 }

@@ -1,16 +1,12 @@
-package executor
+package llm
 
 import (
 	"encoding/json"
-	"math"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestParseReAct(t *testing.T) {
@@ -122,138 +118,5 @@ func TestReActMessages(t *testing.T) {
 	}
 	if msgs[3].Role != "user" || msgs[3].Content != "Observation from echo (call c1):\nx" {
 		t.Errorf("observation = %+v", msgs[3])
-	}
-}
-
-func TestParsePrices(t *testing.T) {
-	p, err := ParsePrices(" gpt-4o-mini=0.15/0.60, llama3.1=0/0 ,")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(p) != 2 || p["gpt-4o-mini"] != (Price{0.15, 0.60}) || p["llama3.1"] != (Price{}) {
-		t.Fatalf("prices = %v", p)
-	}
-	if p.String() != "gpt-4o-mini=0.15/0.6,llama3.1=0/0" {
-		t.Errorf("String = %q", p.String())
-	}
-	u := &agentmeshv1.Usage{PromptTokens: 1_000_000, CompletionTokens: 2_000_000}
-	if c, ok := p.Cost(u, "unknown", "gpt-4o-mini"); !ok || math.Abs(c-1.35) > 1e-12 {
-		t.Errorf("cost = %v %v, want 1.35 (falls back to the answered model)", c, ok)
-	}
-	if c, ok := p.Cost(u, "nope"); ok || c != 0 {
-		t.Errorf("unpriced cost = %v %v", c, ok)
-	}
-	if p, err := ParsePrices(""); err != nil || len(p) != 0 {
-		t.Errorf("empty: %v %v", p, err)
-	}
-	for _, bad := range []string{"gpt", "gpt=1", "gpt=1/", "gpt=/1", "=1/2", "gpt=-1/2", "gpt=1/NaN", "gpt=1/Inf", "gpt=a/b", "gpt=1/2,gpt=1/2", "g p=1/2", "gpt=1/2/3", "gpt=2000000/1"} {
-		if _, err := ParsePrices(bad); err == nil {
-			t.Errorf("ParsePrices(%q) accepted", bad)
-		}
-	}
-}
-
-// FuzzParsePrices: never panics; an accepted table has finite,
-// non-negative prices and survives a round trip through String.
-func FuzzParsePrices(f *testing.F) {
-	for _, s := range []string{"gpt-4o-mini=0.15/0.60,llama3.1=0/0", "a=1/2", "a=1e3/0x10", "a=.5/5.", ",,", "a=1/2,a=3/4"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, in string) {
-		p, err := ParsePrices(in)
-		if err != nil {
-			return
-		}
-		for m, pr := range p {
-			for _, v := range []float64{pr.PromptPerM, pr.CompletionPerM} {
-				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > maxPricePerM {
-					t.Fatalf("model %q: price %v accepted", m, v)
-				}
-			}
-			if m == "" || strings.ContainsAny(m, ",=/ ") {
-				t.Fatalf("model name %q accepted", m)
-			}
-		}
-		again, err := ParsePrices(p.String())
-		if err != nil || len(again) != len(p) {
-			t.Fatalf("round trip of %q: %v %v", p.String(), again, err)
-		}
-		for m, pr := range p {
-			if again[m] != pr {
-				t.Fatalf("round trip: %q %v → %v", m, pr, again[m])
-			}
-		}
-	})
-}
-
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"3", 3 * time.Second, true},
-		{" 0 ", 0, true},
-		{"3600", MaxRetryAfter, true},
-		{"-1", 0, false},
-		{"", 0, false},
-		{"soon", 0, false},
-		{now.Add(10 * time.Second).Format(http.TimeFormat), 10 * time.Second, true},
-		{now.Add(time.Hour).Format(http.TimeFormat), MaxRetryAfter, true},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
-	}
-	for _, tt := range tests {
-		got, ok := parseRetryAfter(tt.in, now)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseRetryAfter(%q) = %v %v, want %v %v", tt.in, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestBudgetCheck(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	r := &modelRun{
-		budget:  &agentmeshv1.Budget{MaxTokens: 100, MaxCostUsd: 0.5, MaxSteps: 3, MaxWallTime: durationpb.New(time.Minute)},
-		started: now.Add(-30 * time.Second),
-		now:     func() time.Time { return now },
-	}
-	if why := r.check(false); why != "" {
-		t.Fatalf("fresh run: %q", why)
-	}
-	r.tokens = 100
-	if why := r.check(true); why != "" {
-		t.Errorf("exactly on the budget after a response: %q", why)
-	}
-	if why := r.check(false); why != "budget exhausted: 100 tokens used, max_tokens 100" {
-		t.Errorf("before the next call: %q", why)
-	}
-	r.tokens, r.cost = 0, 0.75
-	if why := r.check(true); why != "budget exhausted: $0.75 spent, max_cost_usd 0.5" {
-		t.Errorf("cost: %q", why)
-	}
-	r.cost, r.turns = 0, 3
-	if why := r.check(false); why != "budget exhausted: 3 steps used, max_steps 3" {
-		t.Errorf("steps: %q", why)
-	}
-	r.turns = 0
-	if d, cause := r.attemptLimit(10 * time.Minute); d != 30*time.Second || cause.Error() != "budget exhausted: 1m0s wall time used, max_wall_time 1m0s" {
-		t.Errorf("attempt limit = %v %v", d, cause)
-	}
-	if d, cause := r.attemptLimit(10 * time.Second); d != 10*time.Second || cause.Error() != "wall time 10s exceeded" {
-		t.Errorf("attempt limit = %v %v", d, cause)
-	}
-	r.started = now.Add(-2 * time.Minute)
-	if why := r.check(false); !strings.HasPrefix(why, "budget exhausted: 2m0s wall time used, max_wall_time 1m0s") {
-		t.Errorf("wall: %q", why)
-	}
-	if got := r.maxSteps(16); got != 3 {
-		t.Errorf("maxSteps(16) = %d", got)
-	}
-	if got := r.maxSteps(2); got != 2 {
-		t.Errorf("maxSteps(2) = %d", got)
-	}
-	if (&modelRun{}).check(false) != "" {
-		t.Error("no budget, yet exhausted")
 	}
 }

@@ -1,4 +1,4 @@
-package executor
+package llm
 
 import (
 	"bytes"
@@ -18,66 +18,59 @@ import (
 // executor do and hold. Model HTTP goes through web_fetch's address policy
 // (every address checked at connect time and on every redirect; loopback,
 // private, link-local … refused before any packet) with an allowlist made
-// of ModelConfig.Allow and the host:port of the operator's own
-// ModelConfig.BaseURL; credentials never follow a redirect to another
-// origin; each response is capped at ModelConfig.MaxResponseBytes while
-// it is read (streamed or not); an error body is cut at ModelErrorBodyMax
+// of Config.Allow and the host:port of the operator's own
+// Config.BaseURL; credentials never follow a redirect to another
+// origin; each response is capped at Config.MaxResponseBytes while
+// it is read (streamed or not); an error body is cut at ErrorBodyMax
 // before go-openai reads it; and the text that reaches a task's error is
-// cut at ModelErrorTextMax. ModelConfig.Timeout bounds each attempt,
+// cut at ErrorTextMax. Config.Timeout bounds each attempt,
 // stream included.
 const (
-	// DefaultModelMaxResponseBytes is ModelConfig.MaxResponseBytes's
+	// DefaultMaxResponseBytes is Config.MaxResponseBytes's
 	// default: 16 MiB of one response's body, SSE framing included
 	// (a streamed token costs ~150 bytes of framing).
-	DefaultModelMaxResponseBytes = 16 << 20
-	// ModelErrorBodyMax is how much of a 4xx/5xx body is read.
-	ModelErrorBodyMax = 4 << 10
-	// ModelErrorTextMax caps the model error text a task records.
-	ModelErrorTextMax = 4 << 10
+	DefaultMaxResponseBytes = 16 << 20
+	// ErrorBodyMax is how much of a 4xx/5xx body is read.
+	ErrorBodyMax = 4 << 10
+	// ErrorTextMax caps the model error text a task records.
+	ErrorTextMax = 4 << 10
 )
 
-// ErrModelResponseTooLarge is returned (wrapped) when a model response
-// goes past ModelConfig.MaxResponseBytes. It is not retried: the same
+// ErrResponseTooLarge is returned (wrapped) when a model response
+// goes past Config.MaxResponseBytes. It is not retried: the same
 // server would send the same answer.
-var ErrModelResponseTooLarge = errors.New("model response too large")
+var ErrResponseTooLarge = errors.New("model response too large")
 
-// ErrMCPResponseTooLarge is returned (wrapped) when an HTTP MCP server's
-// response goes past MCPMaxResponseBytes.
-var ErrMCPResponseTooLarge = errors.New("MCP server response too large")
-
-// MCPMaxResponseBytes caps one response of an HTTP MCP server as it is
-// read (a tool's output reaches the model cut at tools.MaxOutput anyway).
-const MCPMaxResponseBytes = 16 << 20
-
-// limitMCPClient returns a copy of c whose responses are capped like the
-// model's: error bodies at 4 KiB, others at MCPMaxResponseBytes.
-func limitMCPClient(c *http.Client) *http.Client {
+// Capped returns a copy of c whose responses are capped as the model's
+// are: error bodies cut at ErrorBodyMax, others failing with tooLarge
+// (wrapped) past max bytes. The executor caps its HTTP MCP servers so.
+func Capped(c *http.Client, max int64, tooLarge error) *http.Client {
 	lc := *c
 	base := lc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	lc.Transport = capTransport{base: base, max: MCPMaxResponseBytes, tooLarge: ErrMCPResponseTooLarge}
+	lc.Transport = capTransport{base: base, max: max, tooLarge: tooLarge}
 	return &lc
 }
 
-// modelHTTPClient builds the model's HTTP client: web_fetch's policy with
+// httpClient builds the model's HTTP client: web_fetch's policy with
 // the model allowlist, then the caps and the Retry-After recorder.
-func modelHTTPClient(cfg ModelConfig) (*http.Client, error) {
+func httpClient(cfg Config) (*http.Client, error) {
 	allow := append([]string(nil), cfg.Allow...)
 	if hp := hostPort(cfg.BaseURL); hp != "" {
 		allow = append(allow, hp) // the operator's own endpoint is trusted
 	}
-	f, err := webfetch.New(webfetch.Config{Allow: allow, Resolver: cfg.resolver, DialContext: cfg.dialContext})
+	f, err := webfetch.New(webfetch.Config{Allow: allow, Resolver: cfg.Resolver, DialContext: cfg.DialContext})
 	if err != nil {
 		return nil, fmt.Errorf("model allowlist: %w", err)
 	}
 	c := f.ServiceClient()
 	max := cfg.MaxResponseBytes
 	if max <= 0 {
-		max = DefaultModelMaxResponseBytes
+		max = DefaultMaxResponseBytes
 	}
-	c.Transport = capTransport{base: retryAfterTransport{base: c.Transport}, max: max, tooLarge: ErrModelResponseTooLarge}
+	c.Transport = capTransport{base: retryAfterTransport{base: c.Transport}, max: max, tooLarge: ErrResponseTooLarge}
 	return c, nil
 }
 
@@ -104,9 +97,9 @@ func hostPort(raw string) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// capTransport cuts error bodies at ModelErrorBodyMax (read into memory,
+// capTransport cuts error bodies at ErrorBodyMax (read into memory,
 // the rest never read) and makes any other body fail with
-// ErrModelResponseTooLarge past max bytes.
+// ErrResponseTooLarge past max bytes.
 type capTransport struct {
 	base     http.RoundTripper
 	max      int64
@@ -119,10 +112,10 @@ func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if resp.StatusCode >= 400 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, ModelErrorBodyMax+1))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, ErrorBodyMax+1))
 		resp.Body.Close()
-		if len(b) > ModelErrorBodyMax {
-			b = append(trimRune(b[:ModelErrorBodyMax]), "…[error body cut at 4 KiB]"...)
+		if len(b) > ErrorBodyMax {
+			b = append(trimRune(b[:ErrorBodyMax]), "…[error body cut at 4 KiB]"...)
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 		resp.ContentLength = int64(len(b))
@@ -163,7 +156,7 @@ func (b *capBody) Close() error { return b.rc.Close() }
 // notRetryable: errors no retry can mend — the address policy and the
 // response cap.
 func notRetryable(err error) bool {
-	return errors.Is(err, ErrModelResponseTooLarge) || errors.Is(err, webfetch.ErrBlocked) ||
+	return errors.Is(err, ErrResponseTooLarge) || errors.Is(err, webfetch.ErrBlocked) ||
 		errors.Is(err, webfetch.ErrScheme) || errors.Is(err, webfetch.ErrTooManyRedirects) || errors.Is(err, webfetch.ErrURL)
 }
 

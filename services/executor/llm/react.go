@@ -1,4 +1,4 @@
-package executor
+package llm
 
 import (
 	"bytes"
@@ -34,12 +34,6 @@ import (
 //     wrong; still invalid, the model call fails with the reason;
 //   - a valid action becomes a ModelResponse with one tool call (a
 //     generated id), a final answer a ModelResponse with its text.
-
-// ToolProtocolReAct is the ModelSettings.tool_protocol of the fallback.
-const ToolProtocolReAct = "react"
-
-// ToolProtocolNative is the default: the provider's tool calls.
-const ToolProtocolNative = "native"
 
 // reactTurn is one valid ReAct answer.
 type reactTurn struct {
