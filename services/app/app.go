@@ -327,6 +327,11 @@ func (s *settings) runDev(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	closeDoors, err := mountDoors(st, log)
+	if err != nil {
+		return err
+	}
+	defer closeDoors()
 	storeKind := "embedded JetStream store in " + filepath.Dir(cfg.DataDir)
 	if cfg.PostgresURL != "" {
 		storeKind = "Postgres"
@@ -448,7 +453,12 @@ func (s *settings) runService(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	log.Info("agentmesh "+name+" started", "nats", st.NATSURL(), "version", Version)
+	closeDoors, err := mountDoors(st, log)
+	if err != nil {
+		return err
+	}
+	defer closeDoors()
+	log.Info("agentmesh "+name+" started", "nats", st.NATSURL(), "http", st.HTTPAddr(), "version", Version)
 	return st.Run(ctx)
 }
 

@@ -47,14 +47,15 @@ var tapLine = regexp.MustCompile(`-s (\S+) -creds (\S+) '([^']+)'`)
 
 // runDevOnce starts `agentmesh dev` on dataDir, waits for its banner and
 // returns it with a stop function.
-func runDevOnce(t *testing.T, dataDir, natsAddr string) (banner string, stop func()) {
+func runDevOnce(t *testing.T, dataDir, natsAddr string, extra ...string) (banner string, stop func()) {
 	t.Helper()
 	out := &syncBuf{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runDevTo(ctx, []string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--nats-listen", natsAddr,
-			"--isolation", "none", "--log-level", "error"}, out)
+		args := []string{"--data-dir", dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--nats-listen", natsAddr,
+			"--isolation", "none", "--log-level", "error"}
+		done <- runDevTo(ctx, append(args, extra...), out)
 	}()
 	poll.Until(t, 60*time.Second, func() error {
 		select {

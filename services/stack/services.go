@@ -3,8 +3,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/backoff"
@@ -12,9 +10,6 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router"
-	"github.com/agentmesh/agentmesh/services/router/a2a"
-	"github.com/agentmesh/agentmesh/services/router/door"
-	"github.com/agentmesh/agentmesh/services/router/mcpserver"
 	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
@@ -141,42 +136,5 @@ func (s *Stack) buildRouter(ctx context.Context, nc *nats.Conn) (func(context.Co
 		return nil, err
 	}
 	s.router, s.routerNC = svc, nc
-	if svc.HTTPAddr() == "" {
-		return svc.Run, nil
-	}
-	closeDoors, err := mountDoors(svc, s.log)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		defer closeDoors()
-		return svc.Run(ctx)
-	}, nil
-}
-
-// mountDoors mounts the JSON-RPC doors on the router's HTTP listener: the
-// MCP server at /mcp, A2A at /a2a and its agent card at
-// /.well-known/agent-card.json. Each calls the router's own API in process
-// (Conn) as its caller. The returned func stops the MCP server's watches.
-func mountDoors(svc *router.Service, log *slog.Logger) (func(), error) {
-	deps := door.Deps{Conn: svc.Conn(), Log: log}
-	mcp, err := mcpserver.New(mcpserver.Config{}, deps)
-	if err != nil {
-		return nil, err
-	}
-	agents, err := a2a.New(a2a.Config{}, deps)
-	if err != nil {
-		mcp.Close()
-		return nil, err
-	}
-	for _, m := range []struct {
-		pattern string
-		h       http.Handler
-	}{{"/mcp", mcp}, {"/a2a", agents}, {"/.well-known/agent-card.json", agents}} {
-		if err := svc.Mount(m.pattern, m.h); err != nil {
-			mcp.Close()
-			return nil, fmt.Errorf("mount %s: %w", m.pattern, err)
-		}
-	}
-	return mcp.Close, nil
+	return svc.Run, nil
 }
