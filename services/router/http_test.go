@@ -430,10 +430,11 @@ func TestMount(t *testing.T) {
 	}
 }
 
-// publishToken publishes a live token event, as an executor does.
+// publishToken publishes a live token event, as state relays an
+// executor's (the router follows the public live subjects).
 func publishToken(t *testing.T, e *env, ev *agentmeshv1.TaskEvent) {
 	t.Helper()
-	msg, err := bus.NewEventMsg(context.Background(), names.TaskTokens(ev.GetOrg(), ev.GetTaskId()), ev)
+	msg, err := bus.NewEventMsg(context.Background(), names.LiveTokens(ev.GetOrg(), ev.GetTaskId()), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
