@@ -209,30 +209,6 @@ func (s *settings) str(name string) string {
 	return ""
 }
 
-func (s *settings) int(name string) (int, error) {
-	v := s.str(name)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, usageError{fmt.Errorf("%s: not a number: %q", name, v)}
-	}
-	return n, nil
-}
-
-func (s *settings) duration(name string) (time.Duration, error) {
-	v := s.str(name)
-	if v == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, usageError{fmt.Errorf("%s: not a duration: %q", name, v)}
-	}
-	return d, nil
-}
-
 // debugServer serves net/http/pprof on AGENTMESH_DEBUG_LISTEN, if set.
 func (s *settings) debugServer(log *slog.Logger) {
 	addr := s.str("AGENTMESH_DEBUG_LISTEN")
