@@ -103,6 +103,10 @@ type Service struct {
 
 	limits  DelegationLimits
 	spawnMu [spawnStripes]sync.Mutex
+
+	// ops keeps keys, schedules and webhooks (records.go); nil when the
+	// store does not.
+	ops store.Ops
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -143,6 +147,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		events:    bus.NewOutbox(js, deps.Log.With("service", "state"), "event"),
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
 	}
+	s.ops, _ = deps.Store.(store.Ops)
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
 	}
@@ -213,6 +218,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
 	eps = append(eps, s.skillEndpoints()...)
+	eps = append(eps, s.opsEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {

@@ -552,7 +552,10 @@ type Schedule struct {
 	Failed  int64 `protobuf:"varint,18,opt,name=failed,proto3" json:"failed,omitempty"`
 	Missed  int64 `protobuf:"varint,19,opt,name=missed,proto3" json:"missed,omitempty"`
 	// Why it is paused.
-	PauseReason   string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	PauseReason string `protobuf:"bytes,20,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// The task of the latest run that created one (the overlap policy
+	// looks at it).
+	LastTaskId    string `protobuf:"bytes,21,opt,name=last_task_id,json=lastTaskId,proto3" json:"last_task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -723,6 +726,13 @@ func (x *Schedule) GetMissed() int64 {
 func (x *Schedule) GetPauseReason() string {
 	if x != nil {
 		return x.PauseReason
+	}
+	return ""
+}
+
+func (x *Schedule) GetLastTaskId() string {
+	if x != nil {
+		return x.LastTaskId
 	}
 	return ""
 }
@@ -1621,7 +1631,7 @@ const file_agentmesh_v1_schedule_proto_rawDesc = "" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12:\n" +
 	"\aoutcome\x18\x04 \x01(\x0e2 .agentmesh.v1.ScheduleRunOutcomeR\aoutcome\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06manual\x18\x06 \x01(\bR\x06manual\"\xec\x05\n" +
+	"\x06manual\x18\x06 \x01(\bR\x06manual\"\x8e\x06\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x12\n" +
@@ -1646,7 +1656,9 @@ const file_agentmesh_v1_schedule_proto_rawDesc = "" +
 	"\askipped\x18\x11 \x01(\x03R\askipped\x12\x16\n" +
 	"\x06failed\x18\x12 \x01(\x03R\x06failed\x12\x16\n" +
 	"\x06missed\x18\x13 \x01(\x03R\x06missed\x12!\n" +
-	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\"\xcd\x01\n" +
+	"\fpause_reason\x18\x14 \x01(\tR\vpauseReason\x12 \n" +
+	"\flast_task_id\x18\x15 \x01(\tR\n" +
+	"lastTaskId\"\xcd\x01\n" +
 	"\x15CreateScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12.\n" +
