@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,22 +171,10 @@ func Sign(h http.Header, id string, ts time.Time, body []byte, secrets []string)
 }
 
 // The retry plan: a failed try is tried again after FirstRetry, doubling
-// to MaxRetry, until GiveUpAfter has passed since the delivery was made.
+// to MaxRetry (pkg/backoff, jittered), until GiveUpAfter has passed since
+// the delivery was made.
 const (
 	FirstRetry  = 5 * time.Second
 	MaxRetry    = time.Hour
 	GiveUpAfter = 24 * time.Hour
 )
-
-// RetryDelay is the wait after try n (1 = the first) failed, jittered by up
-// to a fifth from a hash of the delivery id, so the same delivery waits the
-// same on any replica and many failed at once spread out.
-func RetryDelay(id string, n int, first, maxDelay time.Duration) time.Duration {
-	d := first
-	for i := 1; i < n && d < maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, maxDelay)
-	h := sha256.Sum256([]byte(id + strconv.Itoa(n)))
-	return d + time.Duration(binary.BigEndian.Uint64(h[:8])%uint64(d/5+1))
-}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 )
 
 // Config configures the router. ConfigFromEnv reads it from the variables
@@ -73,6 +74,11 @@ type Config struct {
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
+	// WebhookAllow names the loopback, private or link-local destinations
+	// a webhook endpoint's URL may name (AGENTMESH_WEBHOOK_ALLOW; the
+	// scheduler, which delivers, reads it too): host, host:port, address or
+	// CIDR, as netguard.ParseAllowlist reads them.
+	WebhookAllow []string
 }
 
 // Defaults of Config.
@@ -108,6 +114,7 @@ const (
 	EnvMaxWatchesPerOrg = "AGENTMESH_MAX_WATCHES_PER_ORG"
 	EnvAuthTimeout      = "AGENTMESH_AUTH_TIMEOUT"
 	EnvOrgRate          = "AGENTMESH_ORG_RATE"
+	EnvWebhookAllow     = "AGENTMESH_WEBHOOK_ALLOW"
 )
 
 // ConfigFromEnv reads the router's settings through get; a bad value is an
@@ -121,6 +128,11 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 		MaxWatchesPerOrg: r.IntRange(EnvMaxWatchesPerOrg, 0, math.MaxInt32),
 	}
 	c.Prefix, _ = bus.ReadSettings(r)
+	if c.WebhookAllow = r.List(EnvWebhookAllow); len(c.WebhookAllow) > 0 {
+		if _, err := netguard.ParseAllowlist(c.WebhookAllow); err != nil {
+			r.Fail(EnvWebhookAllow, err.Error())
+		}
+	}
 	r.Parse(EnvAPIKeys, func(v string) (err error) {
 		c.APIKeys, err = parseAPIKeys(v)
 		return err

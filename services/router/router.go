@@ -62,8 +62,10 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -100,6 +102,11 @@ type Service struct {
 	stopping chan struct{} // closed when Run begins to stop
 
 	hub *hub // feeds the WatchTask streams (hub.go)
+
+	// js follows the key events (apikeys.go); guard is the address policy
+	// of webhook endpoints (webhooks.go).
+	js    jetstream.JetStream
+	guard *netguard.Guard
 }
 
 // New validates cfg, opens the listener and builds the gRPC server.
@@ -126,6 +133,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	guard, err := netguard.New(cfg.WebhookAllow, netguard.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("router: %s: %w", EnvWebhookAllow, err)
+	}
 
 	inner, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
@@ -149,6 +164,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		lis:      lis,
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
+		js:       js,
+		guard:    guard,
 	}
 	s.hub = newHub(s)
 	opts := []grpc.ServerOption{
@@ -177,6 +194,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterTapServiceServer(s.srv, &tapServer{s: s})
 	agentmeshv1.RegisterTaskGraphServiceServer(s.srv, &graphServer{s: s})
 	agentmeshv1.RegisterMetricsServiceServer(s.srv, &metricsServer{s: s})
+	agentmeshv1.RegisterKeyServiceServer(s.srv, &keyServer{s: s})
+	agentmeshv1.RegisterScheduleServiceServer(s.srv, &scheduleServer{s: s})
+	agentmeshv1.RegisterWebhookServiceServer(s.srv, &webhookServer{s: s})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
@@ -207,10 +227,13 @@ func (s *Service) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.lis) }()
 	s.log.Info("router serving", "addr", s.Addr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if s.cfg.KeysFile != "" {
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		go s.watchKeys(rctx)
+	}
+	if !s.authOff {
+		go s.followKeys(rctx)
 	}
 
 	select {

@@ -1918,8 +1918,10 @@ func (x *RedeliverResponse) GetDelivery() *v1.WebhookDelivery {
 }
 
 // WebhookJob is one delivery to make, on the deliveries work queue
-// (<p>.whk.<org>.<endpoint>), published by the scheduler's fan-out (and a
-// redelivery by state) with Nats-Msg-Id the delivery id (and its round).
+// (<p>.whk.<org>.<endpoint>), published by the scheduler's fan-out with
+// Nats-Msg-Id the delivery id, by state for a redelivery asked through the
+// API, and by the deliverer again for each retry (the job of the next try,
+// with its attempt count and not-before time).
 type WebhookJob struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	DeliveryId string                 `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
@@ -1934,6 +1936,8 @@ type WebhookJob struct {
 	Manual bool `protobuf:"varint,8,opt,name=manual,proto3" json:"manual,omitempty"`
 	// Tries before this job (a redelivery continues the count).
 	PriorAttempts int32 `protobuf:"varint,9,opt,name=prior_attempts,json=priorAttempts,proto3" json:"prior_attempts,omitempty"`
+	// A retry waits until then (the deliverer puts it back till then).
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2029,6 +2033,13 @@ func (x *WebhookJob) GetPriorAttempts() int32 {
 		return x.PriorAttempts
 	}
 	return 0
+}
+
+func (x *WebhookJob) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
 }
 
 var File_agentmesh_bus_v1_ops_proto protoreflect.FileDescriptor
@@ -2164,7 +2175,7 @@ const file_agentmesh_bus_v1_ops_proto_rawDesc = "" +
 	"\vdelivery_id\x18\x02 \x01(\tR\n" +
 	"deliveryId\"N\n" +
 	"\x11RedeliverResponse\x129\n" +
-	"\bdelivery\x18\x01 \x01(\v2\x1d.agentmesh.v1.WebhookDeliveryR\bdelivery\"\xac\x02\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x1d.agentmesh.v1.WebhookDeliveryR\bdelivery\"\xe7\x02\n" +
 	"\n" +
 	"WebhookJob\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
@@ -2180,7 +2191,10 @@ const file_agentmesh_bus_v1_ops_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
 	"\x06manual\x18\b \x01(\bR\x06manual\x12%\n" +
-	"\x0eprior_attempts\x18\t \x01(\x05R\rpriorAttemptsB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
+	"\x0eprior_attempts\x18\t \x01(\x05R\rpriorAttempts\x129\n" +
+	"\n" +
+	"not_before\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tnotBeforeB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
 	file_agentmesh_bus_v1_ops_proto_rawDescOnce sync.Once
@@ -2267,11 +2281,12 @@ var file_agentmesh_bus_v1_ops_proto_depIdxs = []int32{
 	40, // 25: agentmesh.bus.v1.ListDeliveriesResponse.deliveries:type_name -> agentmesh.v1.WebhookDelivery
 	40, // 26: agentmesh.bus.v1.RedeliverResponse.delivery:type_name -> agentmesh.v1.WebhookDelivery
 	34, // 27: agentmesh.bus.v1.WebhookJob.created_at:type_name -> google.protobuf.Timestamp
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	34, // 28: agentmesh.bus.v1.WebhookJob.not_before:type_name -> google.protobuf.Timestamp
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_ops_proto_init() }
