@@ -105,7 +105,9 @@ func (r *opsRouter) accepted(key string) error {
 	return err
 }
 
-func (r *opsRouter) keys() agentmeshv1.KeyServiceClient { return agentmeshv1.NewKeyServiceClient(r.conn) }
+func (r *opsRouter) keys() agentmeshv1.KeyServiceClient {
+	return agentmeshv1.NewKeyServiceClient(r.conn)
+}
 
 // refused waits (bounded by within) until r refuses key as unauthenticated.
 func refused(t *testing.T, r *opsRouter, key string, within time.Duration) {
