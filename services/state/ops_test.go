@@ -107,6 +107,27 @@ func TestScheduleSlotFiresOnce(t *testing.T) {
 	})
 }
 
+// A slot whose task was created but not recorded (the state service died
+// between the two writes) is fired again by the next leader: the task its
+// idempotency key names is found, not made twice, and the slot recorded
+// with it.
+func TestScheduleSlotAfterACrashBetweenTaskAndRecord(t *testing.T) {
+	r := startKV(t)
+	sc := newSchedule(t, r, "acme", agentmeshv1.OverlapPolicy_OVERLAP_POLICY_SKIP)
+	slot := sc.HandledThrough.AsTime().Truncate(time.Minute).Add(time.Minute)
+	// The first write of the slot, alone: its task.
+	orphan := slotFire(sc, slot).Task
+	orphan.IdempotencyKey = schedule.IdempotencyKey(sc.Id, slot, false)
+	made := mustCall(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: orphan}, &busv1.CreateTaskResponse{}).Task
+	res := fire(t, r, slotFire(sc, slot))[0].Response
+	if res.GetTask().GetId() != made.Id || res.Run.Outcome != agentmeshv1.ScheduleRunOutcome_SCHEDULE_RUN_OUTCOME_STARTED {
+		t.Fatalf("the slot fired again: run %v task %v, want the task made before (%s)", res.Run, res.Task, made.Id)
+	}
+	if n := len(runsOf(t, r, sc)); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
 // Each overlap policy, with the first run still queued when the next slot
 // fires.
 func TestScheduleOverlapPolicies(t *testing.T) {
