@@ -29,6 +29,7 @@ import (
 var opsKeys = map[string]string{
 	"acme-admin-secret":   "acme:admin",
 	"acme-reader-secret":  "acme:reader",
+	"acme-op-secret":      "acme:operator",
 	"globex-admin-secret": "globex:admin",
 	"platform-secret":     "*:platform",
 }
@@ -61,10 +62,14 @@ type opsRouter struct {
 	conn *grpc.ClientConn
 }
 
-func startOpsRouter(t *testing.T, srv *embednats.Server) *opsRouter {
+func startOpsRouter(t *testing.T, srv *embednats.Server, tweak ...func(*Config)) *opsRouter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, Config{Listen: "127.0.0.1:0", APIKeys: opsKeys, OrgRate: -1}, Deps{NC: natstest.ConnectAs(t, srv, subjects.ServiceRouter), Log: testlog.New(t)})
+	cfg := Config{Listen: "127.0.0.1:0", APIKeys: opsKeys, OrgRate: -1}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	svc, err := New(ctx, cfg, Deps{NC: natstest.ConnectAs(t, srv, subjects.ServiceRouter), Log: testlog.New(t)})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
