@@ -75,34 +75,70 @@ func TestOpsTenancy(t *testing.T) {
 	}{
 		{"get schedule", "globex-admin-secret", func(k string) error { _, e := s.GetSchedule(as(k), &agentmeshv1.GetScheduleRequest{Id: id}); return e }, codes.NotFound},
 		{"update schedule", "globex-admin-secret", func(k string) error { _, e := s.UpdateSchedule(as(k), upd); return e }, codes.NotFound},
-		{"pause schedule", "globex-admin-secret", func(k string) error { _, e := s.PauseSchedule(as(k), &agentmeshv1.PauseScheduleRequest{Id: id}); return e }, codes.NotFound},
-		{"resume schedule", "globex-admin-secret", func(k string) error { _, e := s.ResumeSchedule(as(k), &agentmeshv1.ResumeScheduleRequest{Id: id}); return e }, codes.NotFound},
-		{"trigger schedule", "globex-admin-secret", func(k string) error { _, e := s.TriggerSchedule(as(k), &agentmeshv1.TriggerScheduleRequest{Id: id}); return e }, codes.NotFound},
-		{"delete schedule", "globex-admin-secret", func(k string) error { _, e := s.DeleteSchedule(as(k), &agentmeshv1.DeleteScheduleRequest{Id: id}); return e }, codes.NotFound},
+		{"pause schedule", "globex-admin-secret", func(k string) error {
+			_, e := s.PauseSchedule(as(k), &agentmeshv1.PauseScheduleRequest{Id: id})
+			return e
+		}, codes.NotFound},
+		{"resume schedule", "globex-admin-secret", func(k string) error {
+			_, e := s.ResumeSchedule(as(k), &agentmeshv1.ResumeScheduleRequest{Id: id})
+			return e
+		}, codes.NotFound},
+		{"trigger schedule", "globex-admin-secret", func(k string) error {
+			_, e := s.TriggerSchedule(as(k), &agentmeshv1.TriggerScheduleRequest{Id: id})
+			return e
+		}, codes.NotFound},
+		{"delete schedule", "globex-admin-secret", func(k string) error {
+			_, e := s.DeleteSchedule(as(k), &agentmeshv1.DeleteScheduleRequest{Id: id})
+			return e
+		}, codes.NotFound},
 		{"reader creates a schedule", "acme-reader-secret", func(k string) error { _, e := s.CreateSchedule(as(k), nightly); return e }, codes.PermissionDenied},
-		{"reader triggers", "acme-reader-secret", func(k string) error { _, e := s.TriggerSchedule(as(k), &agentmeshv1.TriggerScheduleRequest{Id: id}); return e }, codes.PermissionDenied},
+		{"reader triggers", "acme-reader-secret", func(k string) error {
+			_, e := s.TriggerSchedule(as(k), &agentmeshv1.TriggerScheduleRequest{Id: id})
+			return e
+		}, codes.PermissionDenied},
 		{"reader reads a schedule", "acme-reader-secret", func(k string) error { _, e := s.GetSchedule(as(k), &agentmeshv1.GetScheduleRequest{Id: id}); return e }, codes.OK},
 		{"platform lists schedules", "platform-secret", func(k string) error { _, e := s.ListSchedules(as(k), &agentmeshv1.ListSchedulesRequest{}); return e }, codes.PermissionDenied},
 
-		{"get endpoint", "globex-admin-secret", func(k string) error { _, e := w.GetWebhookEndpoint(as(k), &agentmeshv1.GetWebhookEndpointRequest{Id: epID}); return e }, codes.NotFound},
+		{"get endpoint", "globex-admin-secret", func(k string) error {
+			_, e := w.GetWebhookEndpoint(as(k), &agentmeshv1.GetWebhookEndpointRequest{Id: epID})
+			return e
+		}, codes.NotFound},
 		{"update endpoint", "globex-admin-secret", func(k string) error {
 			_, e := w.UpdateWebhookEndpoint(as(k), &agentmeshv1.UpdateWebhookEndpointRequest{Id: epID, Url: "http://127.0.0.1:9/mine"})
 			return e
 		}, codes.NotFound},
-		{"rotate endpoint", "globex-admin-secret", func(k string) error { _, e := w.RotateWebhookSecret(as(k), &agentmeshv1.RotateWebhookSecretRequest{Id: epID}); return e }, codes.NotFound},
+		{"rotate endpoint", "globex-admin-secret", func(k string) error {
+			_, e := w.RotateWebhookSecret(as(k), &agentmeshv1.RotateWebhookSecretRequest{Id: epID})
+			return e
+		}, codes.NotFound},
 		{"list deliveries", "globex-admin-secret", func(k string) error {
 			_, e := w.ListWebhookDeliveries(as(k), &agentmeshv1.ListWebhookDeliveriesRequest{EndpointId: epID})
 			return e
 		}, codes.NotFound},
-		{"redeliver", "globex-admin-secret", func(k string) error { _, e := w.RedeliverWebhook(as(k), &agentmeshv1.RedeliverWebhookRequest{DeliveryId: "msg_1"}); return e }, codes.NotFound},
-		{"delete endpoint", "globex-admin-secret", func(k string) error { _, e := w.DeleteWebhookEndpoint(as(k), &agentmeshv1.DeleteWebhookEndpointRequest{Id: epID}); return e }, codes.NotFound},
+		{"redeliver", "globex-admin-secret", func(k string) error {
+			_, e := w.RedeliverWebhook(as(k), &agentmeshv1.RedeliverWebhookRequest{DeliveryId: "msg_1"})
+			return e
+		}, codes.NotFound},
+		{"delete endpoint", "globex-admin-secret", func(k string) error {
+			_, e := w.DeleteWebhookEndpoint(as(k), &agentmeshv1.DeleteWebhookEndpointRequest{Id: epID})
+			return e
+		}, codes.NotFound},
 		{"operator creates an endpoint", "acme-op-secret", func(k string) error {
 			_, e := w.CreateWebhookEndpoint(as(k), &agentmeshv1.CreateWebhookEndpointRequest{Url: "http://127.0.0.1:9/x"})
 			return e
 		}, codes.PermissionDenied},
-		{"reader reads an endpoint", "acme-reader-secret", func(k string) error { _, e := w.GetWebhookEndpoint(as(k), &agentmeshv1.GetWebhookEndpointRequest{Id: epID}); return e }, codes.OK},
-		{"reader rotates", "acme-reader-secret", func(k string) error { _, e := w.RotateWebhookSecret(as(k), &agentmeshv1.RotateWebhookSecretRequest{Id: epID}); return e }, codes.PermissionDenied},
-		{"platform lists endpoints", "platform-secret", func(k string) error { _, e := w.ListWebhookEndpoints(as(k), &agentmeshv1.ListWebhookEndpointsRequest{}); return e }, codes.PermissionDenied},
+		{"reader reads an endpoint", "acme-reader-secret", func(k string) error {
+			_, e := w.GetWebhookEndpoint(as(k), &agentmeshv1.GetWebhookEndpointRequest{Id: epID})
+			return e
+		}, codes.OK},
+		{"reader rotates", "acme-reader-secret", func(k string) error {
+			_, e := w.RotateWebhookSecret(as(k), &agentmeshv1.RotateWebhookSecretRequest{Id: epID})
+			return e
+		}, codes.PermissionDenied},
+		{"platform lists endpoints", "platform-secret", func(k string) error {
+			_, e := w.ListWebhookEndpoints(as(k), &agentmeshv1.ListWebhookEndpointsRequest{})
+			return e
+		}, codes.PermissionDenied},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,11 +191,20 @@ func TestOpsBadInput(t *testing.T) {
 		want codes.Code
 		says []string
 	}{
-		{"hour 25", func() error { _, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("0 25 * * *", "")); return e },
+		{"hour 25", func() error {
+			_, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("0 25 * * *", ""))
+			return e
+		},
 			codes.InvalidArgument, []string{"spec.cron", "hour", "position 3"}},
-		{"four fields", func() error { _, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("0 2 * *", "")); return e },
+		{"four fields", func() error {
+			_, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("0 2 * *", ""))
+			return e
+		},
 			codes.InvalidArgument, []string{"spec.cron", "4 fields"}},
-		{"bad zone", func() error { _, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("@daily", "Mars/Olympus")); return e },
+		{"bad zone", func() error {
+			_, e := r.schedules().CreateSchedule(as("acme-op-secret"), spec("@daily", "Mars/Olympus"))
+			return e
+		},
 			codes.InvalidArgument, []string{"spec.time_zone", "Mars/Olympus"}},
 		{"jitter over an hour", func() error {
 			req := spec("@hourly", "")

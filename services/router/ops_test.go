@@ -179,10 +179,11 @@ func TestKeysAcrossRouters(t *testing.T) {
 
 	// Expired: refused as unauthenticated.
 	short, err := a.keys().CreateKey(as("acme-admin-secret"), &agentmeshv1.CreateKeyRequest{Name: "short", Role: "reader",
-		ExpiresAt: timestamppb.New(time.Now().Add(1500 * time.Millisecond))})
+		ExpiresAt: timestamppb.New(time.Now().Add(3 * time.Second))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	poll.Until(t, time.Second, func() error { return b.accepted(short.Secret) })
 	refused(t, b, short.Secret, 10*time.Second)
 	if st := status.Convert(b.accepted(short.Secret)); !strings.Contains(st.Message(), "expired") {
 		t.Errorf("expired key: %v, want it said expired", st.Message())
@@ -282,8 +283,8 @@ func TestKeyServiceTenancy(t *testing.T) {
 			api++
 		}
 	}
-	if api != 1 || conf != 2 {
-		t.Errorf("acme's list: %d API keys, %d configured; want 1 and 2 (%v)", api, conf, list.Keys)
+	if api != 1 || conf != 3 {
+		t.Errorf("acme's list: %d API keys, %d configured; want 1 and 3 (%v)", api, conf, list.Keys)
 	}
 	if _, err := r.keys().RevokeKey(as("platform-secret"), &agentmeshv1.RevokeKeyRequest{Id: k.Key.Id}); err != nil {
 		t.Errorf("the platform key revokes acme's key: %v", err)
