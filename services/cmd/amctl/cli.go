@@ -115,6 +115,9 @@ func commands() []command {
 		{"tools", "list the built-in tools", (*cli).toolsCmd},
 		{"usage", "sum the tokens and cost of your org's tasks", (*cli).usage},
 		{"taps", "create a subscribe-only bus credential for your org's events (admin)", (*cli).tapsCmd},
+		{"schedules", "run tasks on a schedule: create, list, get, update, pause, resume, delete, trigger, runs", (*cli).schedulesCmd},
+		{"webhooks", "send your org's events to HTTP endpoints: create, list, update, rotate, deliveries, redeliver", (*cli).webhooksCmd},
+		{"keys", "manage API keys: create, list, revoke, rotate (admin)", (*cli).keysCmd},
 		{"mcp", "serve agentmesh as an MCP server on stdin/stdout (for desktop MCP clients)", (*cli).mcpCmd},
 		{"help", "show help for amctl or a command", nil},
 	}
