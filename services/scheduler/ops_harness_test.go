@@ -34,7 +34,7 @@ type opsEnv struct {
 	nc  *nats.Conn // the test driver
 }
 
-func startOps(t *testing.T) *opsEnv {
+func startOps(t testing.TB) *opsEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := natstest.Start(t)
@@ -61,7 +61,7 @@ func startOps(t *testing.T) *opsEnv {
 
 // answerMatch answers registry.match as the registry would for agent
 // "writer" of the asking org, and not_found for an agent named "gone".
-func (e *opsEnv) answerMatch(t *testing.T) {
+func (e *opsEnv) answerMatch(t testing.TB) {
 	t.Helper()
 	sub, err := e.nc.Subscribe(names.Registry(subjects.RegistryMatch), func(m *nats.Msg) {
 		var req busv1.MatchRequest
@@ -103,7 +103,7 @@ type replica struct {
 	once   sync.Once
 }
 
-func startReplica(t *testing.T, e *opsEnv, cfg Config) *replica {
+func startReplica(t testing.TB, e *opsEnv, cfg Config) *replica {
 	t.Helper()
 	nc := natstest.ConnectAs(t, e.srv, subjects.ServiceScheduler)
 	s, err := New(context.Background(), cfg, Deps{NC: nc, Log: testlog.New(t)})

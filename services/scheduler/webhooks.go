@@ -21,6 +21,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/pkg/webhook"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -68,7 +69,9 @@ type deliverer struct {
 	rec    *recorder
 
 	mu   sync.Mutex
-	busy map[string]int // endpoint → tries in flight on this replica
+	busy map[string]chan struct{} // endpoint → its places on this replica (PerEndpoint)
+	// fanning holds a place for each event whose jobs are being stored.
+	fanning chan struct{}
 }
 
 func newDeliverer(ctx context.Context, s *Service) (*deliverer, error) {
@@ -82,7 +85,7 @@ func newDeliverer(ctx context.Context, s *Service) (*deliverer, error) {
 		TLSHandshakeTimeout: cfg.Timeout, ResponseHeaderTimeout: cfg.Timeout, MaxResponseHeaderBytes: 64 << 10,
 		MaxIdleConnsPerHost: cfg.PerEndpoint, IdleConnTimeout: 90 * time.Second,
 	}
-	d := &deliverer{s: s, cfg: cfg, eps: newEndpointCache(), busy: map[string]int{},
+	d := &deliverer{s: s, cfg: cfg, eps: newEndpointCache(), busy: map[string]chan struct{}{}, fanning: make(chan struct{}, fanInFlight),
 		// A redirect is the endpoint's answer: not a 2xx, so a failed try.
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}
@@ -118,15 +121,21 @@ func (d *deliverer) run(ctx context.Context) {
 	rctx, stopRec := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() { d.rec.run(rctx) })
 	defer stopRec()
+	// The consumer's callback may still be handing a job over when it is
+	// stopped: the workers end with ctx, the channel is never closed.
 	work := make(chan jetstream.Msg, d.cfg.Workers)
 	for range d.cfg.Workers {
 		wg.Go(func() {
-			for m := range work {
-				d.deliver(ctx, m)
+			for {
+				select {
+				case m := <-work:
+					d.deliver(ctx, m)
+				case <-ctx.Done():
+					return
+				}
 			}
 		})
 	}
-	defer close(work)
 	follow := bus.Follow{
 		Stream: d.s.names.EventsStream(), Filters: []string{d.s.names.WebhookEvents()},
 		List: d.load, Handle: d.onEndpointEvent,
@@ -259,7 +268,10 @@ func (d *deliverer) onEndpointEvent(m jetstream.Msg) {
 
 // ---- fan-out ----
 
-// fan queues the deliveries of one event.
+// fan queues the deliveries of one event: its jobs are published at once
+// and the event acknowledged when the stream has stored them all (or read
+// again a second later when one failed), so events are fanned out one
+// after the other without waiting on each other's round trips.
 func (d *deliverer) fan(ctx context.Context, m jetstream.Msg) {
 	typ, org, subjectID, at := d.classify(m)
 	if typ == "" {
@@ -282,17 +294,38 @@ func (d *deliverer) fan(ctx context.Context, m jetstream.Msg) {
 		meta, _ := m.Metadata()
 		eventID = fmt.Sprintf("seq:%d", meta.Sequence.Stream)
 	}
+	futures := make([]jetstream.PubAckFuture, 0, len(eps))
 	for _, rec := range eps {
 		job := &busv1.WebhookJob{DeliveryId: webhook.DeliveryID(rec.Endpoint.Id, eventID, at), Org: org, EndpointId: rec.Endpoint.Id,
 			EventType: typ, SubjectId: subjectID, Body: body, CreatedAt: timestamppb.New(at)}
-		if err := d.queue(ctx, job, job.DeliveryId); err != nil {
+		f, err := d.queueAsync(ctx, job, job.DeliveryId)
+		if err != nil {
 			d.s.log.Warn("webhooks: delivery not queued; the event is read again", "endpoint", rec.Endpoint.Id, "err", err)
 			_ = m.NakWithDelay(time.Second)
 			return
 		}
+		futures = append(futures, f)
 	}
-	_ = m.Ack()
+	d.fanning <- struct{}{}
+	go func() {
+		defer func() { <-d.fanning }()
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				d.s.log.Warn("webhooks: delivery not stored; the event is read again", "subject", f.Msg().Subject, "err", err)
+				_ = m.NakWithDelay(time.Second)
+				return
+			case <-ctx.Done():
+				return // read again by the next deliverer after AckWait
+			}
+		}
+		_ = m.Ack()
+	}()
 }
+
+// fanInFlight bounds the events whose jobs are being stored at once.
+const fanInFlight = 256
 
 // classify says which event type m is (""): none an endpoint may ask
 // for), of which org and subject, and when it happened.
@@ -318,18 +351,35 @@ func (d *deliverer) classify(m jetstream.Msg) (typ, org, subjectID string, at ti
 	return "", "", "", time.Time{}
 }
 
-// queue publishes job to the deliveries stream with Nats-Msg-Id msgID and
-// waits until it is stored.
-func (d *deliverer) queue(ctx context.Context, job *busv1.WebhookJob, msgID string) error {
+// jobMsg is job on the deliveries stream with Nats-Msg-Id msgID.
+func (d *deliverer) jobMsg(ctx context.Context, job *busv1.WebhookJob, msgID string) (*nats.Msg, error) {
 	msg, err := bus.NewMsg(ctx, d.s.names.WebhookJob(job.Org, job.EndpointId), job)
+	if err != nil {
+		return nil, err
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	return msg, nil
+}
+
+// queue publishes job and waits until it is stored.
+func (d *deliverer) queue(ctx context.Context, job *busv1.WebhookJob, msgID string) error {
+	msg, err := d.jobMsg(ctx, job, msgID)
 	if err != nil {
 		return err
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	tctx, cancel := context.WithTimeout(ctx, bus.PublishTryTimeout)
 	defer cancel()
 	_, err = d.s.js.PublishMsg(tctx, msg)
 	return err
+}
+
+// queueAsync starts publishing job.
+func (d *deliverer) queueAsync(ctx context.Context, job *busv1.WebhookJob, msgID string) (jetstream.PubAckFuture, error) {
+	msg, err := d.jobMsg(ctx, job, msgID)
+	if err != nil {
+		return nil, err
+	}
+	return d.s.js.PublishMsgAsync(msg)
 }
 
 // ---- delivery ----
@@ -355,8 +405,8 @@ func (d *deliverer) deliver(ctx context.Context, m jetstream.Msg) {
 		d.finish(m, &job, d.outcome(&job, job.PriorAttempts, 0, 0, errors.New("endpoint disabled"), agentmeshv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_FAILED))
 		return
 	}
-	if !d.take(job.EndpointId) {
-		// At its limit here: back in a moment, a worker takes the next job.
+	if !d.take(ctx, job.EndpointId) {
+		// At its limit here: back in a moment, the worker takes the next job.
 		_ = m.NakWithDelay(time.Duration(50+rand.IntN(200)) * time.Millisecond)
 		return
 	}
@@ -373,22 +423,43 @@ func (d *deliverer) deliver(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-func (d *deliverer) take(endpoint string) bool {
+// takeWait is how long a worker waits for a place of an endpoint at its
+// limit before it puts the job back: long enough that a busy endpoint's
+// jobs wait here rather than go round the stream, short enough that a
+// stuck one holds the worker only that long.
+const takeWait = 100 * time.Millisecond
+
+// take holds one of the endpoint's places on this replica, waiting up to
+// takeWait; false: none came free.
+func (d *deliverer) take(ctx context.Context, endpoint string) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.busy[endpoint] >= d.cfg.PerEndpoint {
-		return false
+	sem := d.busy[endpoint]
+	if sem == nil {
+		sem = make(chan struct{}, d.cfg.PerEndpoint)
+		d.busy[endpoint] = sem
 	}
-	d.busy[endpoint]++
-	return true
+	d.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(takeWait)
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 func (d *deliverer) release(endpoint string) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.busy[endpoint]--; d.busy[endpoint] <= 0 {
-		delete(d.busy, endpoint)
-	}
+	sem := d.busy[endpoint]
+	d.mu.Unlock()
+	<-sem
 }
 
 // post signs and sends the job; err is nil for a 2xx answer.
@@ -481,8 +552,9 @@ type recorder struct {
 }
 
 const (
-	recordBatch = 200
-	recordEvery = 100 * time.Millisecond
+	recordBatch    = 200
+	recordEvery    = 100 * time.Millisecond
+	recordInFlight = 4
 )
 
 func (r *recorder) add(d *agentmeshv1.WebhookDelivery) { r.in <- d }
@@ -491,19 +563,20 @@ func (r *recorder) run(ctx context.Context) {
 	var batch []*agentmeshv1.WebhookDelivery
 	tick := time.NewTicker(recordEvery)
 	defer tick.Stop()
+	inflight := make(chan struct{}, recordInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err := bus.Retry(fctx, bus.DefaultBackoff, func(ctx context.Context) error {
-			return bus.Request(ctx, r.s.nc, r.s.names.State(subjects.StateRecordDeliveries), &busv1.RecordDeliveriesRequest{Deliveries: batch}, &busv1.RecordDeliveriesResponse{})
+		b := batch
+		batch = nil
+		inflight <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-inflight }()
+			r.record(b)
 		})
-		if err != nil {
-			r.s.log.Warn("webhooks: delivery outcomes not recorded", "deliveries", len(batch), "err", err)
-		}
-		batch = batch[:0:0]
 	}
 	for {
 		select {
@@ -524,5 +597,17 @@ func (r *recorder) run(ctx context.Context) {
 				}
 			}
 		}
+	}
+}
+
+// record sends one batch, trying again for a while.
+func (r *recorder) record(batch []*agentmeshv1.WebhookDelivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := bus.Retry(ctx, bus.DefaultBackoff, func(ctx context.Context) error {
+		return bus.Request(ctx, r.s.nc, r.s.names.State(subjects.StateRecordDeliveries), &busv1.RecordDeliveriesRequest{Deliveries: batch}, &busv1.RecordDeliveriesResponse{})
+	})
+	if err != nil {
+		r.s.log.Warn("webhooks: delivery outcomes not recorded", "deliveries", len(batch), "err", err)
 	}
 }

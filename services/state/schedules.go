@@ -32,7 +32,7 @@ import (
 const MaxFiresPerRequest = 500
 
 // fireConcurrency is how many slots of one request are handled at once.
-const fireConcurrency = 16
+const fireConcurrency = 64
 
 func checkOrgRequired(org string) error {
 	if org == "" || !subjects.ValidToken(org) || org == subjects.NoOrg || org == subjects.SharedOrg {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -348,14 +349,24 @@ func (s *Store) readDelivery(ctx context.Context, key string) (*agentmeshv1.Webh
 	return d, e.Revision(), nil
 }
 
-// RecordDeliveries stores deliveries (see store.WebhookStore).
+// recordConcurrency is how many deliveries of a batch are written at once.
+const recordConcurrency = 32
+
+// RecordDeliveries stores deliveries (see store.WebhookStore), several at
+// once (each is its own entry).
 func (s *Store) RecordDeliveries(ctx context.Context, ds []*agentmeshv1.WebhookDelivery) error {
-	for _, d := range ds {
-		if err := s.recordDelivery(ctx, d); err != nil {
-			return err
-		}
+	sem := make(chan struct{}, recordConcurrency)
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for i, d := range ds {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = s.recordDelivery(ctx, d)
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (s *Store) recordDelivery(ctx context.Context, d *agentmeshv1.WebhookDelivery) error {
