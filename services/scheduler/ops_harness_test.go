@@ -43,7 +43,7 @@ func startOps(t testing.TB) *opsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := kvstore.Open(ctx, js, names, kvstore.Options{})
+	st, err := kvstore.Open(ctx, js, names, kvstore.Options{SoleWriter: true}) // as in agentmesh dev
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ const (
 	firesPerRequest = 100
 	firesBytes      = 512 << 10
 	// fireRequests is how many schedule.fire requests are in flight at once.
-	fireRequests = 8
+	fireRequests = 16
 	// refireAfter: a slot state could not handle (unavailable) is planned
 	// again after this long.
 	refireAfter = time.Second

@@ -94,6 +94,9 @@ type records[T proto.Message] struct {
 	kv   jetstream.KeyValue
 	ix   *index[T]
 	kind string
+	// sole: this process is the store's only writer, so the index is the
+	// bucket (Options.SoleWriter) and a get reads it.
+	sole bool
 	// as in pgstore: id, version, org, and whether a list leaves it out.
 	id         func(T) string
 	version    func(T) int64
@@ -123,6 +126,16 @@ func (r records[T]) read(ctx context.Context, id string) (T, uint64, error) {
 func (r records[T]) put(ctx context.Context, id string, rec T, create bool, expectedVersion int64) (T, error) {
 	var zero T
 	rec = proto.Clone(rec).(T)
+	if !create && expectedVersion > 0 {
+		// The index usually holds the version asked for with its revision
+		// (this process wrote or saw it last): update by that revision
+		// without reading; a stale index is told by the update itself.
+		if cur, rev, ok := r.ix.getRev(id); ok && r.version(cur) == expectedVersion && r.org(cur) == r.org(rec) {
+			if out, ok := r.update(ctx, id, rec, expectedVersion, rev); ok {
+				return out, nil
+			}
+		}
+	}
 	for range maxRetries {
 		cur, rev, err := r.read(ctx, id)
 		if err != nil {
@@ -162,8 +175,33 @@ func (r records[T]) put(ctx context.Context, id string, rec T, create bool, expe
 	return zero, bus.Errorf(bus.CodeConflict, "%s %q: too much contention, retry", r.kind, id)
 }
 
+// update writes rec at version v+1 over revision rev and reports whether
+// the store took it.
+func (r records[T]) update(ctx context.Context, id string, rec T, v int64, rev uint64) (T, bool) {
+	var zero T
+	next := proto.Clone(rec).(T)
+	r.setVersion(next, v+1)
+	data, err := marshal(next)
+	if err != nil {
+		return zero, false
+	}
+	nrev, err := r.kv.Update(ctx, id, data, rev)
+	if err != nil {
+		return zero, false
+	}
+	r.ix.put(id, next, nrev)
+	return next, true
+}
+
 func (r records[T]) get(ctx context.Context, org, id string) (T, error) {
 	var zero T
+	if r.sole {
+		v, ok := r.ix.get(id)
+		if !ok || (org != "" && r.org(v) != org) {
+			return zero, store.RecordNotFound(r.kind, id)
+		}
+		return proto.Clone(v).(T), nil
+	}
 	v, rev, err := r.read(ctx, id)
 	if err != nil {
 		return zero, err
@@ -222,7 +260,7 @@ func (r records[T]) delete(ctx context.Context, org, id string) error {
 }
 
 func (s *Store) keys() records[*busv1.KeyRecord] {
-	return records[*busv1.KeyRecord]{kv: s.keysKV, ix: s.keyIndex, kind: "key",
+	return records[*busv1.KeyRecord]{kv: s.keysKV, ix: s.keyIndex, kind: "key", sole: s.soleWriter,
 		id:         func(r *busv1.KeyRecord) string { return r.GetKey().GetId() },
 		version:    func(r *busv1.KeyRecord) int64 { return r.GetKey().GetVersion() },
 		setVersion: func(r *busv1.KeyRecord, v int64) { r.Key.Version = v },
@@ -233,7 +271,7 @@ func (s *Store) keys() records[*busv1.KeyRecord] {
 }
 
 func (s *Store) schedules() records[*agentmeshv1.Schedule] {
-	return records[*agentmeshv1.Schedule]{kv: s.schedulesKV, ix: s.scheduleIndex, kind: "schedule",
+	return records[*agentmeshv1.Schedule]{kv: s.schedulesKV, ix: s.scheduleIndex, kind: "schedule", sole: s.soleWriter,
 		id:         func(r *agentmeshv1.Schedule) string { return r.GetId() },
 		version:    func(r *agentmeshv1.Schedule) int64 { return r.GetVersion() },
 		setVersion: func(r *agentmeshv1.Schedule, v int64) { r.Version = v },
@@ -244,7 +282,7 @@ func (s *Store) schedules() records[*agentmeshv1.Schedule] {
 }
 
 func (s *Store) endpoints() records[*busv1.WebhookEndpointRecord] {
-	return records[*busv1.WebhookEndpointRecord]{kv: s.endpointsKV, ix: s.endpointIndex, kind: "webhook endpoint",
+	return records[*busv1.WebhookEndpointRecord]{kv: s.endpointsKV, ix: s.endpointIndex, kind: "webhook endpoint", sole: s.soleWriter,
 		id:         func(r *busv1.WebhookEndpointRecord) string { return r.GetEndpoint().GetId() },
 		version:    func(r *busv1.WebhookEndpointRecord) int64 { return r.GetEndpoint().GetVersion() },
 		setVersion: func(r *busv1.WebhookEndpointRecord, v int64) { r.Endpoint.Version = v },
