@@ -11,6 +11,9 @@
 //	agentmesh.v1.MetricsService    GetMetrics (graph.go)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
+//	agentmesh.v1.KeyService    keys kept by state (keyservice.go), loaded
+//	                           and followed by every router (apikeys.go)
+//	agentmesh.v1.ScheduleService, WebhookService  (schedules.go, webhooks.go)
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
 //	grpc.reflection.v1[alpha]  so `grpcurl -plaintext HOST:PORT list` works
 //
@@ -42,11 +45,16 @@
 //	<p>.state.task.create_graph     busv1.CreateTasksRequest    (SubmitTasks)
 //	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
 //	<p>.state.task.metrics          busv1.MetricsRequest        (GetMetrics)
+//	<p>.state.key.*, schedule.*, webhook.*   bus.v1 ops.proto (KeyService,
+//	                                ScheduleService, WebhookService)
 //
 // Subjects it subscribes to (core NATS, one subscription per WatchTask
 // stream):
 //
 //	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
+//
+// and it follows <p>.evt.*.key.* (the key changes) with an ordered consumer
+// of the events stream.
 //
 // Errors are converted to gRPC status codes in one place, toStatus.
 package router

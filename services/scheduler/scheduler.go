@@ -35,6 +35,13 @@
 //
 // Trees: a tree keeper (trees.go) records each task's end in its ancestors
 // and cancels the unfinished sub-tasks of a task that ended.
+//
+// Schedules (schedules.go): the leader fires the schedules' slots
+// (<p>.state.schedule.fire) after matching their templates' agents
+// (<p>.registry.match). Webhooks (webhooks.go): every replica fans the
+// events out to deliveries (durable "webhooks" on the events stream, jobs
+// on <p>.whk.<org>.<endpoint>) and delivers them (durable "deliveries" on
+// the deliveries stream), recording each try (<p>.state.webhook.deliveries.record).
 package scheduler
 
 import (

@@ -18,6 +18,8 @@
 //	task.resolve                                   (scheduler's resolver)
 //	task.settle                                    (scheduler's tree keeper; tree.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
+//	key.* schedule.* webhook.*                     (keys, schedules, webhooks:
+//	                                               keys.go, schedules.go, webhooks.go)
 //
 // There is no generic transition: each intent may make only the status
 // changes of its table (intents.go), and the bus lets only one service
@@ -28,6 +30,7 @@
 //
 //	<p>.evt.<org>.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
 //	<p>.evt.<org>.agent.<name>      agentmesh.bus.v1.AgentEvent
+//	<p>.evt.<org>.key|schedule|webhook.<id>  their changes (records.go)
 //
 // and relays the executors' streamed model output (<p>.token.>, core NATS)
 // to the public <p>.live.<org>.task.<id>.token of tasks that run there

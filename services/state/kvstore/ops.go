@@ -413,6 +413,13 @@ func (s *Store) recordDelivery(ctx context.Context, d *agentmeshv1.WebhookDelive
 	if err != nil {
 		return err
 	}
+	if d.Attempts <= 1 {
+		// A first try's outcome is mostly the first word on it: create
+		// without reading (an entry already there is read below).
+		if _, err := s.deliveriesKV.Create(ctx, key, data); err == nil {
+			return nil
+		}
+	}
 	for range maxRetries {
 		cur, rev, err := s.readDelivery(ctx, key)
 		if err != nil {
