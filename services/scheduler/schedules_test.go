@@ -63,7 +63,7 @@ func TestScheduleFiresEachSlotOnceAcrossKillAndLeaderChange(t *testing.T) {
 	b.stop()
 	waitLeader(t, a2)
 	clock.Set(slot(3).Add(3 * time.Second))
-	runs := e.waitRuns(t, sc, 3)
+	e.waitRuns(t, sc, 3)
 	// Let the new leader settle: nothing more is due until slot 4.
 	poll.Until(t, 10*time.Second, func() error {
 		if got := e.getSchedule(t, "acme", sc.Id); !got.HandledThrough.AsTime().Equal(slot(3)) {
@@ -71,7 +71,7 @@ func TestScheduleFiresEachSlotOnceAcrossKillAndLeaderChange(t *testing.T) {
 		}
 		return nil
 	})
-	runs = e.runs(t, sc)
+	runs := e.runs(t, sc)
 	want := slotKeys(sc, slot(1), slot(2), slot(3))
 	if len(runs) != 3 {
 		t.Fatalf("%d runs, want 3", len(runs))
