@@ -296,3 +296,35 @@ func TestSlowEndpointDoesNotDelayOtherOrgs(t *testing.T) {
 		t.Errorf("the slow endpoint got %d tries at once, want at most 2", n)
 	}
 }
+
+// A schedule's failed run reaches the endpoints asking for
+// schedule.run_failed, with the schedule and its reason.
+func TestWebhookOfAFailedScheduleRun(t *testing.T) {
+	e := startOps(t)
+	s := newSink(t, nil)
+	sc := e.createSchedule(t, "* * * * *", agentmeshv1.CatchupPolicy_CATCHUP_POLICY_NONE, "gone")
+	clock := newFakeClock(sc.HandledThrough.AsTime())
+	startReplica(t, e, Config{Clock: clock, Webhooks: WebhookConfig{Allow: []string{s.host()}}})
+	_, secret := e.endpoint(t, "acme", s.srv.URL, webhook.ScheduleRunFailed)
+	clock.Set(sc.HandledThrough.AsTime().Truncate(time.Minute).Add(time.Minute + time.Second))
+	r := s.wait(t, 1)[0]
+	verify(t, secret, r)
+	var body struct {
+		Type string `json:"type"`
+		Data struct {
+			Action   string `json:"action"`
+			Schedule struct {
+				ID      string `json:"id"`
+				LastRun struct {
+					Reason string `json:"reason"`
+				} `json:"last_run"`
+			} `json:"schedule"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Type != webhook.ScheduleRunFailed || body.Data.Schedule.ID != sc.Id || !strings.Contains(body.Data.Schedule.LastRun.Reason, "gone") {
+		t.Errorf("body: %s", r.body)
+	}
+}

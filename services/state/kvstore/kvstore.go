@@ -6,6 +6,9 @@
 //	<P>_STORE_AGENTS       KV: agent (org, name) → agentmesh.v1.Agent; a shared
 //	                       agent's key is its name, an org's "<org>.<name>"
 //	<P>_STORE_IDEMPOTENCY  KV: hash(org, idempotency key) → task id
+//	<P>_STORE_KEYS, _SCHEDULES, _WEBHOOKS, _DELIVERIES
+//	                       KV: API keys, schedules, webhook endpoints and
+//	                       their delivery log (ops.go)
 //	<P>_STORE_HISTORY      stream: each task's events, in order, on
 //	                       StoreHistory(id), one message per write: one
 //	                       event, or several written together (a
