@@ -193,6 +193,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		opts = append(opts, grpc.Creds(creds))
 	}
 	s.srv = grpc.NewServer(opts...)
+	s.register()
+	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	return s, nil
+}
+
+// register serves the public API, health and reflection on s.srv.
+func (s *Service) register() {
 	agentmeshv1.RegisterTaskServiceServer(s.srv, &taskServer{s: s})
 	agentmeshv1.RegisterAgentServiceServer(s.srv, &agentServer{s: s})
 	agentmeshv1.RegisterSkillServiceServer(s.srv, &skillServer{s: s})
@@ -207,8 +214,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	agentmeshv1.RegisterWebhookServiceServer(s.srv, &webhookServer{s: s})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
-	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
-	return s, nil
 }
 
 func orgLimiterFor(authOff bool, cfg Config) *orgLimiter {
