@@ -51,3 +51,28 @@ func Validate(prefix string, b *agentmeshv1.Budget) error {
 	}
 	return nil
 }
+
+// Merge takes each bound from the task's budget, else the agent's (nil when
+// both are nil): the budget a task runs under.
+func Merge(task, agent *agentmeshv1.Budget) *agentmeshv1.Budget {
+	if task == nil && agent == nil {
+		return nil
+	}
+	b := &agentmeshv1.Budget{
+		MaxSteps: task.GetMaxSteps(), MaxTokens: task.GetMaxTokens(),
+		MaxCostUsd: task.GetMaxCostUsd(), MaxWallTime: task.GetMaxWallTime(),
+	}
+	if b.MaxSteps == 0 {
+		b.MaxSteps = agent.GetMaxSteps()
+	}
+	if b.MaxTokens == 0 {
+		b.MaxTokens = agent.GetMaxTokens()
+	}
+	if b.MaxCostUsd == 0 {
+		b.MaxCostUsd = agent.GetMaxCostUsd()
+	}
+	if b.MaxWallTime == nil {
+		b.MaxWallTime = agent.GetMaxWallTime()
+	}
+	return b
+}

@@ -26,7 +26,11 @@ type StreamOptions struct {
 // DuplicateWindow is how long JetStream remembers a Nats-Msg-Id.
 const DuplicateWindow = 2 * time.Minute
 
-// EnsureStreams creates or updates the bus streams: events, work and audit
+// WebhookJobMaxAge bounds how long a webhook delivery stays on its stream.
+const WebhookJobMaxAge = 48 * time.Hour
+
+// EnsureStreams creates or updates the bus streams: events, work, webhook
+// deliveries and audit
 // (see package subjects). It is idempotent. Only the state service, the
 // streams' owner, calls it (only its identity may); the others bind with
 // WaitStream. Existing streams keep their replicas; it returns those with
@@ -56,6 +60,19 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, n subjects.Names
 			Description: "agentmesh dispatched work, pulled by executors",
 			Subjects:    []string{n.WorkAll()},
 			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			Duplicates:  DuplicateWindow,
+		},
+		{
+			// Webhook deliveries to make: each stays until delivered or
+			// given up (a day of tries); two days bound what a stuck
+			// consumer could leave behind.
+			Name:        n.WebhooksStream(),
+			Description: "agentmesh webhook deliveries to make, pulled by the schedulers",
+			Subjects:    []string{n.WebhookJobsAll()},
+			Retention:   jetstream.WorkQueuePolicy,
+			MaxAge:      WebhookJobMaxAge,
 			Storage:     storage,
 			Replicas:    o.Replicas,
 			Duplicates:  DuplicateWindow,

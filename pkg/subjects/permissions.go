@@ -24,7 +24,8 @@ var Services = []string{ServiceState, ServiceRegistry, ServiceScheduler, Service
 
 // StoreBuckets are the KV buckets of the embedded store (kvstore opens only
 // these; StoreBucket names them). Only the state identity may touch them.
-var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs", "skills", "agent_versions"}
+var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs", "skills", "agent_versions",
+	"keys", "schedules", "webhooks", "deliveries"}
 
 // Permission is what one NATS identity may publish and subscribe to.
 type Permission struct {
@@ -65,8 +66,9 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// live subjects, which no other identity may publish.
 		p.Responses = true
 		p.Sub = []string{n.StateAll(), "$SRV.>", inbox, n.TokenRelayAll()}
-		p.Pub = []string{n.Events(), n.LiveAll(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO"}
-		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream()}
+		// A redelivery asked through the API goes to the deliveries stream.
+		p.Pub = []string{n.Events(), n.LiveAll(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO", n.WebhookJobsAll()}
+		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream(), n.WebhooksStream()}
 		for _, b := range StoreBuckets {
 			streams = append(streams, "KV_"+n.StoreBucket(b))
 			p.Pub = append(p.Pub, "$KV."+n.StoreBucket(b)+".>")
@@ -78,7 +80,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, jsAPI+"STREAM.PURGE."+n.StoreHistoryStream())
 		// Only the KV streams and the history stream are read back by
 		// state (watchers, direct gets); the bus streams only created.
-		for _, s := range streams[3:] {
+		for _, s := range slices.Concat(streams[3:4], streams[5:]) {
 			p.Pub = append(p.Pub, streamReader(s)...)
 		}
 	case ServiceRegistry:
@@ -99,11 +101,18 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// consumer. It publishes work and moves tasks only by its intents.
 		lease := "KV_" + n.SchedulerBucket()
 		p.Sub = []string{inbox, n.Heartbeats()}
+		// Schedules: the leader lists them and fires their slots (matching
+		// the template's agent first); webhooks: every replica fans the
+		// events out to the deliveries stream through one durable consumer,
+		// pulls the deliveries through another, and records their outcome.
 		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateTimeout, StateLost,
-			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired, StateSettleTask),
-			n.WorkAll(),
+			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired, StateSettleTask,
+			StateListSchedules, StateGetSchedule, StateFireSchedules,
+			StateSigningWebhook, StateSigningWebhooks, StateRecordDeliveries),
+			n.WorkAll(), n.WebhookJobsAll(), n.Registry(RegistryMatch),
 			jsAPI+"STREAM.INFO."+n.EventsStream(),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
+			jsAPI+"STREAM.INFO."+n.WebhooksStream(),
 			"$KV."+n.SchedulerBucket()+".>", jsAPI+"INFO",
 		)
 		p.Pub = append(p.Pub, streamAdmin(lease)...)
@@ -111,6 +120,8 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerResolver)...)
 		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerTrees)...)
+		p.Pub = append(p.Pub, durable(n.EventsStream(), ConsumerWebhookFanout)...)
+		p.Pub = append(p.Pub, durable(n.WebhooksStream(), ConsumerWebhookDeliveries)...)
 	case ServiceExecutor:
 		// Pulls work through the executors' durable consumer (which it
 		// creates), hears cancellations, publishes heartbeats and its
@@ -127,13 +138,21 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, durable(n.WorkStream(), ConsumerExecutors)...)
 	case ServiceRouter:
 		// The gRPC edge: requests to state and the registry on behalf of an
-		// authenticated org, and the event subjects WatchTask follows.
+		// authenticated org, and the event subjects WatchTask follows. It
+		// loads the keys kept by state and follows their changes with an
+		// ordered consumer of the events stream.
 		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
 		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory, StateHistoryBatch,
 			StateUsage, StateCancel, StateDecide, StateCreateTap,
 			StateApproveProposal, StateRejectProposal,
-			StateCreateTasks, StateUpdateTask, StateDeleteTask, StateMetrics),
-			n.RegistryAll())
+			StateCreateTasks, StateUpdateTask, StateDeleteTask, StateMetrics,
+			StateCreateKey, StateListKeys, StateGetKey, StateRevokeKey, StateRotateKey,
+			StateCreateSchedule, StateUpdateSchedule, StateGetSchedule, StateListSchedules,
+			StateDeleteSchedule, StatePauseSchedule, StateTriggerSchedule,
+			StateCreateWebhook, StateUpdateWebhook, StateRotateWebhook, StateGetWebhook, StateListWebhooks,
+			StateDeleteWebhook, StateListDeliveries, StateRedeliver),
+			n.RegistryAll(), jsAPI+"INFO", jsAPI+"STREAM.INFO."+n.EventsStream())
+		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 	default:
 		return Permission{}, fmt.Errorf("subjects: unknown service identity %q", service)
 	}

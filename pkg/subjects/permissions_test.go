@@ -107,3 +107,40 @@ func TestTapPermissions(t *testing.T) {
 		t.Errorf("template %v does not render to %v", tmpl.Sub, p.Sub)
 	}
 }
+
+// Keys, schedules and webhooks: each operation to the identity whose job
+// it is — the router's API, the scheduler's firing and delivering — and no
+// other.
+func TestOpsPermissions(t *testing.T) {
+	n := Must("am")
+	perms := map[string]Permission{}
+	for _, svc := range Services {
+		p, err := n.Permissions(svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perms[svc] = p
+	}
+	only := func(subject string, who ...string) {
+		t.Helper()
+		for _, svc := range Services {
+			want := slices.Contains(who, svc)
+			if got := allows(perms[svc].Pub, subject); got != want {
+				t.Errorf("%s may publish %s: %v, want %v", svc, subject, got, want)
+			}
+		}
+	}
+	for _, op := range []string{StateCreateKey, StateRevokeKey, StateRotateKey, StateCreateSchedule, StateTriggerSchedule, StateCreateWebhook, StateRedeliver} {
+		only(n.State(op), ServiceRouter)
+	}
+	only(n.State(StateFireSchedules), ServiceScheduler)
+	only(n.State(StateSigningWebhooks), ServiceScheduler)
+	only(n.State(StateRecordDeliveries), ServiceScheduler)
+	only(n.State(StateListSchedules), ServiceRouter, ServiceScheduler)
+	only(n.WebhookJob("acme", "ep_1"), ServiceState, ServiceScheduler)
+	only("$JS.API.CONSUMER.CREATE."+n.WebhooksStream()+"."+ConsumerWebhookDeliveries, ServiceScheduler)
+	only("$JS.API.STREAM.CREATE."+n.WebhooksStream(), ServiceState)
+	if !allows(n.TapPermissions("acme").Sub, n.KeyEvent("acme", "key_1")) || allows(n.TapPermissions("acme").Sub, n.WebhookJob("acme", "ep_1")) {
+		t.Error("a tap of acme reads its key events and no delivery")
+	}
+}

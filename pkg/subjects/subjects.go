@@ -33,6 +33,8 @@
 //	                                       the scheduler consumes and outside
 //	                                       programs tap
 //	<P>_WORK     <p>.work.>                work-queue retention; executors pull
+//	<P>_WEBHOOKS <p>.whk.>                 work-queue retention; webhook
+//	                                       deliveries to make (ops.go)
 //	<P>_AUDIT    <p>.audit.>, <p>.exec.>
 //	                                       the rest of the traffic: each
 //	                                       request a service handled, as it
@@ -40,7 +42,7 @@
 //	                                       after replying (with its outcome
 //	                                       code), and heartbeats; NoAck
 //
-// Together the three streams hold everything said under <p>.>, except the
+// Together the four streams hold everything said under <p>.>, except the
 // live token streams (<p>.token.>, <p>.live.>), whose text the following
 // step stores. No
 // stream captures a request subject (<p>.state.>, <p>.registry.>): a stream
@@ -282,13 +284,15 @@ const (
 )
 
 // EventSubject is an event subject taken apart: <p>.evt.<org>.task.<id>.<type>
-// (TaskEvent) or <p>.evt.<org>.agent.<name> (AgentEvent).
+// (TaskEvent), <p>.evt.<org>.agent.<name> (AgentEvent) or
+// <p>.evt.<org>.<key|schedule|webhook>.<id> (ops.go).
 type EventSubject struct {
 	// Org is the org token as on the subject (NoOrg, SharedOrg or an org).
 	Org string
-	// Kind is KindTask or KindAgent.
+	// Kind is KindTask, KindAgent, KindKey, KindSchedule or KindWebhook.
 	Kind string
-	// ID is the task id or the agent name.
+	// ID is the task id, the agent name, or the key's, schedule's or
+	// endpoint's id.
 	ID string
 	// Type is a task event's type token (a status, EventStep, ...); "" for
 	// an agent event.
@@ -312,8 +316,8 @@ func (n Names) ParseEvent(subject string) (EventSubject, bool) {
 	switch {
 	case len(toks) == 4 && toks[1] == KindTask:
 		return EventSubject{Org: toks[0], Kind: KindTask, ID: toks[2], Type: toks[3]}, true
-	case len(toks) == 3 && toks[1] == KindAgent:
-		return EventSubject{Org: toks[0], Kind: KindAgent, ID: toks[2]}, true
+	case len(toks) == 3 && (toks[1] == KindAgent || toks[1] == KindKey || toks[1] == KindSchedule || toks[1] == KindWebhook):
+		return EventSubject{Org: toks[0], Kind: toks[1], ID: toks[2]}, true
 	}
 	return EventSubject{}, false
 }

@@ -42,6 +42,7 @@ func EnvVars() []Env {
 		{"AGENTMESH_DEBUG_LISTEN", "", []string{"*"}, "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off"},
 		{"AGENTMESH_ACK_WAIT", "30s", []string{"dev", "executor"}, "how long a task's work stays with an executor that shows no sign of life before it is redelivered to another (node-loss detection)"},
 		{"AGENTMESH_WEB_FETCH_ALLOW", "", []string{"dev", "executor"}, "hosts web_fetch and HTTP MCP servers may reach although private or loopback: host, host:port, IP or CIDR, comma-separated"},
+		{"AGENTMESH_WEBHOOK_ALLOW", "", []string{"dev", "router", "scheduler"}, "webhook endpoints that may be reached although loopback, private or link-local (e.g. a receiver on this host: 127.0.0.1:9000): host, host:port, IP or CIDR, comma-separated; the router refuses other such URLs at create and the scheduler at every connection"},
 		{"AGENTMESH_WEB_FETCH_MAX_BYTES", "51200", []string{"dev", "executor"}, "web_fetch's response cap in bytes (at most 258048)"},
 		{"AGENTMESH_SQL_URL", "", []string{"dev", "executor"}, "Postgres URL sql_query runs on (give it a read-only role); empty = sql_query unavailable"},
 		{"AGENTMESH_SQL_POLICY", "approve", []string{"dev", "executor"}, "what sql_query does with statements that change data or schema: approve (ask a person) or refuse"},

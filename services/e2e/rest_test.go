@@ -486,3 +486,71 @@ func TestRESTTenancy(t *testing.T) {
 		}
 	})
 }
+
+// Schedules, webhooks and keys over REST against the whole stack: the
+// generated routes reach their services (create, read, act, delete) and
+// the same validation answers (a bad cron is 400 naming spec.cron; a
+// loopback webhook URL 400 naming url).
+func TestRESTSchedulesWebhooksKeys(t *testing.T) {
+	e := start(t, opts{script: restScript})
+	e.createAgent(t, "worker", "general")
+	c := e.rest
+
+	var created agentmeshv1.CreateScheduleResponse
+	c.Do(t, "POST", "/v1/schedules", `{"name": "nightly", "spec": {"cron": "0 2 * * *", "time_zone": "Europe/Paris"},
+		"template": {"input": "report", "agent": "worker"}}`).Decode(t, &created)
+	id := created.GetSchedule().GetId()
+	if id == "" {
+		t.Fatalf("no schedule id in %v", &created)
+	}
+	var got agentmeshv1.GetScheduleResponse
+	c.Do(t, "GET", "/v1/schedules/"+id, nil).Decode(t, &got)
+	if got.GetSchedule().GetName() != "nightly" {
+		t.Fatalf("GET schedule: %v", &got)
+	}
+	var trig agentmeshv1.TriggerScheduleResponse
+	c.Do(t, "POST", "/v1/schedules/"+id+"/trigger", `{}`).Decode(t, &trig)
+	if trig.GetTask().GetId() == "" {
+		t.Fatalf("trigger made no task: %v", &trig)
+	}
+	restWait(t, c, trig.GetTask().GetId(), taskstate.Completed)
+	var paused agentmeshv1.PauseScheduleResponse
+	c.Do(t, "POST", "/v1/schedules/"+id+"/pause", `{"reason": "freeze"}`).Decode(t, &paused)
+	var list agentmeshv1.ListSchedulesResponse
+	c.Do(t, "GET", "/v1/schedules", nil).Decode(t, &list)
+	if len(list.GetSchedules()) != 1 || !list.GetSchedules()[0].GetPaused() {
+		t.Fatalf("list after pause: %v", &list)
+	}
+	bad := c.Do(t, "POST", "/v1/schedules", `{"name": "x", "spec": {"cron": "0 25 * * *"}, "template": {"input": "x", "agent": "worker"}}`)
+	if bad.Code != http.StatusBadRequest || !strings.Contains(string(bad.Body), "spec.cron") {
+		t.Fatalf("bad cron: %d %s, want 400 naming spec.cron", bad.Code, bad.Body)
+	}
+	if r := c.Do(t, "DELETE", "/v1/schedules/"+id, nil); r.Code != http.StatusOK {
+		t.Fatalf("DELETE schedule: %d %s", r.Code, r.Body)
+	}
+	if r := c.Do(t, "GET", "/v1/schedules/"+id, nil); r.Code != http.StatusNotFound {
+		t.Fatalf("GET a deleted schedule: %d %s, want 404", r.Code, r.Body)
+	}
+
+	loop := c.Do(t, "POST", "/v1/webhooks", `{"url": "http://127.0.0.1:9/hook"}`)
+	if loop.Code != http.StatusBadRequest || !strings.Contains(string(loop.Body), "url") {
+		t.Fatalf("loopback webhook: %d %s, want 400 naming url", loop.Code, loop.Body)
+	}
+	var hooks agentmeshv1.ListWebhookEndpointsResponse
+	c.Do(t, "GET", "/v1/webhooks", nil).Decode(t, &hooks)
+	if len(hooks.GetEndpoints()) != 0 {
+		t.Fatalf("webhooks: %v, want none", &hooks)
+	}
+	var key agentmeshv1.CreateKeyResponse
+	c.Do(t, "POST", "/v1/keys", `{"name": "ci", "role": "operator"}`).Decode(t, &key)
+	if key.GetSecret() == "" || key.GetKey().GetId() == "" {
+		t.Fatalf("created key: %v, want an id and its secret", &key)
+	}
+	var keys agentmeshv1.ListKeysResponse
+	c.Do(t, "GET", "/v1/keys", nil).Decode(t, &keys)
+	if len(keys.GetKeys()) != 1 || keys.GetKeys()[0].GetName() != "ci" {
+		t.Fatalf("keys: %v, want the one created", &keys)
+	}
+	var revoked agentmeshv1.RevokeKeyResponse
+	c.Do(t, "POST", "/v1/keys/"+key.GetKey().GetId()+"/revoke", `{}`).Decode(t, &revoked)
+}

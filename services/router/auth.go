@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,9 +57,12 @@ func (s *Service) callerOf(key string) (Caller, error) {
 	if key == "" {
 		return Caller{}, status.Error(codes.Unauthenticated, "missing API key: send \"authorization: Bearer <key>\" or \"x-api-key: <key>\"")
 	}
-	k, ok := s.keys.ring().lookup(sha256.Sum256([]byte(key)))
+	k, ok := s.keys.lookup(sha256.Sum256([]byte(key)))
 	if !ok {
 		return Caller{}, status.Error(codes.Unauthenticated, "unknown API key")
+	}
+	if !k.ExpiresAt.IsZero() && !time.Now().Before(k.ExpiresAt) {
+		return Caller{}, status.Errorf(codes.Unauthenticated, "API key %q expired at %s", k.Name, k.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return Caller{KeyName: k.Name, Org: k.Org, Role: k.Role}, nil
 }

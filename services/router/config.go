@@ -10,6 +10,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
 	"github.com/agentmesh/agentmesh/services/router/rest"
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 )
 
 // Config configures the router. ConfigFromEnv reads it from the variables
@@ -89,6 +90,11 @@ type Config struct {
 	HTTPCORSOrigins []string
 	// Version is what GetVersion answers: the binary's version.
 	Version string
+	// WebhookAllow names the loopback, private or link-local destinations
+	// a webhook endpoint's URL may name (AGENTMESH_WEBHOOK_ALLOW; the
+	// scheduler, which delivers, reads it too): host, host:port, address or
+	// CIDR, as netguard.ParseAllowlist reads them.
+	WebhookAllow []string
 }
 
 // Defaults of Config.
@@ -126,6 +132,7 @@ const (
 	EnvOrgRate          = "AGENTMESH_ORG_RATE"
 	EnvHTTPListen       = "AGENTMESH_HTTP_LISTEN"
 	EnvHTTPCORSOrigins  = "AGENTMESH_HTTP_CORS_ORIGINS"
+	EnvWebhookAllow     = "AGENTMESH_WEBHOOK_ALLOW"
 )
 
 // ConfigFromEnv reads the router's settings through get; a bad value is an
@@ -139,6 +146,11 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 		MaxWatchesPerOrg: r.IntRange(EnvMaxWatchesPerOrg, 0, math.MaxInt32),
 	}
 	c.Prefix, _ = bus.ReadSettings(r)
+	if c.WebhookAllow = r.List(EnvWebhookAllow); len(c.WebhookAllow) > 0 {
+		if _, err := netguard.ParseAllowlist(c.WebhookAllow); err != nil {
+			r.Fail(EnvWebhookAllow, err.Error())
+		}
+	}
 	r.Parse(EnvAPIKeys, func(v string) (err error) {
 		c.APIKeys, err = parseAPIKeys(v)
 		return err

@@ -10,6 +10,7 @@ import (
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskgraph"
@@ -224,7 +225,7 @@ func (s *Service) submitTasks(ctx context.Context, req *agentmeshv1.SubmitTasksR
 		t := &agentmeshv1.Task{
 			Org: orgFrom(ctx), Title: sub.GetTitle(), Input: sub.GetInput(), Agent: agent.GetName(),
 			RequiredSkills: sub.GetRequiredSkills(), Priority: prio, Metadata: sub.GetMetadata(),
-			Budget: mergeBudget(sub.GetBudget(), agent.GetBudget()), Routing: routing,
+			Budget: budget.Merge(sub.GetBudget(), agent.GetBudget()), Routing: routing,
 		}
 		addGraphFields(ctx, t, sub)
 		out.Tasks[i], out.Refs[i] = t, ref

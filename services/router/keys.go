@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // APIKey is one API key the router accepts: its SHA-256 (the key itself is
@@ -27,6 +28,11 @@ type APIKey struct {
 	Role Role
 	// SHA256 of the key as presented by the client.
 	SHA256 [sha256.Size]byte
+	// ID of a key kept by the state service (KeyService; apikeys.go), and
+	// when it stops being accepted (zero: never). Configured keys have
+	// neither.
+	ID        string
+	ExpiresAt time.Time
 }
 
 // OrgPattern is the form of an org name: 1-63 lower-case letters and
@@ -186,6 +192,9 @@ type keySource struct {
 
 	mu  sync.Mutex
 	sum [sha256.Size]byte // of the keys file the keyring was built from
+
+	// stored are the keys kept by the state service (apikeys.go).
+	stored storedKeys
 }
 
 func newKeySource(fixed []APIKey, path string) (*keySource, error) {
@@ -245,6 +254,15 @@ func readLimited(path string, limit int64) ([]byte, error) {
 }
 
 func (ks *keySource) ring() *keyring { return ks.cur.Load() }
+
+// lookup finds the key whose hash is sum: a configured one (compared in
+// constant time), else one kept by the state service.
+func (ks *keySource) lookup(sum [sha256.Size]byte) (APIKey, bool) {
+	if k, ok := ks.ring().lookup(sum); ok {
+		return k, true
+	}
+	return ks.stored.lookup(sum)
+}
 
 // keysOf builds the key source of cfg (its API keys and keys file); with
 // neither, authentication is off (and said so in the log).

@@ -12,8 +12,9 @@ import (
 type Role string
 
 // The roles. Each org role includes reader; admin includes every org role.
-// A platform key belongs to no org: it manages the shared agents and reads
-// the agent catalogue and the tool list, nothing else.
+// A platform key belongs to no org: it manages the shared agents, reads
+// the agent catalogue and the tool list, and manages every org's API keys,
+// nothing else.
 const (
 	// RoleReader reads tasks, histories, usage, approvals, agents, tools.
 	RoleReader Role = "reader"
@@ -107,10 +108,35 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "CancelRun"): RoleOperator,
 
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"): RoleReader,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"): RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):  RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"): RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"): RoleAdmin,
+
+	// A schedule submits tasks later: changing one needs the right to
+	// submit (its runs get no more than its creator's role; state checks).
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "CreateSchedule"):  RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "UpdateSchedule"):  RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "PauseSchedule"):   RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "ResumeSchedule"):  RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "DeleteSchedule"):  RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "TriggerSchedule"): RoleOperator,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "GetSchedule"):     RoleReader,
+	method(agentmeshv1.ScheduleService_ServiceDesc.ServiceName, "ListSchedules"):   RoleReader,
+
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "CreateWebhookEndpoint"): RoleAdmin,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "UpdateWebhookEndpoint"): RoleAdmin,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "DeleteWebhookEndpoint"): RoleAdmin,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "RotateWebhookSecret"):   RoleAdmin,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "RedeliverWebhook"):      RoleAdmin,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "GetWebhookEndpoint"):    RoleReader,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "ListWebhookEndpoints"):  RoleReader,
+	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "ListWebhookDeliveries"): RoleReader,
 }
 
 // platformMethods are the RPCs a platform key may call: the agent and
-// skill catalogues (where it acts on the shared ones) and the tool list.
+// skill catalogues (where it acts on the shared ones), the tool list and
+// KeyService (every org's keys).
 var platformMethods = map[string]bool{
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "CreateAgent"):       true,
 	method(agentmeshv1.AgentService_ServiceDesc.ServiceName, "UpdateAgent"):       true,
@@ -125,6 +151,11 @@ var platformMethods = map[string]bool{
 	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):        true,
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):          true,
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"):      true,
+	// Every org's API keys (the platform key names the org).
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"): true,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):  true,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"): true,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"): true,
 }
 
 // neededRole is the role an RPC needs (MethodRoles, admin when absent).

@@ -14,6 +14,9 @@
 //	agentmesh.v1.RunService    StartRun, GetRun, CancelRun: seed 004's
 //	                           runs as tasks (runs.go)
 //	agentmesh.v1.VersionService GetVersion (version.go)
+//	agentmesh.v1.KeyService    keys kept by state (keyservice.go), loaded
+//	                           and followed by every router (apikeys.go)
+//	agentmesh.v1.ScheduleService, WebhookService  (schedules.go, webhooks.go)
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
 //	grpc.reflection.v1[alpha]  so `grpcurl -plaintext HOST:PORT list` works
 //
@@ -45,11 +48,16 @@
 //	<p>.state.task.create_graph     busv1.CreateTasksRequest    (SubmitTasks)
 //	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
 //	<p>.state.task.metrics          busv1.MetricsRequest        (GetMetrics)
+//	<p>.state.key.*, schedule.*, webhook.*   bus.v1 ops.proto (KeyService,
+//	                                ScheduleService, WebhookService)
 //
 // Subjects it subscribes to (core NATS, one subscription per WatchTask
 // stream):
 //
 //	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
+//
+// and it follows <p>.evt.*.key.* (the key changes) with an ordered consumer
+// of the events stream.
 //
 // Errors are converted to gRPC status codes in one place, toStatus.
 //
@@ -69,8 +77,10 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -110,6 +120,10 @@ type Service struct {
 	hub *hub // feeds the WatchTask streams (hub.go)
 
 	doors *httpDoors // the in-process API and the HTTP listener (http.go)
+	// js follows the key events (apikeys.go); guard is the address policy
+	// of webhook endpoints (webhooks.go).
+	js    jetstream.JetStream
+	guard *netguard.Guard
 }
 
 // New validates cfg, opens the listener and builds the gRPC server.
@@ -136,6 +150,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	js, err := jetstream.New(deps.NC)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	guard, err := netguard.New(cfg.WebhookAllow, netguard.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("router: %s: %w", EnvWebhookAllow, err)
+	}
 
 	inner, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
@@ -159,6 +181,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		lis:      lis,
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
+		js:       js,
+		guard:    guard,
 	}
 	s.hub = newHub(s)
 	opts := append(s.interceptors(),
@@ -200,6 +224,9 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
 	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
 	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+	agentmeshv1.RegisterKeyServiceServer(srv, &keyServer{s: s})
+	agentmeshv1.RegisterScheduleServiceServer(srv, &scheduleServer{s: s})
+	agentmeshv1.RegisterWebhookServiceServer(srv, &webhookServer{s: s})
 }
 
 // interceptors are the authentication (keys, roles, orgs, rates) and the
@@ -251,10 +278,13 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { errc <- s.srv.Serve(s.lis) }()
 	httpErrc := s.serveHTTP() // http.go; nil without an HTTP listener
 	s.log.Info("router serving", "addr", s.Addr(), "http", s.HTTPAddr(), "prefix", s.names.Prefix(), "tls", s.cfg.TLSCert != "", "mtls", s.cfg.TLSClientCA != "")
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if s.cfg.KeysFile != "" {
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		go s.watchKeys(rctx)
+	}
+	if !s.authOff {
+		go s.followKeys(rctx)
 	}
 
 	var serveErr error

@@ -7,6 +7,7 @@ import (
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -107,7 +108,7 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 		IdempotencyKey: req.GetIdempotencyKey(),
 		RequestDigest:  digest,
 		AgentSpec:      match.GetAgent(),
-		Budget:         mergeBudget(req.GetBudget(), match.GetAgent().GetBudget()),
+		Budget:         budget.Merge(req.GetBudget(), match.GetAgent().GetBudget()),
 		RetryPolicy:    req.GetRetryPolicy(),
 		QueueTimeout:   req.GetQueueTimeout(),
 		Routing:        match.GetRouting(),
@@ -122,30 +123,6 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 		return nil, fmt.Errorf("create task: %w", err)
 	}
 	return &agentmeshv1.SubmitTaskResponse{Task: created.GetTask(), Created: created.GetCreated()}, nil
-}
-
-// mergeBudget takes each bound from the task's request, else the agent's.
-func mergeBudget(task, agent *agentmeshv1.Budget) *agentmeshv1.Budget {
-	if task == nil && agent == nil {
-		return nil
-	}
-	b := &agentmeshv1.Budget{
-		MaxSteps: task.GetMaxSteps(), MaxTokens: task.GetMaxTokens(),
-		MaxCostUsd: task.GetMaxCostUsd(), MaxWallTime: task.GetMaxWallTime(),
-	}
-	if b.MaxSteps == 0 {
-		b.MaxSteps = agent.GetMaxSteps()
-	}
-	if b.MaxTokens == 0 {
-		b.MaxTokens = agent.GetMaxTokens()
-	}
-	if b.MaxCostUsd == 0 {
-		b.MaxCostUsd = agent.GetMaxCostUsd()
-	}
-	if b.MaxWallTime == nil {
-		b.MaxWallTime = agent.GetMaxWallTime()
-	}
-	return b
 }
 
 // matchError turns a failed match into FailedPrecondition naming the

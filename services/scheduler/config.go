@@ -7,7 +7,9 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
+	"github.com/agentmesh/agentmesh/pkg/webhook"
 )
 
 // Config of the scheduler. ConfigFromEnv reads it from the variables named
@@ -42,6 +44,28 @@ type Config struct {
 	// NodeTTL is how long an executor may stay silent before it counts as
 	// lost when its heartbeats do not say (default 15s).
 	NodeTTL time.Duration
+	// Clock is the time schedules fire by (nil: the real one; tests give
+	// a fake one).
+	Clock Clock
+	// Webhooks: the delivery of webhook messages (webhooks.go).
+	Webhooks WebhookConfig
+}
+
+// WebhookConfig tunes webhook delivery; a zero field takes its default.
+type WebhookConfig struct {
+	// Allow names the loopback, private or link-local destinations an
+	// endpoint may reach (AGENTMESH_WEBHOOK_ALLOW).
+	Allow []string
+	// Timeout bounds one try (default 10s).
+	Timeout time.Duration
+	// Workers deliver at once on this replica (default 64);
+	// PerEndpoint bounds the tries in flight to one endpoint on it
+	// (default 16), so a slow endpoint holds at most that many.
+	Workers, PerEndpoint int
+	// FirstRetry, MaxRetry and GiveUpAfter are the retry plan (defaults
+	// webhook.FirstRetry, MaxRetry, GiveUpAfter: 5s doubling to 1h, for a
+	// day).
+	FirstRetry, MaxRetry, GiveUpAfter time.Duration
 }
 
 // Defaults.
@@ -60,6 +84,7 @@ const (
 	EnvOrgLimits         = "AGENTMESH_ORG_LIMITS"
 	EnvPriorityAging     = "AGENTMESH_PRIORITY_AGING"
 	EnvLease             = "AGENTMESH_SCHEDULER_LEASE"
+	EnvWebhookAllow      = "AGENTMESH_WEBHOOK_ALLOW"
 )
 
 // ConfigFromEnv reads the scheduler's settings through get; a bad value is
@@ -76,6 +101,11 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	c.Aging = r.Duration(EnvPriorityAging)
 	if c.LeaseTTL = r.Duration(EnvLease); c.LeaseTTL < 0 {
 		r.Fail(EnvLease, "want a positive duration such as 6s")
+	}
+	if c.Webhooks.Allow = r.List(EnvWebhookAllow); len(c.Webhooks.Allow) > 0 {
+		if _, err := netguard.ParseAllowlist(c.Webhooks.Allow); err != nil {
+			r.Fail(EnvWebhookAllow, err.Error())
+		}
 	}
 	if err := r.Err(); err != nil {
 		return Config{}, err
@@ -103,7 +133,29 @@ func (c Config) withDefaults() Config {
 	if c.Aging == 0 {
 		c.Aging = DefaultAging
 	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	c.Webhooks = c.Webhooks.withDefaults()
 	return c
+}
+
+func (w WebhookConfig) withDefaults() WebhookConfig {
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{{&w.Timeout, 10 * time.Second}, {&w.FirstRetry, webhook.FirstRetry}, {&w.MaxRetry, webhook.MaxRetry}, {&w.GiveUpAfter, webhook.GiveUpAfter}} {
+		if *d.p <= 0 {
+			*d.p = d.def
+		}
+	}
+	if w.Workers <= 0 {
+		w.Workers = 64
+	}
+	if w.PerEndpoint <= 0 {
+		w.PerEndpoint = 16
+	}
+	return w
 }
 
 // validate checks c (defaults applied; the prefix is New's and

@@ -35,6 +35,13 @@
 //
 // Trees: a tree keeper (trees.go) records each task's end in its ancestors
 // and cancels the unfinished sub-tasks of a task that ended.
+//
+// Schedules (schedules.go): the leader fires the schedules' slots
+// (<p>.state.schedule.fire) after matching their templates' agents
+// (<p>.registry.match). Webhooks (webhooks.go): every replica fans the
+// events out to deliveries (durable "webhooks" on the events stream, jobs
+// on <p>.whk.<org>.<endpoint>) and delivers them (durable "deliveries" on
+// the deliveries stream), recording each try (<p>.state.webhook.deliveries.record).
 package scheduler
 
 import (
@@ -98,6 +105,11 @@ type Service struct {
 	// this term's model was rebuilt, for the new leader to deliver again
 	// (redeliverAll); guarded by mu.
 	assignedAtRebuild []*agentmeshv1.Task
+	// fires fires the schedules' slots while this replica leads
+	// (schedules.go); hooks deliver webhooks on every replica
+	// (webhooks.go).
+	fires *firer
+	hooks *deliverer
 }
 
 // New validates cfg, ensures the streams and the leader-lease bucket.
@@ -155,6 +167,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		out:   bus.NewOutbox(js, deps.Log.With("service", "scheduler"), "work"),
 	}
 	s.m = newModel(max(cfg.Aging, 0), s.orgLimit, s.agentLimit)
+	s.fires = newFirer(s, cfg.Clock)
+	if s.hooks, err = newDeliverer(ctx, s); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
 	return s, nil
 }
 
@@ -187,7 +203,13 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Error("tree keeper stopped", "err", err)
 		}
 	})
-	s.lease(ctx, s.kv, s.lead)
+	wg.Go(func() { s.hooks.run(ctx) })
+	s.lease(ctx, s.kv, func(term context.Context) {
+		var lead sync.WaitGroup
+		lead.Go(func() { s.fires.run(term) })
+		s.lead(term)
+		lead.Wait()
+	})
 	close(s.jobs)
 	wg.Wait()
 	return nil

@@ -18,6 +18,8 @@
 //	task.resolve                                   (scheduler's resolver)
 //	task.settle                                    (scheduler's tree keeper; tree.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
+//	key.* schedule.* webhook.*                     (keys, schedules, webhooks:
+//	                                               keys.go, schedules.go, webhooks.go)
 //
 // There is no generic transition: each intent may make only the status
 // changes of its table (intents.go), and the bus lets only one service
@@ -28,6 +30,7 @@
 //
 //	<p>.evt.<org>.task.<id>.<type>  agentmesh.v1.TaskEvent, Nats-Msg-Id <id>:<seq>
 //	<p>.evt.<org>.agent.<name>      agentmesh.bus.v1.AgentEvent
+//	<p>.evt.<org>.key|schedule|webhook.<id>  their changes (records.go)
 //
 // and relays the executors' streamed model output (<p>.token.>, core NATS)
 // to the public <p>.live.<org>.task.<id>.token of tasks that run there
@@ -103,6 +106,10 @@ type Service struct {
 
 	limits  DelegationLimits
 	spawnMu [spawnStripes]sync.Mutex
+
+	// ops keeps keys, schedules and webhooks (records.go); nil when the
+	// store does not.
+	ops store.Ops
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -143,6 +150,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		events:    bus.NewOutbox(js, deps.Log.With("service", "state"), "event"),
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
 	}
+	s.ops, _ = deps.Store.(store.Ops)
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
 	}
@@ -213,6 +221,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
 	eps = append(eps, s.skillEndpoints()...)
+	eps = append(eps, s.opsEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {

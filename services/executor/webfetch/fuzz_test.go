@@ -68,33 +68,3 @@ func FuzzFetchDialsOnlyChecked(f *testing.F) {
 		}
 	})
 }
-
-// FuzzCheck checks Check against the standard library's own classes: an
-// address Check lets through is never loopback, private, link-local,
-// multicast or unspecified, in any IPv6 spelling of an IPv4 address.
-func FuzzCheck(f *testing.F) {
-	for _, s := range []string{"127.0.0.1", "::ffff:10.0.0.1", "8.8.8.8", "fe80::1", "64:ff9b::7f00:1", "2002:c0a8:101::"} {
-		a := netip.MustParseAddr(s).As16()
-		f.Add(a[:])
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var a netip.Addr
-		switch len(b) {
-		case 4:
-			a = netip.AddrFrom4([4]byte(b))
-		case 16:
-			a = netip.AddrFrom16([16]byte(b))
-		default:
-			return
-		}
-		if Check(a) != nil {
-			return
-		}
-		for _, x := range []netip.Addr{a, a.Unmap()} {
-			if x.IsLoopback() || x.IsPrivate() || x.IsLinkLocalUnicast() || x.IsLinkLocalMulticast() ||
-				x.IsMulticast() || x.IsUnspecified() || x.IsInterfaceLocalMulticast() {
-				t.Fatalf("Check(%s) = nil for a non-global address", a)
-			}
-		}
-	})
-}

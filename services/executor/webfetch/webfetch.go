@@ -2,8 +2,9 @@
 // http or https URL on an agent child's behalf (the child has no network)
 // and returns the status, content type, final URL and the body, capped.
 //
-// It owns the SSRF defence. Every address is checked at connect time, in
-// the dialer: a host name is resolved once, every address it resolves to is
+// It applies the SSRF defence of pkg/netguard (the address policy it shares
+// with the model client, HTTP MCP servers and webhook deliveries). Every
+// address is checked at connect time, in the dialer: a host name is resolved once, every address it resolves to is
 // checked (Check), and the connection goes to a checked address — there is
 // no window between the check and the connect for DNS rebinding. Redirects
 // go through the same dialer, so every hop is checked; their number is
@@ -29,12 +30,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/pkg/netguard"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 )
 
@@ -63,9 +63,16 @@ var (
 )
 
 // Resolver resolves host names; *net.Resolver satisfies it.
-type Resolver interface {
-	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
-}
+type Resolver = netguard.Resolver
+
+// ErrBlocked is returned (wrapped, with the address and the reason) when a
+// URL names, resolves to or redirects to an address web_fetch must not
+// reach (the address policy of pkg/netguard).
+var ErrBlocked = netguard.ErrBlocked
+
+// Check reports whether ip may be reached by web_fetch when no allowlist
+// entry names it (netguard.Check).
+func Check(ip netip.Addr) error { return netguard.Check(ip) }
 
 // Config configures a Fetcher. The zero value is usable.
 type Config struct {
@@ -102,7 +109,7 @@ type Config struct {
 // Fetcher runs web_fetch calls. It is safe for concurrent use.
 type Fetcher struct {
 	cfg    Config
-	allow  allowlist
+	guard  *netguard.Guard
 	client *http.Client
 }
 
@@ -129,15 +136,12 @@ func New(cfg Config) (*Fetcher, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "agentmesh-web_fetch/1"
 	}
-	al, err := parseAllowlist(cfg.Allow)
+	guard, err := netguard.New(cfg.Allow, netguard.Options{Resolver: cfg.Resolver, DialContext: cfg.DialContext,
+		Dialer: net.Dialer{Timeout: cfg.Timeout, KeepAlive: -1}})
 	if err != nil {
 		return nil, fmt.Errorf("webfetch: %w", err)
 	}
-	f := &Fetcher{cfg: cfg, allow: al}
-	if f.cfg.DialContext == nil {
-		d := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: -1, ControlContext: f.controlContext}
-		f.cfg.DialContext = d.DialContext
-	}
+	f := &Fetcher{cfg: cfg, guard: guard}
 	tr := &http.Transport{
 		Proxy:                  nil, // never the environment's proxies
 		DialContext:            f.dial,
@@ -354,8 +358,17 @@ func (f *Fetcher) checkParsed(u *url.URL) error {
 			port = "443"
 		}
 	}
-	_, err := f.addrsFor(context.Background(), host, port, false)
+	_, err := f.guard.Addrs(context.Background(), host, port, false)
 	return err
+}
+
+// dial is the transport's DialContext: the guard's (it resolves the host
+// once, checks every address, and connects only to checked addresses).
+func (f *Fetcher) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if _, _, err := net.SplitHostPort(address); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrURL, err)
+	}
+	return f.guard.DialContext(ctx, network, address)
 }
 
 func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
@@ -425,98 +438,6 @@ func origin(u *url.URL) string {
 		}
 	}
 	return scheme + "://" + strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")) + ":" + port
-}
-
-// localhostAddrs are what "localhost" and "*.localhost" mean (RFC 6761):
-// they are never sent to a resolver.
-var localhostAddrs = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
-
-// addrsFor returns the addresses host (as the URL names it) may be reached
-// at on port: the literal address, or every address it resolves to when
-// resolve is set. Any refused address refuses the host: a name is trusted
-// only when everything it resolves to is.
-func (f *Fetcher) addrsFor(ctx context.Context, host, port string, resolve bool) ([]netip.Addr, error) {
-	var addrs []netip.Addr
-	lname := strings.ToLower(strings.TrimSuffix(host, "."))
-	if ip, ok, numeric := parseHostIP(host); ok {
-		addrs = []netip.Addr{ip}
-	} else if numeric {
-		return nil, fmt.Errorf("%w: %q is not a valid address", ErrBlocked, host)
-	} else if lname == "localhost" || strings.HasSuffix(lname, ".localhost") {
-		addrs = localhostAddrs
-	} else if !resolve {
-		return nil, nil
-	} else {
-		ipas, err := f.cfg.Resolver.LookupIPAddr(ctx, host)
-		if err != nil {
-			return nil, fmt.Errorf("resolve %s: %w", host, err)
-		}
-		for _, ipa := range ipas {
-			a, ok := netip.AddrFromSlice(ipa.IP)
-			if !ok {
-				return nil, fmt.Errorf("%w: %s resolved to a malformed address", ErrBlocked, host)
-			}
-			addrs = append(addrs, a.Unmap().WithZone(ipa.Zone))
-		}
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("resolve %s: no addresses", host)
-		}
-	}
-	for _, a := range addrs {
-		if f.allow.allows(host, a, port) {
-			continue
-		}
-		if err := Check(a); err != nil {
-			if a.String() != strings.Trim(host, "[]") {
-				return nil, fmt.Errorf("%s: %w (not in the allowlist)", host, err)
-			}
-			return nil, fmt.Errorf("%w (not in the allowlist)", err)
-		}
-	}
-	return addrs, nil
-}
-
-// dial is the transport's DialContext: it resolves the host once, checks
-// every address, and connects only to checked addresses.
-func (f *Fetcher) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrURL, err)
-	}
-	addrs, err := f.addrsFor(ctx, host, port, true)
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for _, a := range addrs {
-		c, err := f.cfg.DialContext(context.WithValue(ctx, hostKey{}, host), network, net.JoinHostPort(a.String(), port))
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
-// hostKey carries the URL's host from dial to controlContext.
-type hostKey struct{}
-
-// controlContext runs in the default dialer just before connect(2): a last
-// check of the very address the socket connects to, against the host the
-// URL named (for allowlisted names).
-func (f *Fetcher) controlContext(ctx context.Context, network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: %q", ErrBlocked, address)
-	}
-	host, _ := ctx.Value(hostKey{}).(string)
-	if f.allow.allows(host, ap.Addr(), strconv.Itoa(int(ap.Port()))) {
-		return nil
-	}
-	return Check(ap.Addr())
 }
 
 // Format renders r for the model: a short header, a blank line, the body

@@ -93,6 +93,9 @@ var registrations = []registration{
 	handlers(agentmeshv1.RegisterTapServiceHandlerClient, agentmeshv1.NewTapServiceClient),
 	handlers(agentmeshv1.RegisterRunServiceHandlerClient, agentmeshv1.NewRunServiceClient),
 	handlers(agentmeshv1.RegisterVersionServiceHandlerClient, agentmeshv1.NewVersionServiceClient),
+	handlers(agentmeshv1.RegisterKeyServiceHandlerClient, agentmeshv1.NewKeyServiceClient),
+	handlers(agentmeshv1.RegisterScheduleServiceHandlerClient, agentmeshv1.NewScheduleServiceClient),
+	handlers(agentmeshv1.RegisterWebhookServiceHandlerClient, agentmeshv1.NewWebhookServiceClient),
 }
 
 // jsonMarshaler is the wire form of every JSON body, in and out.

@@ -6,6 +6,9 @@
 //	<P>_STORE_AGENTS       KV: agent (org, name) → agentmesh.v1.Agent; a shared
 //	                       agent's key is its name, an org's "<org>.<name>"
 //	<P>_STORE_IDEMPOTENCY  KV: hash(org, idempotency key) → task id
+//	<P>_STORE_KEYS, _SCHEDULES, _WEBHOOKS, _DELIVERIES
+//	                       KV: API keys, schedules, webhook endpoints and
+//	                       their delivery log (ops.go)
 //	<P>_STORE_HISTORY      stream: each task's events, in order, on
 //	                       StoreHistory(id), one message per write: one
 //	                       event, or several written together (a
@@ -129,6 +132,7 @@ type Store struct {
 	children   *reverse           // parent → its sub-tasks (graph.go)
 
 	skillStore // skills and agent versions (skills.go)
+	opsStore   // keys, schedules, webhooks (ops.go)
 }
 
 // head locates a task's last recorded event.
@@ -233,6 +237,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		return nil, err
 	}
 	if err := s.openSkills(ctx, wctx, bucket); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
+	if err := s.openOps(ctx, wctx, bucket); err != nil {
 		cancel()
 		s.watchers.Wait()
 		return nil, err

@@ -1,4 +1,15 @@
-package webfetch
+// Package netguard is agentmesh's outbound address policy: the one check of
+// the addresses an org's URL may reach (web_fetch, HTTP MCP servers, an
+// agent's model endpoint, webhook deliveries). Loopback, private,
+// link-local (cloud metadata), CGNAT, unique-local, unspecified, multicast,
+// broadcast and reserved addresses — with their IPv4-mapped, NAT64 and 6to4
+// IPv6 forms and the numeric spellings inet_aton accepts (2130706433,
+// 0177.0.0.1, 0x7f.1) — are refused unless an allowlist names them. A Guard
+// checks at connect time, in the dialer: a host name is resolved once, every
+// address it resolves to is checked, and the connection goes to a checked
+// address, checked once more in the socket's Control hook — no window for
+// DNS rebinding.
+package netguard
 
 import (
 	"errors"
@@ -9,13 +20,12 @@ import (
 )
 
 // ErrBlocked is returned (wrapped, with the address and the reason) when a
-// URL names, resolves to or redirects to an address web_fetch must not
-// reach: loopback, private, link-local, CGNAT, unique-local, unspecified,
+// URL names, resolves to or redirects to an address that must not be
+// reached: loopback, private, link-local, CGNAT, unique-local, unspecified,
 // multicast, broadcast, reserved, or an IPv6 form of one of these.
 var ErrBlocked = errors.New("address not allowed")
 
-// blockedRange is a range of addresses web_fetch refuses, with the reason
-// given to the model.
+// blockedRange is a range of refused addresses, with the reason given.
 type blockedRange struct {
 	prefix netip.Prefix
 	why    string
@@ -63,8 +73,8 @@ var (
 	sixToFour = netip.MustParsePrefix("2002::/16")
 )
 
-// Check reports whether ip may be reached by web_fetch when no allowlist
-// entry names it: nil for a globally reachable unicast address, otherwise
+// Check reports whether ip may be reached when no allowlist entry names
+// it: nil for a globally reachable unicast address, otherwise
 // an error wrapping ErrBlocked that says what kind of address it is.
 //
 // IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) are unmapped first, and the
@@ -105,7 +115,7 @@ func Check(ip netip.Addr) error {
 	return nil
 }
 
-// parseHostIP returns the address a URL host denotes when it is an IP
+// HostIP returns the address a URL host denotes when it is an IP
 // literal in any spelling a resolver might accept: an IPv6 literal (with or
 // without a zone), dotted decimal, or the inet_aton forms — one to four
 // parts, each decimal, octal (leading 0) or hexadecimal (0x), the last part
@@ -115,7 +125,7 @@ func Check(ip netip.Addr) error {
 // numeric is true when the host looks numeric (digits, dots and x only)
 // but is not a valid address (e.g. 999.1.1.1): such a host is refused
 // rather than handed to a resolver that might read it some other way.
-func parseHostIP(host string) (ip netip.Addr, ok, numeric bool) {
+func HostIP(host string) (ip netip.Addr, ok, numeric bool) {
 	if host == "" {
 		return netip.Addr{}, false, false
 	}
@@ -187,10 +197,10 @@ func parseInetPart(p string) (uint64, bool) {
 	return v, true
 }
 
-// allowlist holds the Config.Allow entries: names, addresses and prefixes
-// that may be reached even though Check refuses them, on any port or on
-// the one port named.
-type allowlist struct {
+// Allowlist holds names, addresses and prefixes that may be reached even
+// though Check refuses them, on any port or on the one port named. The
+// zero value allows nothing.
+type Allowlist struct {
 	entries []allowEntry
 }
 
@@ -200,8 +210,12 @@ type allowEntry struct {
 	port   string       // "" for any port
 }
 
-func parseAllowlist(list []string) (allowlist, error) {
-	var al allowlist
+// ParseAllowlist reads allowlist entries: a host name
+// ("intranet.example", matched as written in the URL, case-insensitively),
+// a host:port ("127.0.0.1:8080", "[::1]:8080", "intranet.example:8443"), an
+// address ("10.1.2.3") or a CIDR ("10.0.0.0/8"). Empty entries are skipped.
+func ParseAllowlist(list []string) (Allowlist, error) {
+	var al Allowlist
 	for _, raw := range list {
 		s := strings.TrimSpace(raw)
 		if s == "" {
@@ -216,23 +230,23 @@ func parseAllowlist(list []string) (allowlist, error) {
 		host := s
 		h, port, err := splitHostPortLoose(s)
 		if err != nil {
-			return allowlist{}, fmt.Errorf("allow entry %q: %w", raw, err)
+			return Allowlist{}, fmt.Errorf("allow entry %q: %w", raw, err)
 		}
 		if port != "" {
 			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-				return allowlist{}, fmt.Errorf("allow entry %q: bad port", raw)
+				return Allowlist{}, fmt.Errorf("allow entry %q: bad port", raw)
 			}
 			host, e.port = h, port
 		}
 		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
 		if host == "" {
-			return allowlist{}, fmt.Errorf("allow entry %q: no host", raw)
+			return Allowlist{}, fmt.Errorf("allow entry %q: no host", raw)
 		}
 		if a, err := netip.ParseAddr(host); err == nil {
 			a = a.WithZone("").Unmap()
 			e.prefix = netip.PrefixFrom(a, a.BitLen())
 		} else if strings.ContainsAny(host, "/:[] ") {
-			return allowlist{}, fmt.Errorf("allow entry %q: not a host, host:port, address or CIDR", raw)
+			return Allowlist{}, fmt.Errorf("allow entry %q: not a host, host:port, address or CIDR", raw)
 		} else {
 			e.name = strings.ToLower(host)
 		}
@@ -265,9 +279,9 @@ func splitHostPortLoose(s string) (host, port string, err error) {
 	return s, "", nil
 }
 
-// allows reports whether an entry names the host (as written in the URL,
+// Allows reports whether an entry names the host (as written in the URL,
 // lower-cased) or covers the address, on this port.
-func (al allowlist) allows(host string, ip netip.Addr, port string) bool {
+func (al Allowlist) Allows(host string, ip netip.Addr, port string) bool {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	ip = ip.WithZone("").Unmap()
 	for _, e := range al.entries {
