@@ -9,8 +9,8 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
-	"github.com/agentmesh/agentmesh/services/router/rest"
 	"github.com/agentmesh/agentmesh/pkg/netguard"
+	"github.com/agentmesh/agentmesh/services/router/rest"
 )
 
 // Config configures the router. ConfigFromEnv reads it from the variables

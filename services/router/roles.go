@@ -108,10 +108,10 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "CancelRun"): RoleOperator,
 
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"): RoleReader,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"): RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):  RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"): RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"): RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"):      RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):       RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"):      RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"):      RoleAdmin,
 
 	// A schedule submits tasks later: changing one needs the right to
 	// submit (its runs get no more than its creator's role; state checks).
