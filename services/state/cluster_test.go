@@ -22,22 +22,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// storedIDs counts the messages of stream by Nats-Msg-Id.
-func storedIDs(t *testing.T, js jetstream.JetStream, stream string) map[string]int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// storedIDs counts the messages of stream by Nats-Msg-Id. It fails while
+// the stream has no leader (as just after a partition heals): callers poll.
+func storedIDs(js jetstream.JetStream, stream string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	ids := map[string]int{}
 	if info.State.Msgs == 0 {
-		return ids
+		return ids, nil
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
@@ -46,7 +46,7 @@ func storedIDs(t *testing.T, js jetstream.JetStream, stream string) map[string]i
 		}
 		ids[m.Header.Get(jetstream.MsgIDHeader)]++
 	}
-	return ids
+	return ids, nil
 }
 
 // An event published while the events stream's leader is lost (its server
@@ -122,8 +122,11 @@ func TestEventsSurviveStreamLeaderLoss(t *testing.T) {
 		t.Fatalf("%d events in the record, want %d", len(want), 2*n)
 	}
 	var got map[string]int
-	poll.Until(t, 60*time.Second, func() error {
-		got = storedIDs(t, js, names.EventsStream())
+	poll.Until(t, 90*time.Second, func() error {
+		var err error
+		if got, err = storedIDs(js, names.EventsStream()); err != nil {
+			return err
+		}
 		for _, id := range want {
 			if got[id] == 0 {
 				return fmt.Errorf("event %s is not in %s", id, names.EventsStream())
