@@ -29,6 +29,9 @@ type Proxy struct {
 	// by that subscriber), is lost; "" when none is armed.
 	loseRequest, loseReply string
 	lost                   int
+	// cut: connections are closed and new ones refused (Cut, Heal).
+	cut   bool
+	conns map[*proxied]bool
 }
 
 // NewProxy starts a proxy to the client listener at target (host:port),
@@ -39,7 +42,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{t: t, ln: ln, target: target}
+	p := &Proxy{t: t, ln: ln, target: target, conns: map[*proxied]bool{}}
 	t.Cleanup(func() { ln.Close() })
 	go p.serve()
 	return p
@@ -71,6 +74,26 @@ func (p *Proxy) Lost() int {
 	return p.lost
 }
 
+// Cut closes every connection through the proxy and refuses new ones
+// until Heal: its clients are off the bus, the server and the others on.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	p.cut = true
+	conns := p.conns
+	p.conns = map[*proxied]bool{}
+	p.mu.Unlock()
+	for c := range conns {
+		c.close()
+	}
+}
+
+// Heal lets clients connect through the proxy again.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
 // ConnectVia connects through p as a service identity of node ("" = a
 // test driver), reconnecting without end.
 func (n *Node) ConnectVia(t testing.TB, p *Proxy, service string, opts ...nats.Option) *nats.Conn {
@@ -98,6 +121,19 @@ func (p *Proxy) carry(in net.Conn) {
 		return
 	}
 	c := &proxied{p: p, client: in, server: out}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.conns[c] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
 	go c.pipe(out, in, c.fromClient)
 	c.pipe(in, out, c.fromServer)
 }

@@ -521,8 +521,10 @@ func TestModelGarbageFailsAfterRetries(t *testing.T) {
 }
 
 // An executor took the work, moved the task to running and died without
-// acking. The work comes back to another executor, which re-queues the
-// task for the scheduler to dispatch a new attempt.
+// acking. The work comes back to the node's executor started again, which
+// does not run that attempt: it re-queues the task for the scheduler to
+// dispatch a new attempt. (An attempt of another node is left to that node
+// and the scheduler: TestRedeliveredWorkOfAnotherNodeIsLeftToIt.)
 func TestLostExecutorRequeues(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.AckWait = time.Second
@@ -548,7 +550,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 	}
 	var tr busv1.TransitionResponse
 	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
-		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "dead-node",
+		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: e.cfg.Node,
 	}, &tr); err != nil {
 		t.Fatal(err)
 	}
@@ -577,6 +579,76 @@ func TestLostExecutorRequeues(t *testing.T) {
 	done := e.waitStatus(task.Id, taskstate.Completed, 20*time.Second)
 	if done.Attempt != 2 || done.Result != "hello" {
 		t.Errorf("attempt %d result %q", done.Attempt, done.Result)
+	}
+}
+
+// Work redelivered while its attempt runs on another node — whose
+// in-progress signals did not reach JetStream in time: a NATS restart
+// longer than AckWait, a pause — is not failed by the executor it comes
+// to: that would throw away a live attempt and the model answer it holds.
+// It is handed back, and the attempt stays running until its node's
+// heartbeats say it is lost (the scheduler's task.lost); then the next
+// delivery finds the task moved on.
+func TestRedeliveredWorkOfAnotherNodeIsLeftToIt(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.AckWait = 500 * time.Millisecond
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log}); err != nil {
+		t.Fatal(err)
+	}
+	task := e.submitTask(&agentmeshv1.Task{Input: "hi"})
+	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() { // the other node's executor, silent on the bus
+	}
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "other-node",
+	}, &busv1.TransitionResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	e.startExecutor()
+	// Redelivered every AckWait (here: to the executor), handed back each
+	// time.
+	poll.Until(t, 15*time.Second, func() error {
+		if got := e.get(task.Id); got.Status != taskstate.Running || got.Attempt != 1 {
+			t.Fatalf("task %s at attempt %d (%s), want still running at 1: a live attempt was failed", taskstate.Name(got.Status), got.Attempt, got.LastFailureKind)
+		}
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.Delivered.Consumer < 3 {
+			return fmt.Errorf("delivered %d times, want the first and two redeliveries", info.Delivered.Consumer)
+		}
+		return nil
+	})
+	if got := e.get(task.Id); got.Status != taskstate.Running || got.Attempt != 1 || got.Node != "other-node" {
+		t.Fatalf("task %s at attempt %d on %q, want still running at 1 on other-node", taskstate.Name(got.Status), got.Attempt, got.Node)
+	}
+	// The scheduler finds the node lost: the next delivery is dropped.
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateLost), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Running, To: taskstate.Failed, Attempt: 1, Node: "other-node",
+		Reason: "executor node other-node lost: no heartbeat", FailureKind: agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST,
+	}, &busv1.TransitionResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 15*time.Second, func() error {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("ack pending %d, pending %d", info.NumAckPending, info.NumPending)
+		}
+		return nil
+	})
+	if n := e.model.Requests(); n != 0 {
+		t.Errorf("model calls = %d, want none", n)
 	}
 }
 
