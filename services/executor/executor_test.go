@@ -65,16 +65,26 @@ type env struct {
 	log   *slog.Logger
 	// stopState stops the state service newEnv started.
 	stopState func()
+	// dial connects a service's identity to the bus (startExecutor).
+	dial func(service string) *nats.Conn
 }
 
 // newEnv starts NATS, the real state service on the embedded store, and
 // the scripted model. The executor is started by startExecutor.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	stateNC := natstest.ConnectAs(t, srv, subjects.ServiceState)
+	e := newEnvOn(t, natstest.Connect(t, srv), natstest.ConnectAs(t, srv, subjects.ServiceState),
+		func(service string) *nats.Conn { return natstest.ConnectAs(t, srv, service) })
+	e.srv = srv
+	return e
+}
+
+// newEnvOn is newEnv on a bus of the caller's: nc is the test driver's
+// connection, stateNC the state service's, dial connects the executors.
+func newEnvOn(t *testing.T, nc, stateNC *nats.Conn, dial func(service string) *nats.Conn) *env {
+	t.Helper()
+	ctx := context.Background()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +117,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { model.Close() })
 
-	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
+	return &env{t: t, nc: nc, dial: dial, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
 		Prefix:   "am",
 		Node:     "node-1",
 		Capacity: 4,
@@ -153,7 +163,7 @@ func runService(t *testing.T, fn func(context.Context) error) (stop func()) {
 
 func (e *env) startExecutor() (stop func()) {
 	e.t.Helper()
-	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log})
+	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.dial(subjects.ServiceExecutor), Log: e.log})
 	if err != nil {
 		e.t.Fatalf("executor.New: %v", err)
 	}
@@ -520,6 +530,34 @@ func TestModelGarbageFailsAfterRetries(t *testing.T) {
 	}
 }
 
+// takenBySilent plays an executor of node that takes task's work, moves
+// the task to running and is heard from no more (no ack, no in-progress
+// signal); it returns the executors' consumer.
+func (e *env) takenBySilent(task *agentmeshv1.Task, node string) jetstream.Consumer {
+	e.t.Helper()
+	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++ // never acked
+	}
+	if n != 1 {
+		e.t.Fatalf("fetched %d work items, want 1", n)
+	}
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: node,
+	}, &busv1.TransitionResponse{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return cons
+}
+
 // An executor took the work, moved the task to running and died without
 // acking. The work comes back to the node's executor started again, which
 // does not run that attempt: it re-queues the task for the scheduler to
@@ -533,27 +571,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := e.submitTask(&agentmeshv1.Task{Input: "hi", RetryPolicy: &agentmeshv1.RetryPolicy{}}) // the default policy
-	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for range batch.Messages() {
-		n++ // the dead executor never acks
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d work items, want 1", n)
-	}
-	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
-		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: e.cfg.Node,
-	}, &tr); err != nil {
-		t.Fatal(err)
-	}
+	e.takenBySilent(task, e.cfg.Node)
 
 	e.startExecutor()
 	got := e.waitStatus(task.Id, taskstate.Queued, 15*time.Second)
@@ -596,21 +614,7 @@ func TestRedeliveredWorkOfAnotherNodeIsLeftToIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := e.submitTask(&agentmeshv1.Task{Input: "hi"})
-	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range batch.Messages() { // the other node's executor, silent on the bus
-	}
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
-		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "other-node",
-	}, &busv1.TransitionResponse{}); err != nil {
-		t.Fatal(err)
-	}
+	cons := e.takenBySilent(task, "other-node")
 	e.startExecutor()
 	// Redelivered every AckWait (here: to the executor), handed back each
 	// time.

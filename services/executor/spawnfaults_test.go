@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,16 +13,9 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/delegation"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
-	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/pkg/testlog"
-	"github.com/agentmesh/agentmesh/services/executor"
-	"github.com/agentmesh/agentmesh/services/executor/llm"
-	"github.com/agentmesh/agentmesh/services/state"
-	"github.com/agentmesh/agentmesh/services/state/kvstore"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -38,62 +30,23 @@ const spawnScript = `{"scenarios": [
 ]}`
 
 // newFaultyStateEnv is newEnv with the state service connected through a
-// proxy that can lose one of its messages, and the test driver answering
-// the registry's match (worker) as the registry would.
+// proxy that can lose one of its messages, the test driver answering the
+// registry's match (worker) as the registry would, and the executor
+// running.
 func newFaultyStateEnv(t *testing.T) (*env, *natstest.Proxy) {
 	t.Helper()
-	ctx := context.Background()
 	node := natstest.StartNode(t)
 	proxy := natstest.NewProxy(t, strings.TrimPrefix(node.URL(), "nats://"))
-	nc := node.ConnectAs(t, "")
-	stateNC := node.ConnectVia(t, proxy, subjects.ServiceState)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := subjects.Must("am")
-	log := testlog.New(t)
-	st, err := kvstore.Open(ctx, js, names, kvstore.Options{Memory: true})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	svc, err := state.New(ctx, state.Config{Prefix: "am", Streams: bus.StreamOptions{Memory: true}}, state.Deps{NC: stateNC, Store: st, Log: log})
-	if err != nil {
-		t.Fatalf("state.New: %v", err)
-	}
-	stopState := runService(t, svc.Run)
+	e := newEnvOn(t, node.ConnectAs(t, ""), node.ConnectVia(t, proxy, subjects.ServiceState),
+		func(service string) *nats.Conn { return node.ConnectAs(t, service) })
 	worker, _ := proto.Marshal(&busv1.MatchResponse{Agent: &agentmeshv1.Agent{Name: "worker", Tools: []string{"echo"}}})
-	sub, err := nc.Subscribe(names.Registry(subjects.RegistryMatch), func(m *nats.Msg) { _ = m.Respond(worker) })
+	sub, err := e.nc.Subscribe(e.names.Registry(subjects.RegistryMatch), func(m *nats.Msg) { _ = m.Respond(worker) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-
-	s, err := scriptedmodel.ParseScript([]byte(spawnScript))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := scriptedmodel.New(s, scriptedmodel.WithLogger(log))
-	url, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { model.Close() })
-	e := &env{t: t, nc: nc, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
-		Prefix: "am", Node: "node-1", Capacity: 4, WarmPool: -1, ReleaseAbove: -1,
-		ChildCommand:      []string{os.Args[0]},
-		Model:             llm.Config{BaseURL: url, Model: "scripted", Timeout: 30 * time.Second, Retries: 2},
-		WallTime:          60 * time.Second,
-		AckWait:           5 * time.Second,
-		HeartbeatInterval: 50 * time.Millisecond,
-		Streams:           bus.StreamOptions{Memory: true},
-	}}
-	ex, err := executor.New(ctx, e.cfg, executor.Deps{NC: node.ConnectAs(t, subjects.ServiceExecutor), Log: log})
-	if err != nil {
-		t.Fatalf("executor.New: %v", err)
-	}
-	runService(t, ex.Run)
+	e.useScript(spawnScript)
+	e.startExecutor()
 	return e, proxy
 }
 

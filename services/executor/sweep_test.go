@@ -72,7 +72,9 @@ func TestDeadExecutorsLeftoversSweptByALiveOne(t *testing.T) {
 	if _, err := fmt.Sscanf(line, "task %s %s", &stage, &cgroups); err != nil {
 		t.Fatalf("helper said %q", line)
 	}
-	left := append([]string{stage, filepath.Dir(stage)}, strings.Split(cgroups, ",")...)
+	// Its task's staging directory, its instance's directory and lock,
+	// its task's cgroups and its instance's.
+	left := append([]string{stage, filepath.Dir(stage), filepath.Dir(stage) + ".lock"}, strings.Split(cgroups, ",")...)
 	for _, cg := range strings.Split(cgroups, ",") {
 		left = append(left, filepath.Dir(cg)) // the instance's cgroup
 	}
