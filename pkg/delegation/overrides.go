@@ -10,12 +10,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// ApplyOverrides returns target with call's overrides applied. A tools
-// override must be a subset of the target agent's tools and of what the
-// parent may use (its agent's tools, less those its policy denies):
-// delegation never gives a sub-agent a tool its parent could not use. The
-// model override changes the model name only (never the endpoint or the key
-// secret).
+// ApplyOverrides returns target with call's overrides applied, narrowed to
+// what the parent may use (Narrow). A tools override must be a subset of
+// the target agent's tools and of what the parent may use (its agent's
+// tools, less those its policy denies), else it is refused naming the
+// tool: delegation never gives a sub-agent a tool its parent could not use,
+// nor a laxer policy for one it could. The model override changes the
+// model name only (never the endpoint or the key secret).
 func ApplyOverrides(target, parent *agentmeshv1.Agent, call CallAgent) (*agentmeshv1.Agent, error) {
 	out := proto.Clone(target).(*agentmeshv1.Agent)
 	if call.Model != "" {
@@ -42,7 +43,7 @@ func ApplyOverrides(target, parent *agentmeshv1.Agent, call CallAgent) (*agentme
 		}
 		out.Tools = tools
 	}
-	return out, nil
+	return Narrow(out, parent), nil
 }
 
 // ParentMayUse reports whether the parent's agent may use tool.

@@ -225,12 +225,24 @@ func (c *Cluster) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
 
 func (c *Cluster) serviceCreds(t testing.TB, service string) []byte {
 	t.Helper()
+	return creds(t, c.auth, service)
+}
+
+func (c *Cluster) connect(t testing.TB, urls string, creds []byte, service string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	return dial(t, urls, creds, service, opts...)
+}
+
+// creds are the credentials of a service identity of auth ("" = a test
+// driver allowed everything).
+func creds(t testing.TB, auth *busauth.Bundle, service string) []byte {
+	t.Helper()
 	var creds []byte
 	var err error
 	if service == "" {
-		creds, err = c.auth.UserCreds("natstest-driver", subjects.Permission{Pub: []string{">"}, Sub: []string{">"}}, 0)
+		creds, err = auth.UserCreds("natstest-driver", subjects.Permission{Pub: []string{">"}, Sub: []string{">"}}, 0)
 	} else {
-		creds, err = c.auth.Creds(service)
+		creds, err = auth.Creds(service)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +250,9 @@ func (c *Cluster) serviceCreds(t testing.TB, service string) []byte {
 	return creds
 }
 
-func (c *Cluster) connect(t testing.TB, urls string, creds []byte, service string, opts ...nats.Option) *nats.Conn {
+// dial connects over TCP to urls with creds, reconnecting without end
+// (every 50 ms); closed at cleanup.
+func dial(t testing.TB, urls string, creds []byte, service string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	auth, err := busauth.ClientOptions(creds, service, nil)
 	if err != nil {
@@ -248,11 +262,13 @@ func (c *Cluster) connect(t testing.TB, urls string, creds []byte, service strin
 		nats.ReconnectWait(50 * time.Millisecond)}, auth...)
 	nc, err := nats.Connect(urls, append(all, opts...)...)
 	if err != nil {
-		t.Fatalf("connect to the cluster as %q: %v", service, err)
+		t.Fatalf("connect to %s as %q: %v", urls, service, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 // link is a TCP proxy carrying the routes from one member to another;
 // setCut(true) closes what it carries and refuses new connections.

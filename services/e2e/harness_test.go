@@ -11,6 +11,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/natstest"
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/scheduler"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/agentmesh/agentmesh/services/state"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -58,6 +60,12 @@ type env struct {
 	stop   func()
 	// rest is a client of the HTTP listener (no key; As(key) for one).
 	rest *resttest.Client
+	// model is the scripted model (the stack's, or the one beside it).
+	model *scriptedmodel.Server
+	// cfg is the stack's configuration (another executor joins with it),
+	// node its NATS server when opts.node set one.
+	cfg  stack.Config
+	node *natstest.Node
 }
 
 type opts struct {
@@ -90,6 +98,12 @@ type opts struct {
 	quickAnswers bool
 	// registry: the registry's settings.
 	registry registry.Config
+	// node, when set, is the NATS server the services dial over TCP
+	// (each as its own identity, reconnecting), so a test can restart it;
+	// the scripted model then runs beside the stack (env.model).
+	node *natstest.Node
+	// ackWait, when set, is the executors' AckWait.
+	ackWait time.Duration
 }
 
 func logger() *slog.Logger {
@@ -129,6 +143,10 @@ func start(t testing.TB, o opts) *env {
 	if o.log != nil {
 		cfg.Log = slog.New(slog.NewTextHandler(o.log, nil))
 	}
+	var model *scriptedmodel.Server
+	if o.node != nil {
+		model = onNode(t, o.node, &cfg)
+	}
 	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"
 	cfg.Router.HTTPListen = "127.0.0.1:0"
@@ -140,6 +158,7 @@ func start(t testing.TB, o opts) *env {
 	cfg.Executor.WallTime = 2 * time.Minute
 	cfg.Executor.DrainGrace = time.Second
 	cfg.Executor.Capacity = o.capacity
+	cfg.Executor.AckWait = o.ackWait
 	if o.noWarmPool {
 		cfg.Executor.WarmPool = -1
 	}
@@ -179,8 +198,57 @@ func start(t testing.TB, o opts) *env {
 		}
 	}
 	t.Cleanup(stop)
+	if model == nil {
+		model = st.ScriptedModel()
+	}
 	return &env{conn: conn, stack: st, tasks: agentmeshv1.NewTaskServiceClient(conn), agents: agentmeshv1.NewAgentServiceClient(conn), skills: agentmeshv1.NewSkillServiceClient(conn), stop: stop,
-		rest: resttest.New("http://"+st.HTTPAddr(), "")}
+		rest: resttest.New("http://"+st.HTTPAddr(), ""), model: model, cfg: cfg, node: o.node}
+}
+
+// addExecutor starts another executor, named node, on the bus of a stack
+// started with opts.node — through via when set (stopped at cleanup).
+func (e *env) addExecutor(t testing.TB, node string, via *natstest.Proxy) {
+	t.Helper()
+	cfg := e.cfg
+	cfg.Executor.Node = node
+	if via != nil {
+		bus := e.node
+		cfg.Dial = func(_ context.Context, service string) (*nats.Conn, error) {
+			return bus.ConnectVia(t, via, service), nil
+		}
+	}
+	st, err := stack.NewService(context.Background(), "executor", cfg)
+	if err != nil {
+		t.Fatalf("executor %s: %v", node, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("executor %s: %v", node, err)
+		}
+	})
+}
+
+// onNode makes the stack of cfg dial node over TCP, each service as its
+// own identity, and starts its scripted model beside it (the stack starts
+// one only on its embedded bus).
+func onNode(t testing.TB, node *natstest.Node, cfg *stack.Config) *scriptedmodel.Server {
+	t.Helper()
+	cfg.Auth = node.Auth()
+	cfg.Dial = func(_ context.Context, service string) (*nats.Conn, error) {
+		return node.ConnectAs(t, service), nil
+	}
+	model := scriptedmodel.New(cfg.Script)
+	url, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { model.Close() })
+	cfg.Executor.Model.BaseURL, cfg.Executor.Model.Model = url, "scripted"
+	return model
 }
 
 // ctxShort bounds one call made inside a poll loop, so a call lost during a

@@ -263,6 +263,10 @@ type serveResult struct {
 	// takeOverErr: no child could take over from one released while its
 	// model call ran.
 	takeOverErr error
+	// unsettled: a call state did not answer may have had its effect (a
+	// sub-task spawn): it is not answered, and the next attempt presents
+	// it again (delegation.go).
+	unsettled error
 	// steps: with final, the model turn that gave the answer, acked and not
 	// yet written: the completion records it (finish).
 	steps []*agentmeshv1.Step
@@ -343,7 +347,10 @@ func (a *attempt) send(f *childv1.Frame) error { return a.w.Write(f) }
 // onToolRequest runs a tool the gate allowed to run in the executor and
 // answers with its result.
 func (a *attempt) onToolRequest(ctx context.Context, req *childv1.ToolRequest) *serveResult {
-	resp := a.gate.run(ctx, req)
+	resp, unsettled := a.gate.run(ctx, req)
+	if unsettled != nil {
+		return &serveResult{unsettled: unsettled}
+	}
 	if err := a.send(&childv1.Frame{Kind: &childv1.Frame_ToolResponse{ToolResponse: resp}}); err != nil {
 		return brokeOff()
 	}
@@ -416,6 +423,8 @@ func (a *attempt) outcomeOf(ctx context.Context, res serveResult, status string)
 		// The model's answer is checkpointed (keepAnswer): the next
 		// attempt replays it.
 		return outcome{kind: outRequeue, reason: res.takeOverErr.Error()}
+	case res.unsettled != nil && ctx.Err() == nil:
+		return outcome{kind: outRequeue, reason: res.unsettled.Error()}
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		return stopped(cause)

@@ -402,6 +402,28 @@ func TestAttemptToolRequest(t *testing.T) {
 	}
 }
 
+// A call state did not answer (a spawn whose outcome is unknown) is not
+// answered to the child: the attempt ends and goes back to the queue, and
+// the next attempt presents the call again, with the same id.
+func TestAttemptToolRequestUnsettled(t *testing.T) {
+	spawn := func(context.Context, tools.Env, json.RawMessage, bool) (ExecResult, error) {
+		return ExecResult{}, fmt.Errorf("%w (spawn of call c0: timed out)", errUnsettled)
+	}
+	u := newUnitAttempt(t, &agentmeshv1.Agent{Name: "web", Tools: []string{"web_fetch"}}, map[string]ExecFunc{"web_fetch": spawn})
+	call := &agentmeshv1.Step{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolCallId: "c0", ToolName: "web_fetch", Arguments: `{"url":"https://example.com"}`}
+	u.gate.decide(call)
+	res := u.onToolRequest(context.Background(), &childv1.ToolRequest{Id: 1, Call: &agentmeshv1.ToolCall{Id: "c0", Name: "web_fetch", Arguments: call.Arguments}})
+	if res == nil || !errors.Is(res.unsettled, errUnsettled) {
+		t.Fatalf("result %+v, want the conversation ended unsettled", res)
+	}
+	if frames := u.sent(t); len(frames) != 0 {
+		t.Errorf("sent %v to the child, want nothing (no answer for a call that may have run)", frames)
+	}
+	if out := u.outcomeOf(context.Background(), *res, "killed"); out.kind != outRequeue {
+		t.Errorf("outcome %+v, want requeue", out)
+	}
+}
+
 // Tools the child says its stdio MCP servers offer must be of one of the
 // agent's stdio servers.
 func TestAttemptToolsDiscovered(t *testing.T) {

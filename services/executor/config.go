@@ -53,6 +53,10 @@ type Config struct {
 	// HeartbeatInterval between executor heartbeats (5s). The scheduler
 	// counts the node lost after 3 intervals without one.
 	HeartbeatInterval time.Duration
+	// SweepInterval is how often the executor removes the task cgroups
+	// and staging directories of executor instances of its node that no
+	// longer exist (1m; sandbox.Sweep). It sweeps at start too.
+	SweepInterval time.Duration
 	// Labels describe the node in its heartbeats (AGENTMESH_NODE_LABELS).
 	Labels map[string]string
 	// DrainGrace is how long a stopping executor (SIGTERM) lets its running
@@ -128,6 +132,7 @@ const (
 	DefaultAckWait           = 30 * time.Second
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultDrainGrace        = 10 * time.Second
+	DefaultSweepInterval     = time.Minute
 	// DefaultWarmPoolMax caps the default warm pool (Capacity, at most
 	// this): an idle executor holds that many idle children (warm.go).
 	DefaultWarmPoolMax = 64
@@ -219,6 +224,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	positive(&cfg.AckWait, DefaultAckWait)
 	positive(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	positive(&cfg.DrainGrace, DefaultDrainGrace)
+	positive(&cfg.SweepInterval, DefaultSweepInterval)
 	return cfg, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -155,11 +156,15 @@ func (d *delegator) runSpawn(ctx context.Context, tool string, env tools.Env, ar
 		select {
 		case <-r.done:
 		case <-ctx.Done():
-			return ExecResult{}, ctx.Err()
+			// The spawn is still being sent: whether it exists is not known.
+			return ExecResult{}, fmt.Errorf("%w: the spawn of call %s got no answer in time", errUnsettled, id)
 		}
 		out, err = r.out, r.err
 	} else {
 		out, err = d.spawn(ctx, id, tool, args, d.allowance())
+	}
+	if errors.Is(err, errUnsettled) {
+		return ExecResult{}, err // never a failure the model sees: it may exist
 	}
 	if err != nil {
 		return ExecResult{Output: "error: " + err.Error(), IsError: true}, nil
@@ -203,8 +208,10 @@ func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.Ra
 			// (docs/proposals.md); the catalogue does not hold it.
 			match.Agent = own
 		} else {
-			err = bus.Request(ctx, d.s.nc, d.s.names.Registry(subjects.RegistryMatch),
-				&busv1.MatchRequest{Agent: a.Agent, RequiredSkills: a.Skills, Org: d.task.Org, Limit: 1}, &match)
+			err = bus.Retry(ctx, bus.DefaultBackoff, func(ctx context.Context) error {
+				return bus.Request(ctx, d.s.nc, d.s.names.Registry(subjects.RegistryMatch),
+					&busv1.MatchRequest{Agent: a.Agent, RequiredSkills: a.Skills, Org: d.task.Org, Limit: 1}, &match)
+			})
 			if own := ephemeralFor(d.task.GetAgentSpec(), a.Agent, a.Skills); (err != nil || match.GetAgent().GetName() == "") && own != nil {
 				match.Agent, err = own, nil
 			}
@@ -221,11 +228,55 @@ func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.Ra
 		}
 		req.AgentSpec, req.Input, req.Title = spec, a.Input, a.Title
 	}
-	var resp busv1.SpawnSubtaskResponse
-	if err := d.s.request(ctx, subjects.StateSpawn, req, &resp); err != nil {
-		return "", errors.New(message(err))
+	resp, err := d.send(ctx, req)
+	if err != nil {
+		return "", err
 	}
 	return delegation.URI(resp.GetTask().GetId()), nil
+}
+
+// Spawns are exactly-once under faults. State creates a sub-task once per
+// (parent, tool call id) — its idempotency key; the attempt is the fence
+// — so a spawn whose reply was lost, or that state never received, is sent
+// again, same key, until state answers: a try that created the sub-task
+// makes the next one return it. The model sees a failure only when state
+// answered one (the spawn does not exist: a limit, a budget, a bad agent).
+// When no answer comes before the call's time is up (state down for long),
+// the spawn's existence is unknown: the attempt ends without answering the
+// call (errUnsettled), and the next attempt presents it again, with the
+// same id — one sub-task, reported once.
+
+// errUnsettled: a call whose effect may exist was not answered by state;
+// it must not be answered to the model (see above).
+var errUnsettled = errors.New("state did not answer; the call is presented again by the next attempt")
+
+// spawnTryTimeout bounds one try of a spawn: a reply lost on the way is
+// asked for again after this (the second try finds the first's sub-task).
+const spawnTryTimeout = 5 * time.Second
+
+// spawnBackoff retries a spawn state did not answer until the call's
+// context ends (the tool call's time, or the attempt's).
+var spawnBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// send sends a spawn until state answers it.
+func (d *delegator) send(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*busv1.SpawnSubtaskResponse, error) {
+	var resp busv1.SpawnSubtaskResponse
+	tries := 0
+	err := bus.Retry(ctx, spawnBackoff, func(ctx context.Context) error {
+		if tries++; tries == 2 {
+			d.s.log.Warn("sub-task spawn not answered; sending it again", "task", d.task.Id, "call", req.ToolCallId)
+		}
+		ctx, cancel := context.WithTimeout(ctx, spawnTryTimeout)
+		defer cancel()
+		return bus.Request(ctx, d.s.nc, d.s.names.State(subjects.StateSpawn), req, &resp)
+	})
+	switch {
+	case err == nil:
+		return &resp, nil
+	case bus.Transient(err) || ctx.Err() != nil:
+		return nil, fmt.Errorf("%w (spawn of call %s: %v)", errUnsettled, req.ToolCallId, err)
+	}
+	return nil, errors.New(message(err))
 }
 
 // message is what the model is shown of a bus error: its message.

@@ -152,6 +152,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
 	model, err := llm.New(cfg.Model, log)
 	if err != nil {
+		sb.Close()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	s := &Service{
@@ -166,6 +167,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 			return nil, fmt.Errorf("executor: spawner: %w", err)
 		}
 		if s.spawner, err = spawner.StartWith(exe, log, spawner.Options{Nice: cfg.AgentNice}); err != nil {
+			sb.Close()
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 	}
@@ -173,6 +175,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		if s.spawner != nil {
 			s.spawner.Close()
 		}
+		sb.Close()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	return s, nil
@@ -233,6 +236,10 @@ func (s *Service) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); s.heartbeats(hbCtx) }()
 	defer func() { stopHB(); <-hbDone }()
+	// What executors of this node that no longer exist left (their task
+	// cgroups and staging directories) is removed while this one runs.
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); s.sb.SweepEvery(ctx, s.cfg.SweepInterval, s.log) }()
 
 	reuse, warm := s.startPools()
 	s.log.Info("executor started", "capacity", s.cfg.Capacity, "child", s.cfg.ChildCommand[0], "warm_pool", warmSize(s.cfg))
@@ -246,6 +253,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.spawner != nil {
 		s.spawner.Close()
 	}
+	<-sweepDone
+	s.sb.Close() // a clean stop leaves no instance directories
 	s.log.Info("executor stopped")
 	return nil
 }

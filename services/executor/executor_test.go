@@ -65,16 +65,26 @@ type env struct {
 	log   *slog.Logger
 	// stopState stops the state service newEnv started.
 	stopState func()
+	// dial connects a service's identity to the bus (startExecutor).
+	dial func(service string) *nats.Conn
 }
 
 // newEnv starts NATS, the real state service on the embedded store, and
 // the scripted model. The executor is started by startExecutor.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	stateNC := natstest.ConnectAs(t, srv, subjects.ServiceState)
+	e := newEnvOn(t, natstest.Connect(t, srv), natstest.ConnectAs(t, srv, subjects.ServiceState),
+		func(service string) *nats.Conn { return natstest.ConnectAs(t, srv, service) })
+	e.srv = srv
+	return e
+}
+
+// newEnvOn is newEnv on a bus of the caller's: nc is the test driver's
+// connection, stateNC the state service's, dial connects the executors.
+func newEnvOn(t *testing.T, nc, stateNC *nats.Conn, dial func(service string) *nats.Conn) *env {
+	t.Helper()
+	ctx := context.Background()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +117,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { model.Close() })
 
-	return &env{t: t, nc: nc, srv: srv, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
+	return &env{t: t, nc: nc, dial: dial, js: js, names: names, model: model, log: log, stopState: stopState, cfg: executor.Config{
 		Prefix:   "am",
 		Node:     "node-1",
 		Capacity: 4,
@@ -153,7 +163,7 @@ func runService(t *testing.T, fn func(context.Context) error) (stop func()) {
 
 func (e *env) startExecutor() (stop func()) {
 	e.t.Helper()
-	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log})
+	ex, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: e.dial(subjects.ServiceExecutor), Log: e.log})
 	if err != nil {
 		e.t.Fatalf("executor.New: %v", err)
 	}
@@ -520,9 +530,39 @@ func TestModelGarbageFailsAfterRetries(t *testing.T) {
 	}
 }
 
+// takenBySilent plays an executor of node that takes task's work, moves
+// the task to running and is heard from no more (no ack, no in-progress
+// signal); it returns the executors' consumer.
+func (e *env) takenBySilent(task *agentmeshv1.Task, node string) jetstream.Consumer {
+	e.t.Helper()
+	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++ // never acked
+	}
+	if n != 1 {
+		e.t.Fatalf("fetched %d work items, want 1", n)
+	}
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: node,
+	}, &busv1.TransitionResponse{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return cons
+}
+
 // An executor took the work, moved the task to running and died without
-// acking. The work comes back to another executor, which re-queues the
-// task for the scheduler to dispatch a new attempt.
+// acking. The work comes back to the node's executor started again, which
+// does not run that attempt: it re-queues the task for the scheduler to
+// dispatch a new attempt. (An attempt of another node is left to that node
+// and the scheduler: TestRedeliveredWorkOfAnotherNodeIsLeftToIt.)
 func TestLostExecutorRequeues(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.AckWait = time.Second
@@ -531,27 +571,7 @@ func TestLostExecutorRequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := e.submitTask(&agentmeshv1.Task{Input: "hi", RetryPolicy: &agentmeshv1.RetryPolicy{}}) // the default policy
-	cons, err := e.js.Consumer(context.Background(), e.names.WorkStream(), subjects.ConsumerExecutors)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for range batch.Messages() {
-		n++ // the dead executor never acks
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d work items, want 1", n)
-	}
-	var tr busv1.TransitionResponse
-	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateStart), &busv1.TransitionRequest{
-		TaskId: task.Id, From: taskstate.Assigned, To: taskstate.Running, Attempt: 1, Node: "dead-node",
-	}, &tr); err != nil {
-		t.Fatal(err)
-	}
+	e.takenBySilent(task, e.cfg.Node)
 
 	e.startExecutor()
 	got := e.waitStatus(task.Id, taskstate.Queued, 15*time.Second)
@@ -577,6 +597,62 @@ func TestLostExecutorRequeues(t *testing.T) {
 	done := e.waitStatus(task.Id, taskstate.Completed, 20*time.Second)
 	if done.Attempt != 2 || done.Result != "hello" {
 		t.Errorf("attempt %d result %q", done.Attempt, done.Result)
+	}
+}
+
+// Work redelivered while its attempt runs on another node — whose
+// in-progress signals did not reach JetStream in time: a NATS restart
+// longer than AckWait, a pause — is not failed by the executor it comes
+// to: that would throw away a live attempt and the model answer it holds.
+// It is handed back, and the attempt stays running until its node's
+// heartbeats say it is lost (the scheduler's task.lost); then the next
+// delivery finds the task moved on.
+func TestRedeliveredWorkOfAnotherNodeIsLeftToIt(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.AckWait = 500 * time.Millisecond
+	if _, err := executor.New(context.Background(), e.cfg, executor.Deps{NC: natstest.ConnectAs(e.t, e.srv, subjects.ServiceExecutor), Log: e.log}); err != nil {
+		t.Fatal(err)
+	}
+	task := e.submitTask(&agentmeshv1.Task{Input: "hi"})
+	cons := e.takenBySilent(task, "other-node")
+	e.startExecutor()
+	// Redelivered every AckWait (here: to the executor), handed back each
+	// time.
+	poll.Until(t, 15*time.Second, func() error {
+		if got := e.get(task.Id); got.Status != taskstate.Running || got.Attempt != 1 {
+			t.Fatalf("task %s at attempt %d (%s), want still running at 1: a live attempt was failed", taskstate.Name(got.Status), got.Attempt, got.LastFailureKind)
+		}
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.Delivered.Consumer < 3 {
+			return fmt.Errorf("delivered %d times, want the first and two redeliveries", info.Delivered.Consumer)
+		}
+		return nil
+	})
+	if got := e.get(task.Id); got.Status != taskstate.Running || got.Attempt != 1 || got.Node != "other-node" {
+		t.Fatalf("task %s at attempt %d on %q, want still running at 1 on other-node", taskstate.Name(got.Status), got.Attempt, got.Node)
+	}
+	// The scheduler finds the node lost: the next delivery is dropped.
+	if err := bus.Request(context.Background(), e.nc, e.names.State(subjects.StateLost), &busv1.TransitionRequest{
+		TaskId: task.Id, From: taskstate.Running, To: taskstate.Failed, Attempt: 1, Node: "other-node",
+		Reason: "executor node other-node lost: no heartbeat", FailureKind: agentmeshv1.FailureKind_FAILURE_KIND_EXECUTOR_LOST,
+	}, &busv1.TransitionResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 15*time.Second, func() error {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("ack pending %d, pending %d", info.NumAckPending, info.NumPending)
+		}
+		return nil
+	})
+	if n := e.model.Requests(); n != 0 {
+		t.Errorf("model calls = %d, want none", n)
 	}
 }
 

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(testChild())
 	}
 	child.RunIfChild()
+	if root, ok := os.LookupEnv(envDeadExecutor); ok {
+		os.Exit(deadExecutor(root))
+	}
 	os.Exit(m.Run())
 }
 

@@ -125,7 +125,16 @@ var outcomeBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 250 * time
 
 // redelivered handles work delivered again: the executor that had it died
 // or went silent. If the task still waits for that attempt, it goes back to
-// the queue for the scheduler to dispatch a new attempt.
+// the queue for the scheduler to dispatch a new attempt — unless the
+// attempt runs on another node: JetStream redelivers work whose in-progress
+// signals did not reach it in time, which a bus blip (a NATS restart
+// longer than AckWait) or a pause causes as well as a death, and failing a
+// live attempt throws away the model answer it holds (paid twice). Whether
+// a node is gone is the scheduler's to say, from its heartbeats (NodeTTL:
+// it fails the node's attempts, task.lost); this executor hands the work
+// back (NakWithDelay AckWait), and the live owner's next in-progress signal
+// takes it back — or, once the scheduler failed the attempt, the next
+// delivery finds the task moved on.
 func (s *Service) redelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, item *busv1.WorkItem) {
 	var got busv1.GetTaskResponse
 	err := s.request(ctx, subjects.StateGetTask, &busv1.GetTaskRequest{Id: item.Task.Id}, &got)
@@ -142,6 +151,11 @@ func (s *Service) redelivered(ctx context.Context, log *slog.Logger, msg jetstre
 	if (t.Status != statusAssigned && t.Status != statusRunning) || t.Attempt != item.Attempt {
 		log.Info("redelivered work dropped: the task moved on", "status", taskstate.Name(t.Status), "task_attempt", t.Attempt)
 		_ = msg.Ack()
+		return
+	}
+	if t.Status == statusRunning && t.Node != "" && t.Node != s.cfg.Node {
+		log.Info("redelivered work of an attempt running on another node: left to it (the scheduler fails it if that node is lost)", "owner", t.Node)
+		_ = msg.NakWithDelay(s.cfg.AckWait)
 		return
 	}
 	// A failure of kind EXECUTOR_LOST: the task's retry policy re-queues it

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -234,14 +235,16 @@ func (g *gate) result(step *agentmeshv1.Step) error {
 // agent sets no approval_timeout.
 const DefaultApprovalTimeout = time.Hour
 
-// run runs a call the gate allowed to run in the executor, once.
-func (g *gate) run(ctx context.Context, req *childv1.ToolRequest) *childv1.ToolResponse {
+// run runs a call the gate allowed to run in the executor, once. An error
+// (errUnsettled) means the call must not be answered: whether it had its
+// effect is not known, and the next attempt presents it again.
+func (g *gate) run(ctx context.Context, req *childv1.ToolRequest) (*childv1.ToolResponse, error) {
 	c := req.GetCall()
 	resp := &childv1.ToolResponse{Id: req.GetId(), IsError: true}
 	a, ok := g.pending[c.GetId()]
 	if !ok || a.name != c.GetName() || a.args != c.GetArguments() {
 		resp.Output = fmt.Sprintf("error: tool call %q was not allowed by the executor", c.GetId())
-		return resp
+		return resp, nil
 	}
 	delete(g.pending, c.GetId())
 	fn := g.exec[a.name]
@@ -252,10 +255,13 @@ func (g *gate) run(ctx context.Context, req *childv1.ToolRequest) *childv1.ToolR
 	ctx, cancel := context.WithTimeout(ctx, ExecToolTimeout)
 	defer cancel()
 	res, err := fn(ctx, tools.Env{IdempotencyKey: g.task.Id + ":" + c.GetId()}, json.RawMessage(args), a.approved)
+	if errors.Is(err, errUnsettled) {
+		return nil, err
+	}
 	if err != nil {
 		resp.Output = "error: " + err.Error()
 		resp.ResultBytes = int64(len(resp.Output))
-		return resp
+		return resp, nil
 	}
 	out := res.Output
 	truncated := res.Truncated
@@ -266,5 +272,5 @@ func (g *gate) run(ctx context.Context, req *childv1.ToolRequest) *childv1.ToolR
 	if size == 0 {
 		size = int64(len(res.Output))
 	}
-	return &childv1.ToolResponse{Id: req.GetId(), Output: out, IsError: res.IsError, Truncated: truncated, ResultBytes: size}
+	return &childv1.ToolResponse{Id: req.GetId(), Output: out, IsError: res.IsError, Truncated: truncated, ResultBytes: size}, nil
 }

@@ -51,11 +51,22 @@ func nodeCheckInterval(ttl time.Duration) time.Duration {
 }
 
 // checkNodes marks silent nodes lost and fails their running attempts.
+// Only silence the scheduler could have heard counts: while its own
+// connection is down it judges nothing, and after it came back (a NATS
+// restart, a partition of its own) each node's silence counts from then,
+// so a bus blip longer than NodeTTL does not fail every live attempt —
+// and throw away the model answers they hold.
 func (s *Service) checkNodes(ctx context.Context) {
+	if s.nc.Status() != nats.CONNECTED {
+		return
+	}
 	now := time.Now()
 	var jobs []job
 	s.mu.Lock()
-	lost, orphans := s.m.lostNodes(now, s.leadSince, s.cfg.NodeTTL)
+	if r := s.nc.Stats().Reconnects; r != s.reconnects {
+		s.reconnects, s.hearing = r, now
+	}
+	lost, orphans := s.m.lostNodes(now, s.leadSince, s.hearing, s.cfg.NodeTTL)
 	for _, e := range orphans {
 		if s.fencing[e.id] {
 			continue

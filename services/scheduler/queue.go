@@ -510,8 +510,9 @@ func (m *model) heartbeat(name string, capacity int, draining bool, labels map[s
 
 // lostNodes marks the nodes silent past their ttl as lost and returns the
 // tasks that run there. A node never heard from counts as lost once the
-// leader has waited grace.
-func (m *model) lostNodes(now time.Time, silentSince time.Time, defaultTTL time.Duration) (lost []string, orphans []*entry) {
+// leader has waited grace. No node's silence counts from before heard,
+// when the scheduler could hear again (its connection came back).
+func (m *model) lostNodes(now, silentSince, heard time.Time, defaultTTL time.Duration) (lost []string, orphans []*entry) {
 	for _, n := range m.nodes {
 		ttl := n.ttl
 		if ttl <= 0 {
@@ -520,6 +521,9 @@ func (m *model) lostNodes(now time.Time, silentSince time.Time, defaultTTL time.
 		last := n.lastSeen
 		if last.IsZero() {
 			last = silentSince
+		}
+		if last.Before(heard) {
+			last = heard
 		}
 		if !n.lost && now.Sub(last) > ttl {
 			n.lost = true
@@ -535,6 +539,9 @@ func (m *model) lostNodes(now time.Time, silentSince time.Time, defaultTTL time.
 			last := n.lastSeen
 			if last.IsZero() {
 				last = silentSince
+			}
+			if last.Before(heard) {
+				last = heard
 			}
 			ttl := n.ttl
 			if ttl <= 0 {

@@ -42,7 +42,7 @@ func TestDrainingAndLostNodesTakeNoWork(t *testing.T) {
 	m := newModel(time.Minute, noLimit, noLimit)
 	m.heartbeat("draining", 4, true, nil, time.Minute, now)
 	m.heartbeat("silent", 4, false, nil, time.Second, now.Add(-time.Minute))
-	m.lostNodes(now, now, time.Second)
+	m.lostNodes(now, now, time.Time{}, time.Second)
 	m.apply(queued("t1", "o", agentmeshv1.Priority_PRIORITY_NORMAL, now, 2), now)
 	if got := m.next(now); got != nil {
 		t.Fatalf("dispatched %s with only a draining and a lost node", got.id)
@@ -50,6 +50,24 @@ func TestDrainingAndLostNodesTakeNoWork(t *testing.T) {
 	m.heartbeat("silent", 4, false, nil, time.Second, now) // it came back
 	if got := m.next(now); got == nil || got.id != "t1" {
 		t.Fatalf("got %v, want t1 once a node is live", got)
+	}
+}
+
+// A node's silence counts only from when the scheduler could hear it: a
+// scheduler whose own connection came back (a NATS restart longer than the
+// ttl) does not find every node lost, and fail their live attempts, before
+// their next heartbeat.
+func TestSilenceCountsOnlyWhileTheSchedulerHears(t *testing.T) {
+	now := time.Now()
+	m := newModel(time.Minute, noLimit, noLimit)
+	m.heartbeat("n", 4, false, nil, 15*time.Second, now.Add(-20*time.Second))
+	m.apply(queued("t1", "o", agentmeshv1.Priority_PRIORITY_NORMAL, now, 2), now)
+	m.apply(update{id: "t1", org: "o", agent: "a", status: taskstate.Running, seq: 3, node: "n"}, now)
+	if lost, orphans := m.lostNodes(now, now.Add(-time.Hour), now.Add(-2*time.Second), time.Minute); len(lost) != 0 || len(orphans) != 0 {
+		t.Fatalf("heard again 2s ago: lost %v, orphans %d; want none", lost, len(orphans))
+	}
+	if lost, orphans := m.lostNodes(now.Add(14*time.Second), now.Add(-time.Hour), now.Add(-2*time.Second), time.Minute); len(lost) != 1 || len(orphans) != 1 {
+		t.Fatalf("silent 16s since it could be heard: lost %v, orphans %d; want the node and its task", lost, len(orphans))
 	}
 }
 

@@ -90,6 +90,11 @@ type Service struct {
 	fencing map[string]bool
 	// leadSince is when this replica last became leader.
 	leadSince time.Time
+	// hearing is when this replica's connection last came back (it heard
+	// no heartbeat while it was away), and reconnects its count then
+	// (placement.go, checkNodes); guarded by mu.
+	hearing    time.Time
+	reconnects uint64
 	// fetching holds agents whose limit is being read.
 	fetching map[string]bool
 	// deps releases dependents when their parents end (deps.go).

@@ -188,6 +188,10 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 	if why != "" {
 		return nil, bus.Errorf(bus.CodeFailedPrecondition, "budget exhausted: %s (this task's remaining budget bounds its sub-tasks)", why)
 	}
+	// Rights only narrow: the sub-task may use what its target agent has
+	// and its parent may use, under the stricter policy of the two — from
+	// the parent's record, whatever the request says (delegation.Narrow).
+	spec = delegation.Narrow(spec, parent.GetAgentSpec())
 	budget := delegation.Bound(spec.GetBudget(), ceiling)
 	child := &agentmeshv1.Task{
 		Org: parent.Org, Title: req.Title, Input: req.Input, Agent: spec.GetName(),

@@ -132,8 +132,8 @@ type Config struct {
 	// ordinary group; see cpuweight.go).
 	CPUShares int64
 	// Node names this executor's node: the cgroups and workspaces of the
-	// executor's tasks are under "<Node>.<pid>", and New sweeps those its
-	// node's dead executors left behind (the host name).
+	// executor's tasks are under "<Node>.<pid>" (sweep.go), and its
+	// executors sweep what the dead ones left behind (the host name).
 	Node string
 	// ReadOnlyPaths are readable (and executable) in the sandbox besides
 	// /usr, /bin, /sbin, /lib*, the parts of /etc programs read and /proc
@@ -266,9 +266,10 @@ type Sandbox struct {
 	cgroups   bool // memory, pids and CPU limits are had
 	abi       int  // Landlock ABI, 0 without
 	seccomp   bool
-	instance  string // "<node>.<pid>": names this executor's cgroups and workspaces
-	wsRoot    string // where its task workspaces are staged
-	etc       string // the /etc snapshot under wsRoot (etc.go), "" without
+	instance  string   // "<node>.<pid>[-<n>]": names this executor's cgroups and workspaces (sweep.go)
+	lock      *os.File // the instance's owner lock, held while it lives (sweep.go)
+	wsRoot    string   // where its task workspaces are staged
+	etc       string   // the /etc snapshot under wsRoot (etc.go), "" without
 	missing   []string
 	isolation string
 	label     string // the isolation with what it lacks, as recorded on tasks
@@ -284,30 +285,41 @@ type Sandbox struct {
 // named (Missing, String) and the tasks' isolation is "reduced". The
 // probe starts one real sandboxed process (the running binary, which must
 // link this package; see Enter). New also sweeps what dead executors of
-// the same node left behind (see Sweep).
-func New(cfg Config) (*Sandbox, error) {
+// the same node left behind (see Sweep), and takes the lock that tells
+// the others it lives. Close removes what it keeps.
+func New(cfg Config) (_ *Sandbox, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, root: os.Geteuid() == 0, instance: fmt.Sprintf("%s.%d", cfg.Node, os.Getpid())}
-	s.wsRoot = filepath.Join(cfg.WorkspaceRoot, "agentmesh-"+s.instance)
+	s := &Sandbox{cfg: cfg, root: os.Geteuid() == 0, instance: instanceName(cfg.Node)}
+	s.wsRoot = filepath.Join(cfg.WorkspaceRoot, instancePrefix+s.instance)
 	if cfg.Level == None {
 		s.isolation = IsolationNone
 		s.label = IsolationNone
 		s.report = "isolation none: UNSANDBOXED — agent processes run as plain child processes with the executor's privileges (no namespaces, no fresh root, no Landlock, no cgroup limits); for development only"
+		s.Sweep()
 		if err := os.MkdirAll(s.wsRoot, 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox: create the workspace root: %w", err)
 		}
+		// Without its lock (a workspace root without flock) the instance
+		// is judged by its pid, as an older one is (sweep.go).
+		_ = s.own()
 		return s, nil
 	}
 	MarkInheritedCloseOnExec()
 	var w walls
 	subErr := s.findIDs()
 	s.probe(&w)
-	Sweep(cfg)
+	s.Sweep()
 	if err := s.prepareRoot(&w); err != nil {
 		return nil, err
 	}
+	_ = s.own() // (as above)
+	defer func() {
+		if err != nil {
+			s.Close() // a sandbox refused leaves nothing behind
+		}
+	}()
 	if len(w.fatal) == 0 {
 		err := s.selfTest()
 		if err != nil && s.sub != nil {
