@@ -53,6 +53,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
+	"github.com/agentmesh/agentmesh/services/executor/ratelimit"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/nats-io/nats.go"
@@ -150,6 +151,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	logSandbox(deps.Log, cfg.Node, sb)
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	if cfg.Model.Limiter == nil {
+		if cfg.Model.Limiter, err = openLimits(ctx, deps.NC, names, cfg, log); err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+	}
 	model, err := llm.New(cfg.Model, log)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
@@ -176,6 +182,20 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	return s, nil
+}
+
+// openLimits opens the model rate limits every executor shares (package
+// ratelimit).
+func openLimits(ctx context.Context, nc *nats.Conn, names subjects.Names, cfg Config, log *slog.Logger) (llm.Limiter, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	lim, reps, err := ratelimit.Open(ctx, js, names, ratelimit.Options{
+		Window: cfg.LimitWindow, Replicas: bus.Replicas(nc, cfg.Streams.Replicas), Memory: cfg.Streams.Memory,
+	})
+	bus.LogReplication(log, reps)
+	return lim, err
 }
 
 // logSandbox says at start how the agent children are isolated.

@@ -220,8 +220,10 @@ func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *chil
 		Content:      msg.Content,
 		ToolCalls:    msg.ToolCalls,
 		Usage:        resp.Usage,
-		Model:        resp.Model,
-		FinishReason: resp.FinishReason,
+		Model:         resp.Model,
+		FinishReason:  resp.FinishReason,
+		ModelProvider: resp.Provider,
+		ModelFallback: resp.Fallback,
 		Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
 	}, msg
 }

@@ -1,120 +1,217 @@
 package llm
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
-	"strings"
-
-	openai "github.com/sashabaranov/go-openai"
 )
 
-// streamCompletion makes one streamed chat completion (stream: true,
-// stream_options.include_usage) and assembles the chunks — content, tool
-// call deltas by index, finish reason, usage — into the answer a
-// non-streamed call would have given. Content deltas go to onToken as they
-// arrive (nil: nowhere).
-func streamCompletion(ctx context.Context, c *openai.Client, creq openai.ChatCompletionRequest, onToken func(string)) (openai.ChatCompletionResponse, error) {
-	creq.Stream = true
-	creq.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
-	st, err := c.CreateChatCompletionStream(ctx, creq)
-	if err != nil {
-		return openai.ChatCompletionResponse{}, err
-	}
-	defer st.Close()
-	a := assembly{byIndex: map[int]*openai.ToolCall{}, onToken: onToken}
+// The Chat Completions stream: "data: {chunk}" events, then "data:
+// [DONE]". Each chunk's first choice carries deltas of the answer —
+// content, reasoning, tool call pieces — and at the end a finish reason;
+// with stream_options.include_usage a last chunk with no choices carries
+// the usage. What real servers do besides (assembly.go handles the tool
+// call quirks): no [DONE] (the body just ends), no usage chunk, usage in
+// every chunk (the last one counts), usage only in the last content chunk,
+// reasoning in reasoning_content (vLLM, llama.cpp, DeepSeek) or reasoning
+// (Ollama, OpenRouter), an error object instead of a chunk (OpenAI's
+// {"error": …}, vLLM's {"object": "error", …}, llama.cpp's "error:"
+// line), and a whole JSON completion where a stream was asked for.
+
+// oaChunk is a streamed chunk, or a whole completion.
+type oaChunk struct {
+	ID      string          `json:"id"`
+	Object  string          `json:"object"`
+	Model   string          `json:"model"`
+	Choices []oaChoice      `json:"choices"`
+	Usage   *oaUsage        `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+	// vLLM's error object: {"object": "error", "message", "type", "code"}.
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+}
+
+type oaChoice struct {
+	Index        int      `json:"index"`
+	Delta        *oaDelta `json:"delta"`
+	Message      *oaDelta `json:"message"`
+	FinishReason *string  `json:"finish_reason"`
+}
+
+type oaDelta struct {
+	Content          *string      `json:"content"`
+	ReasoningContent *string      `json:"reasoning_content"`
+	Reasoning        *string      `json:"reasoning"`
+	ToolCalls        []oaCallPart `json:"tool_calls"`
+}
+
+type oaCallPart struct {
+	Index    *int   `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+type oaUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// readOpenAIStream reads a Chat Completions stream into a.
+func readOpenAIStream(r io.Reader, a *assembly) error {
+	sr := newSSEReader(r, MaxSSELine)
 	for {
-		chunk, err := st.Recv()
+		ev, err := sr.next()
 		if errors.Is(err, io.EOF) {
-			break
+			break // no [DONE]: the body's end ends the answer
+		}
+		if errors.Is(err, errSSELine) {
+			return unparsable("%v", err)
 		}
 		if err != nil {
-			return a.out, err
+			return err // cut short: the network, or the response cap
 		}
-		a.add(chunk)
+		data := bytes.TrimSpace(ev.data)
+		if string(data) == "[DONE]" {
+			break
+		}
+		if len(data) == 0 {
+			continue
+		}
+		if err := a.addOpenAIChunk(data, ev.name == "error"); err != nil {
+			return err
+		}
 	}
-	if a.chunks == 0 {
-		return a.out, errors.New("the model's stream carried no answer (not server-sent events?)")
+	if a.events == 0 {
+		return unparsable("the stream carried no answer (not server-sent events?)")
 	}
-	return a.answer(), nil
+	return nil
 }
 
-// assembly is a streamed answer being put together, chunk by chunk.
-type assembly struct {
-	out     openai.ChatCompletionResponse
-	content strings.Builder
-	calls   []*openai.ToolCall
-	byIndex map[int]*openai.ToolCall
-	finish  openai.FinishReason
-	chunks  int
-	onToken func(string)
+// readOpenAIWhole reads a whole (not streamed) completion into a.
+func readOpenAIWhole(r io.Reader, a *assembly) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if err := a.addOpenAIChunk(bytes.TrimSpace(b), false); err != nil {
+		return err
+	}
+	if a.events == 0 {
+		return unparsable("the answer has no choices")
+	}
+	return nil
 }
 
-// add takes one chunk: its model, id and usage, and the deltas of the
-// first choice (the only one asked for).
-func (a *assembly) add(chunk openai.ChatCompletionStreamResponse) {
-	a.chunks++
-	if chunk.Model != "" {
-		a.out.Model = chunk.Model
-	}
-	if chunk.ID != "" {
-		a.out.ID = chunk.ID
-	}
-	if u := chunk.Usage; u != nil {
-		a.out.Usage = *u
-	}
-	for _, ch := range chunk.Choices {
-		if ch.Index != 0 {
-			continue // we ask for one choice
+// addOpenAIChunk takes one chunk (or a whole completion).
+func (a *assembly) addOpenAIChunk(data []byte, isError bool) error {
+	var ch oaChunk
+	if err := json.Unmarshal(data, &ch); err != nil {
+		if isError {
+			return &streamError{msg: cutBytes(data, 512)}
 		}
-		if ch.FinishReason != "" {
-			a.finish = ch.FinishReason
+		return unparsable("a chunk is not JSON: %s", cutBytes(data, 256))
+	}
+	if se := ch.streamError(isError); se != nil {
+		return se
+	}
+	if ch.Model != "" {
+		a.model = ch.Model
+	}
+	if ch.ID != "" {
+		a.id = ch.ID
+	}
+	if u := ch.Usage; u != nil {
+		a.usage.prompt, a.usage.completion = u.PromptTokens, u.CompletionTokens
+		if d := u.PromptTokensDetails; d != nil {
+			a.usage.cacheRead = d.CachedTokens
 		}
-		if d := ch.Delta.Content; d != "" {
-			a.content.WriteString(d)
-			if a.onToken != nil {
-				a.onToken(d)
-			}
+		a.events++
+	}
+	for _, c := range ch.Choices {
+		if c.Index != 0 {
+			continue // one choice is asked for
 		}
-		for i, tc := range ch.Delta.ToolCalls {
-			a.addCall(i, tc)
+		a.events++
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			a.finish = *c.FinishReason
+		}
+		d := c.Delta
+		if d == nil {
+			d = c.Message
+		}
+		if err := a.addOpenAIDelta(d); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
-// addCall adds the i-th tool call delta of a chunk to the call it
-// continues (by its index; a delta without one, by its position, unless
-// it names another id) or to a new one.
-func (a *assembly) addCall(i int, tc openai.ToolCall) {
-	idx := i
-	if tc.Index != nil {
-		idx = *tc.Index
+// addOpenAIDelta takes a choice's delta (or a whole message).
+func (a *assembly) addOpenAIDelta(d *oaDelta) error {
+	if d == nil {
+		return nil
 	}
-	cur, ok := a.byIndex[idx]
-	if !ok || (tc.Index == nil && tc.ID != "" && cur.ID != "" && cur.ID != tc.ID) {
-		cur = &openai.ToolCall{Type: openai.ToolTypeFunction}
-		a.byIndex[idx] = cur
-		a.calls = append(a.calls, cur)
+	if d.Content != nil {
+		a.text(*d.Content)
 	}
-	if tc.ID != "" {
-		cur.ID = tc.ID
+	if d.ReasoningContent != nil {
+		a.reasoning += len(*d.ReasoningContent)
 	}
-	if tc.Function.Name != "" {
-		cur.Function.Name += tc.Function.Name
+	if d.Reasoning != nil {
+		a.reasoning += len(*d.Reasoning)
 	}
-	cur.Function.Arguments += tc.Function.Arguments
+	for _, p := range d.ToolCalls {
+		c := a.callFor(p.Index, p.ID)
+		if p.ID != "" && c.id == "" {
+			c.id = p.ID
+		}
+		c.addName(p.Function.Name)
+		if err := c.addArgs(p.Function.Arguments); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// answer is the assembled answer, as a non-streamed call gives it.
-func (a *assembly) answer() openai.ChatCompletionResponse {
-	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: a.content.String()}
-	for _, tc := range a.calls {
-		msg.ToolCalls = append(msg.ToolCalls, *tc)
+// streamError is the error a chunk is instead of an answer, or nil.
+func (ch *oaChunk) streamError(isError bool) *streamError {
+	if len(ch.Error) > 0 && string(ch.Error) != "null" {
+		var e struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Code    json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(ch.Error, &e) != nil {
+			var s string
+			_ = json.Unmarshal(ch.Error, &s)
+			return &streamError{msg: s}
+		}
+		return &streamError{typ: e.Type, msg: e.Message, status: statusOf(e.Code, e.Type)}
 	}
-	out := a.out
-	out.Choices = []openai.ChatCompletionChoice{{Message: msg, FinishReason: a.finish}}
-	if out.Usage.TotalTokens == 0 {
-		out.Usage.TotalTokens = out.Usage.PromptTokens + out.Usage.CompletionTokens
+	if ch.Object == "error" || (isError && ch.Message != "") {
+		return &streamError{typ: ch.Type, msg: ch.Message, status: statusOf(ch.Code, ch.Type)}
 	}
-	return out
+	return nil
+}
+
+// statusOf reads an error code that is an HTTP status (vLLM's and
+// llama.cpp's numeric codes); 0 otherwise.
+func statusOf(code json.RawMessage, typ string) int {
+	var n int
+	if json.Unmarshal(code, &n) == nil && n >= 400 && n < 600 {
+		return n
+	}
+	var s string
+	if json.Unmarshal(code, &s) == nil && s == "rate_limit_exceeded" || typ == "rate_limit_exceeded" {
+		return 429
+	}
+	return 0
 }
