@@ -59,7 +59,7 @@ type modelRun struct {
 func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step) (*modelRun, *outcome) {
 	settings := task.GetAgentSpec().GetModel()
 	r := &modelRun{
-		call: llm.Request{Settings: settings, Org: task.GetOrg(), Agent: task.GetAgent(), Task: task.GetId(), Attempt: task.GetAttempt()},
+		call:   llm.Request{Settings: settings, Org: task.GetOrg(), Agent: task.GetAgent(), Task: task.GetId(), Attempt: task.GetAttempt()},
 		budget: task.GetBudget(),
 		now:    time.Now,
 	}
