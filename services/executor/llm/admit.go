@@ -72,6 +72,9 @@ type admission struct {
 	conditional bool
 	slot        *kept
 	grant       *Grant
+	// overLimit: a conditional admission found no budget now and spent
+	// none (Complete may reserve this model's first slot later).
+	overLimit bool
 }
 
 func (m *Models) admission(ep Endpoint, req Request, conditional bool, slot *kept) *admission {
@@ -152,6 +155,7 @@ func (ad *admission) admit(ctx context.Context) error {
 		return nil
 	}
 	if !g.Charged {
+		ad.overLimit = true
 		return ad.limited(g.At, g.Scope, false)
 	}
 	if ad.grant == nil {
@@ -217,7 +221,7 @@ func (ad *admission) reserve(ctx context.Context) error {
 		metrics.ModelLimiterErrors.Inc()
 		ad.m.log.Warn("the model rate limiter did not answer; calling without it", "model", ad.ep.Name, "err", err)
 	}
-	ad.conditional = false
+	ad.conditional, ad.overLimit = false, false
 	if err == nil {
 		ad.grant = &g
 		ad.slot = &kept{key: scopeKey(ad.ep), at: g.At}

@@ -314,7 +314,7 @@ func (m *Models) Complete(ctx context.Context, req Request) (*childv1.ModelRespo
 		e := m.named(ep, err)
 		metrics.ModelCalls.WithLabelValues(ep.Provider, e.Kind.String()).Inc()
 		last = e
-		if e.Kind == KindRateLimited && !e.Reserved && limited == nil && e.Scope != "provider" {
+		if ad.overLimit && limited == nil {
 			limited = ad
 		}
 		if i+1 == len(route) || (e.Kind != KindTransient && e.Kind != KindRateLimited) || e.Reserved {
@@ -412,11 +412,7 @@ func failed(made int, err error) error {
 	if errors.As(err, &e) {
 		return e // the rate limiter's, already an *Error
 	}
-	tries := "attempts"
-	if made == 1 {
-		tries = "attempt"
-	}
-	out := &Error{Kind: classify(err), cause: err, text: fmt.Sprintf("%s (%d %s)", cutText(err.Error(), ErrorTextMax/2), made, tries)}
+	out := &Error{Kind: classify(err), cause: err, text: fmt.Sprintf("%s (%d attempts)", cutText(err.Error(), ErrorTextMax/2), made)}
 	var he *httpError
 	if errors.As(err, &he) {
 		out.Status = he.status
