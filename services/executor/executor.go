@@ -195,7 +195,10 @@ func openLimits(ctx context.Context, nc *nats.Conn, names subjects.Names, cfg Co
 		Window: cfg.LimitWindow, Replicas: bus.Replicas(nc, cfg.Streams.Replicas), Memory: cfg.Streams.Memory,
 	})
 	bus.LogReplication(log, reps)
-	return lim, err
+	if err != nil {
+		return nil, err
+	}
+	return lim, nil
 }
 
 // logSandbox says at start how the agent children are isolated.

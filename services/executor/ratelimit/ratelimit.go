@@ -11,9 +11,11 @@
 // and spending it in each with a compare-and-set on the revision read;
 // an executor that lost a race reads that entry again and decides again,
 // so no two executors spend the same budget. Each executor remembers the
-// last revision it saw of an entry and tries its update on that without
-// reading first: with no other writer in between, a decision costs one
-// round trip per scope.
+// last revision it saw of an entry — its own writes, and every other
+// executor's, which a KV watcher brings it as they happen — and tries its
+// update on that without reading first: a decision costs one round trip
+// per scope unless another executor wrote the same budget in the last
+// moment.
 //
 // A slot reserved for a task that waits in the queue is the entry
 // "slot.<task>". Entries idle for an hour expire (the bucket's MaxAge):
@@ -59,6 +61,8 @@ type Limits struct {
 	kv     jetstream.KeyValue
 	window time.Duration
 	now    func() time.Time
+	watch  jetstream.KeyWatcher
+	done   chan struct{}
 
 	mu    sync.Mutex
 	cache map[string]entry
@@ -102,7 +106,34 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 	if window <= 0 {
 		window = time.Minute
 	}
-	return &Limits{kv: kv, window: window, now: time.Now, cache: map[string]entry{}}, reps, nil
+	l := &Limits{kv: kv, window: window, now: time.Now, cache: map[string]entry{}, done: make(chan struct{})}
+	if l.watch, err = kv.WatchFiltered(ctx, []string{"key.>", "org.>", "agent.>"}, jetstream.UpdatesOnly()); err != nil {
+		return nil, reps, fmt.Errorf("model limits bucket: watch: %w", err)
+	}
+	go l.follow()
+	return l, reps, nil
+}
+
+// follow keeps the remembered revisions fresh with every executor's
+// writes, until the watch stops (Close, or the connection's end).
+func (l *Limits) follow() {
+	defer close(l.done)
+	for kve := range l.watch.Updates() {
+		if kve == nil || kve.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var st llm.BucketState
+		if json.Unmarshal(kve.Value(), &st) != nil {
+			continue
+		}
+		l.remember(kve.Key(), entry{rev: kve.Revision(), st: st})
+	}
+}
+
+// Close stops following the other executors' writes.
+func (l *Limits) Close() {
+	_ = l.watch.Stop()
+	<-l.done
 }
 
 // Reserve gives ask's call its slot (llm.Limiter).
@@ -123,21 +154,39 @@ func (l *Limits) Reserve(ctx context.Context, ask llm.Ask) (llm.Grant, error) {
 	if !ask.Always && g.At.Sub(now) > ask.Within {
 		return g, nil
 	}
+	// Each budget is spent at the slot, all at once (one round trip, not
+	// one per budget).
+	spent := make([]time.Time, len(ask.Scopes))
+	errs := make([]error, len(ask.Scopes))
+	var wg sync.WaitGroup
 	for i, sc := range ask.Scopes {
-		at, err := l.spend(ctx, sc, entries[i], g.At, now, ask.Tokens)
-		if err != nil {
-			return g, err
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spent[i], errs[i] = l.spend(ctx, sc, entries[i], g.At, now, ask.Tokens)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return g, err
+	}
+	at := g.At
+	for i, s := range spent {
+		if s.After(at) {
+			at, g.Scope = s, ask.Scopes[i].Key
 		}
-		if at.After(g.At) {
-			// Another executor spent this budget meanwhile: the slot is
-			// later; the budgets already spent are raised to it.
-			for _, prev := range ask.Scopes[:i] {
-				if err := l.update(ctx, prev.Key, func(st *llm.BucketState) { st.Raise(at, prev.Limits, l.window, ask.Tokens) }); err != nil {
+	}
+	if at.After(g.At) {
+		// Another executor spent a budget meanwhile: the slot is later; the
+		// budgets spent at the earlier one are raised to it.
+		for i, sc := range ask.Scopes {
+			if spent[i].Before(at) {
+				if err := l.update(ctx, sc.Key, func(st *llm.BucketState) { st.Raise(at, sc.Limits, l.window, ask.Tokens) }); err != nil {
 					return g, err
 				}
 			}
-			g.At, g.Scope = at, sc.Key
 		}
+		g.At = at
 	}
 	g.Charged = true
 	return g, nil
@@ -230,11 +279,15 @@ func (l *Limits) write(ctx context.Context, key string, rev uint64, st llm.Bucke
 	return true, nil
 }
 
+// remember keeps e as key's latest state, unless a later one is known.
 func (l *Limits) remember(key string, e entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.cache) >= maxCache {
 		clear(l.cache)
+	}
+	if cur, ok := l.cache[key]; ok && cur.rev > e.rev {
+		return
 	}
 	l.cache[key] = e
 }
