@@ -51,7 +51,9 @@ func TestAnthropicAgentCompletesThroughTool(t *testing.T) {
 	  {"content": "It is {{last_tool_result}}.", "finish_reason": "stop"}
 	]}]}`, scriptedmodel.WithAnthropicKey("sk-ant-test"))
 	e.cfg.Model.Table = modelTable(t, fmt.Sprintf("models:\n  claude:\n    provider: anthropic\n    base_url: %q\n    api_key_env: TEST_ANTHROPIC_KEY\n    model: claude-test\n", strings.TrimSuffix(url, "/v1")))
-	e.cfg.Model.LookupEnv = func(k string) (string, bool) { return map[string]string{"TEST_ANTHROPIC_KEY": "sk-ant-test"}[k], k == "TEST_ANTHROPIC_KEY" }
+	e.cfg.Model.LookupEnv = func(k string) (string, bool) {
+		return map[string]string{"TEST_ANTHROPIC_KEY": "sk-ant-test"}[k], k == "TEST_ANTHROPIC_KEY"
+	}
 	e.startExecutor()
 	task := e.submitTask(&agentmeshv1.Task{Input: "what time is it?", AgentSpec: withModel(&agentmeshv1.ModelSettings{Model: "claude"})})
 	got := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
