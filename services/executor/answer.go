@@ -149,7 +149,10 @@ func waitFor(err error) *rateWait {
 	if !errors.As(err, &e) || e.Kind != llm.KindRateLimited {
 		return nil
 	}
-	until := e.Until
+	until := e.NotBefore
+	if until.IsZero() {
+		until = e.Until
+	}
 	if lim := time.Now().Add(maxRateWait); until.After(lim) {
 		until = lim
 	}

@@ -151,6 +151,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	logSandbox(deps.Log, cfg.Node, sb)
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	cfg.Model.LimitWindow = cfg.LimitWindow
 	if cfg.Model.Limiter == nil {
 		if cfg.Model.Limiter, err = openLimits(ctx, deps.NC, names, cfg, log); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)

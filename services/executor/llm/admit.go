@@ -34,9 +34,16 @@ import (
 // key's scope for every executor (headers.go); a 429 pauses the key until
 // its Retry-After.
 
-// slotSlack is how late a task may take the slot reserved for it; later,
-// it asks for a new one (its slot's budget was spent, so the rate holds).
-const slotSlack = 5 * time.Second
+// A slot reserved for a task is taken by its next attempt without asking
+// again, at most LimitMargin late (later, it asks for a new one: the
+// limits are kept over a window that much longer, so a call that leaves
+// that late still fits the provider's window). The task is dispatched a
+// little before its slot (dispatchLead) and waits the rest where it is,
+// so it leaves on time.
+
+// dispatchLead is how long before its reserved slot a task waiting in
+// the queue is dispatched again.
+func (m *Models) dispatchLead() time.Duration { return min(m.cfg.WaitInPlace/2, time.Second) }
 
 // kept is a slot reserved for a task's call in an earlier attempt.
 type kept struct {
@@ -170,7 +177,7 @@ func (ad *admission) admit(ctx context.Context) error {
 // is too old: a new one is asked for.
 func (ad *admission) useSlot(ctx context.Context, s *kept) (error, bool) {
 	now := time.Now()
-	if now.After(s.at.Add(slotSlack)) {
+	if now.After(s.at.Add(LimitMargin(ad.m.cfg.LimitWindow))) {
 		return nil, false
 	}
 	ad.grant = &Grant{At: s.at, Charged: true, Tokens: ad.tokens, Scopes: ad.scopes}
@@ -205,10 +212,12 @@ func (ad *admission) await(ctx context.Context, at time.Time, scope string) erro
 // limited is the error of a call that has no budget before until.
 func (ad *admission) limited(until time.Time, scope string, reserved bool) *Error {
 	text := fmt.Sprintf("rate limit %s: no budget before %s (in %s)", scope, until.UTC().Format(time.RFC3339Nano), time.Until(until).Round(time.Millisecond))
+	notBefore := until
 	if reserved {
 		text += "; the slot is reserved for the task"
+		notBefore = until.Add(-ad.m.dispatchLead())
 	}
-	return &Error{Kind: KindRateLimited, Until: until, Reserved: reserved, Scope: scope, text: text}
+	return &Error{Kind: KindRateLimited, Until: until, Reserved: reserved, NotBefore: notBefore, Scope: scope, text: text}
 }
 
 // reserve reserves the first slot of this model for the call, whatever

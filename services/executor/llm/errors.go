@@ -62,8 +62,12 @@ type Error struct {
 	Status int
 	// Until (KindRateLimited) is when the budget is there; Reserved says
 	// it is reserved for the task's next call then (see Request.Task).
-	Until    time.Time
-	Reserved bool
+	// NotBefore is when the task should be dispatched again: a little
+	// before a reserved slot (the call then waits the rest in place and
+	// leaves on time), else Until.
+	Until     time.Time
+	Reserved  bool
+	NotBefore time.Time
 	// Scope names the limit that made the call wait ("key.gpt-4o",
 	// "org.acme", "agent.acme.helper", or "provider" for the server's own
 	// 429).

@@ -90,6 +90,9 @@ type Config struct {
 	// (or a 429's Retry-After) where it is; a longer wait ends it as
 	// KindRateLimited and the task waits in the queue (5s).
 	WaitInPlace time.Duration
+	// LimitWindow is the limits' minute (time.Minute; tests shorten it):
+	// a slot reserved for a task may be taken up to LimitMargin of it late.
+	LimitWindow time.Duration
 	// LookupEnv resolves an agent's model.api_key_secret NAME, for a task
 	// of org ORG, from the variable AGENTMESH_SECRET_<ORG>__<NAME> (both
 	// upper-cased, '-' → '_'), and the table's api_key_env (os.LookupEnv
@@ -223,6 +226,9 @@ func New(cfg Config, log *slog.Logger) (*Models, error) {
 	}
 	if cfg.WaitInPlace <= 0 {
 		cfg.WaitInPlace = DefaultWaitInPlace
+	}
+	if cfg.LimitWindow <= 0 {
+		cfg.LimitWindow = time.Minute
 	}
 	if cfg.Provider == "" {
 		cfg.Provider = modeltable.ProviderOpenAI
@@ -421,6 +427,7 @@ func failed(made int, err error) error {
 		// The provider's 429 outlasted the call's retries: the task waits
 		// in the queue for a while.
 		out.Until, out.Scope = time.Now().Add(limitedWait), "provider"
+		out.NotBefore = out.Until
 	}
 	return out
 }

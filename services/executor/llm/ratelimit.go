@@ -172,6 +172,16 @@ func (s *BucketState) Learn(l Learned) {
 	}
 }
 
+// LimitMargin is how much longer than the limits' window the limiter
+// spaces calls over: a twentieth of it, at most 2 s (a minute's limits
+// are kept over 62 s). A call may then leave up to that much after its
+// slot (a task dispatched late for a slot reserved for it) and no window
+// of the provider's still holds more than its limit.
+func LimitMargin(window time.Duration) time.Duration { return min(window/20, 2*time.Second) }
+
+// spacing is the window calls are spaced over (LimitMargin).
+func spacing(window time.Duration) time.Duration { return window + LimitMargin(window) }
+
 // tokenCost is the time tokens take of a budget of tpm per window.
 func tokenCost(window time.Duration, tpm, tokens int64) int64 {
 	return int64(float64(window) * float64(tokens) / float64(tpm))
@@ -193,7 +203,7 @@ func NewLocalLimiter(window time.Duration) Limiter {
 	if window <= 0 {
 		window = time.Minute
 	}
-	return &localLimiter{window: window, now: time.Now, states: map[string]*BucketState{}, slots: map[string]kept{}}
+	return &localLimiter{window: spacing(window), now: time.Now, states: map[string]*BucketState{}, slots: map[string]kept{}}
 }
 
 func (l *localLimiter) state(key string) *BucketState {

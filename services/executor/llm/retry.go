@@ -120,7 +120,8 @@ func (r retrier) do(ctx context.Context, ep Endpoint, c *call, try func(context.
 		}
 		if kind == KindRateLimited {
 			if w, ok := c.takeWait(); ok && w > r.inPlace {
-				return made, &Error{Kind: KindRateLimited, Until: time.Now().Add(w), Scope: "provider", cause: err, text: err.Error()}
+				until := time.Now().Add(w)
+				return made, &Error{Kind: KindRateLimited, Until: until, NotBefore: until, Scope: "provider", cause: err, text: err.Error()}
 			} else if ok {
 				c.setWait(w)
 			}

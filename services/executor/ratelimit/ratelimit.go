@@ -106,7 +106,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 	if window <= 0 {
 		window = time.Minute
 	}
-	l := &Limits{kv: kv, window: window, now: time.Now, cache: map[string]entry{}, done: make(chan struct{})}
+	l := &Limits{kv: kv, window: window + llm.LimitMargin(window), now: time.Now, cache: map[string]entry{}, done: make(chan struct{})}
 	if l.watch, err = kv.WatchFiltered(ctx, []string{"key.>", "org.>", "agent.>"}, jetstream.UpdatesOnly()); err != nil {
 		return nil, reps, fmt.Errorf("model limits bucket: watch: %w", err)
 	}

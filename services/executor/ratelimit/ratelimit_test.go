@@ -104,7 +104,7 @@ func TestReserveScopes(t *testing.T) {
 	if err := l.Settle(ctx, big, 100); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := l.Reserve(ctx, llm.Ask{Scopes: []llm.Scope{key}, Tokens: 3000, Within: 3 * time.Second})
+	after, _ := l.Reserve(ctx, llm.Ask{Scopes: []llm.Scope{key}, Tokens: 3000, Within: 5 * time.Second})
 	if !after.Charged {
 		t.Fatalf("settled tokens not given back: %+v", after)
 	}
