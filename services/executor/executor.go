@@ -76,6 +76,9 @@ type Service struct {
 	names subjects.Names
 	cons  jetstream.Consumer
 	model *llm.Models
+	// limits are the model rate limits the executors share, when this
+	// executor opened them (nil: Config.Model.Limiter was given).
+	limits *ratelimit.Limits
 	sb    *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
@@ -130,8 +133,9 @@ var (
 	errShutdown  = errors.New("executor draining: its grace period ended before the task did")
 )
 
-// New validates cfg, ensures the bus streams and the executors consumer.
-func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+// New validates cfg, ensures the bus streams, the executors consumer and
+// the model rate limits' bucket.
+func New(ctx context.Context, cfg Config, deps Deps) (_ *Service, err error) {
 	if deps.NC == nil {
 		return nil, errors.New("executor: Deps.NC is required")
 	}
@@ -152,18 +156,25 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	logSandbox(deps.Log, cfg.Node, sb)
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
 	cfg.Model.LimitWindow = cfg.LimitWindow
+	var limits *ratelimit.Limits
 	if cfg.Model.Limiter == nil {
-		if cfg.Model.Limiter, err = openLimits(ctx, deps.NC, names, cfg, log); err != nil {
+		if limits, err = openLimits(ctx, deps.NC, names, cfg, log); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
+		cfg.Model.Limiter = limits
 	}
+	defer func() {
+		if err != nil && limits != nil {
+			limits.Close()
+		}
+	}()
 	model, err := llm.New(cfg.Model, log)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	s := &Service{
 		cfg: cfg, nc: deps.NC, log: log, names: names,
-		sb: sb, model: model, execTools: cfg.Tools,
+		sb: sb, model: model, execTools: cfg.Tools, limits: limits,
 		runs:      map[runKey]*run{},
 		spawnGate: make(chan struct{}, spawnConcurrency()),
 	}
@@ -187,7 +198,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 
 // openLimits opens the model rate limits every executor shares (package
 // ratelimit).
-func openLimits(ctx context.Context, nc *nats.Conn, names subjects.Names, cfg Config, log *slog.Logger) (llm.Limiter, error) {
+func openLimits(ctx context.Context, nc *nats.Conn, names subjects.Names, cfg Config, log *slog.Logger) (*ratelimit.Limits, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -269,6 +280,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.closePools(reuse, warm)
 	if s.spawner != nil {
 		s.spawner.Close()
+	}
+	if s.limits != nil {
+		s.limits.Close()
 	}
 	s.log.Info("executor stopped")
 	return nil
