@@ -79,7 +79,7 @@ type Service struct {
 	// limits are the model rate limits the executors share, when this
 	// executor opened them (nil: Config.Model.Limiter was given).
 	limits *ratelimit.Limits
-	sb    *sandbox.Sandbox // the agent children's sandbox
+	sb     *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
 	// warm is the warm pool while Run runs (nil: off, or not running).
