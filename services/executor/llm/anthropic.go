@@ -91,7 +91,7 @@ func (p *anthropic) once(ctx context.Context, ep Endpoint, body []byte, onToken 
 	if err != nil {
 		return nil, err
 	}
-	defer hresp.Body.Close()
+	defer closeBody(hresp.Body)
 	if hresp.StatusCode >= 300 {
 		return nil, readHTTPError(hresp)
 	}

@@ -91,7 +91,7 @@ func (o *openAI) once(ctx context.Context, ep Endpoint, body []byte, onToken fun
 	if err != nil {
 		return nil, err
 	}
-	defer hresp.Body.Close()
+	defer closeBody(hresp.Body)
 	if hresp.StatusCode >= 300 {
 		return nil, readHTTPError(hresp)
 	}
@@ -106,6 +106,17 @@ func (o *openAI) once(ctx context.Context, ep Endpoint, body []byte, onToken fun
 	}
 	return a.response()
 }
+
+// closeBody reads what is left of a body (the end of a stream after its
+// last event; at most drainMax) and closes it, so its connection serves
+// the next call instead of a new one being dialled.
+func closeBody(b io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(b, drainMax))
+	_ = b.Close()
+}
+
+// drainMax bounds what closeBody reads.
+const drainMax = 64 << 10
 
 // isJSON reports whether a Content-Type is JSON (not event-stream).
 func isJSON(ct string) bool {

@@ -25,7 +25,7 @@ const MaxSSELine = 1 << 20
 var errSSELine = errors.New("a line of the stream is too long")
 
 // sseEvent is one event: its name ("" for the default "message") and
-// its data.
+// its data, valid until the reader's next call.
 type sseEvent struct {
 	name string
 	data []byte
@@ -94,7 +94,7 @@ func (r *sseReader) field(line []byte) {
 }
 
 func (r *sseReader) dispatch() sseEvent {
-	ev := sseEvent{name: r.name, data: bytes.Clone(r.data.Bytes())}
+	ev := sseEvent{name: r.name, data: r.data.Bytes()}
 	r.data.Reset()
 	r.name, r.hasData = "", false
 	return ev

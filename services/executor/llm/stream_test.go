@@ -325,3 +325,79 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParse measures the stream parsers alone on a typical turn (40
+// content chunks, a tool call in 8 pieces, finish, usage).
+func BenchmarkParse(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		read func(io.Reader, *assembly) error
+	}{{"openai", readOpenAIStream}, {"anthropic", readAnthropicStream}} {
+		body := benchBody(tc.name == "anthropic")
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				a := &assembly{}
+				if err := tc.read(bytes.NewReader(body), a); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.response(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func benchBody(anthropic bool) []byte {
+	var b bytes.Buffer
+	if anthropic {
+		b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":900}}}\n\n")
+		for i := range 40 {
+			b.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"word" + strings.Repeat("x", i%3) + " \"}}\n\n")
+		}
+		b.WriteString("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		return b.Bytes()
+	}
+	for i := range 48 {
+		b.WriteString(`data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"word` + strings.Repeat("x", i%3) + ` "},"finish_reason":null}]}` + "\n\n")
+	}
+	b.WriteString("data: [DONE]\n\n")
+	return b.Bytes()
+}
+
+// FuzzFastContent: whenever the fast readers take a chunk, the full
+// decoders read it the same: the same text, and nothing else of use.
+func FuzzFastContent(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hi \"there\""},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"a","role":"assistant"},"finish_reason":null}],"usage":null}`,
+		`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":1,"delta":{"content":"a"}}]}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\u00e9"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}}`,
+		`{"type":"content_block_delta","x":{"type":"text_delta","text":"a"},"delta":{}}`,
+		`{"choices":[{"index":0}],"x":{"delta":{"content":"0"}}}`,
+		`{"choices":[{"index":0,"x":{"y":1},"delta":{"content":"0"}}]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		data := []byte(in)
+		if text, ok := fastContent(data); ok {
+			slow := &assembly{} // a first chunk: always the full decoder
+			if err := slow.addOpenAIChunk(data, false); err != nil {
+				t.Fatalf("fast took %q, the decoder refuses it: %v", in, err)
+			}
+			if slow.content.String() != text || len(slow.calls) != 0 || slow.finish != "" || slow.usage != (usage{}) || slow.reasoning != 0 {
+				t.Fatalf("fast %q, decoder %q calls %d finish %q usage %v reasoning %d for %q", text, slow.content.String(), len(slow.calls), slow.finish, slow.usage, slow.reasoning, in)
+			}
+		}
+		if text, ok := fastTextDelta(data); ok {
+			var e anEvent
+			if err := json.Unmarshal(data, &e); err != nil || e.Type != "content_block_delta" || e.Delta == nil || e.Delta.Type != "text_delta" || e.Delta.Text != text {
+				t.Fatalf("fast text %q, decoder %+v %v for %q", text, e, err, in)
+			}
+		}
+	})
+}
