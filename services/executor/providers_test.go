@@ -222,3 +222,33 @@ func TestRateLimitWaitRequeues(t *testing.T) {
 		t.Errorf("the model refused %d requests (of %d): the limit did not hold", model.RateLimited(), model.Requests())
 	}
 }
+
+// A rate-limit wait in the middle of a conversation (the agent process
+// running, a turn and a tool call checkpointed): the process is let go,
+// the task waits in the queue, and its next attempt replays the turn it
+// paid for — the model is not asked it again — then takes its slot.
+func TestRateLimitWaitMidConversation(t *testing.T) {
+	e := newEnv(t)
+	model, url := startScripted(t, `{"rate_limit": {"requests": 1, "window_ms": 1500}, "scenarios": [{"turns": [
+	  {"tool_calls": [{"name": "echo", "arguments": {"text": "first"}}]},
+	  {"content": "then {{last_tool_result}}"}]}]}`)
+	e.cfg.Model.Table = modelTable(t, fmt.Sprintf("models:\n  limited: {base_url: %q, no_key: true, limits: {requests_per_minute: 1}}\n", url))
+	e.cfg.LimitWindow = 1500 * time.Millisecond
+	e.cfg.Model.WaitInPlace = 50 * time.Millisecond
+	e.startExecutor()
+	task := e.submitTask(&agentmeshv1.Task{Input: "go", AgentSpec: withModel(&agentmeshv1.ModelSettings{Model: "limited"})})
+	queued := e.waitStatus(task.Id, taskstate.Queued, 30*time.Second)
+	if queued.NextRetryAt == nil || queued.StepCount != 3 {
+		t.Fatalf("requeued with next %v and %d steps, want a time and 3 steps (turn, call, result)", queued.NextRetryAt, queued.StepCount)
+	}
+	time.Sleep(time.Until(queued.NextRetryAt.AsTime()))
+	e.publishWork(e.assign(task.Id))
+	got := e.waitStatus(task.Id, taskstate.Completed, 30*time.Second)
+	if got.Result != "then first" {
+		t.Errorf("result %q", got.Result)
+	}
+	if model.RequestsAt(0) != 1 || model.RequestsAt(1) != 1 || model.RateLimited() != 0 {
+		t.Errorf("turn 0 asked %d times, turn 1 %d times, %d refused: want once each, none refused",
+			model.RequestsAt(0), model.RequestsAt(1), model.RateLimited())
+	}
+}
