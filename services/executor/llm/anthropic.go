@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -77,34 +76,12 @@ func messagesURL(base string) string {
 }
 
 func (p *anthropic) once(ctx context.Context, ep Endpoint, body []byte, onToken func(string)) (*childv1.ModelResponse, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, messagesURL(ep.BaseURL), bytes.NewReader(body))
-	if err != nil {
-		return nil, unparsable("request: %v", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("anthropic-version", AnthropicVersion)
+	h := http.Header{}
+	h.Set("anthropic-version", AnthropicVersion)
 	if ep.Key != "" {
-		hreq.Header.Set("x-api-key", ep.Key)
+		h.Set("x-api-key", ep.Key)
 	}
-	hresp, err := p.http.Do(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer closeBody(hresp.Body)
-	if hresp.StatusCode >= 300 {
-		return nil, readHTTPError(hresp)
-	}
-	a := &assembly{onToken: onToken}
-	if isJSON(hresp.Header.Get("Content-Type")) {
-		err = readAnthropicWhole(hresp.Body, a)
-	} else {
-		err = readAnthropicStream(hresp.Body, a)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return a.response()
+	return exchange(ctx, p.http, messagesURL(ep.BaseURL), h, body, onToken, readAnthropicWhole, readAnthropicStream)
 }
 
 // The Messages request.

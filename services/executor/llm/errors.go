@@ -90,14 +90,11 @@ func KindOf(err error) Kind {
 	return KindRejected
 }
 
-// httpError is a 4xx or 5xx answer.
+// httpError is a 4xx or 5xx answer (the wait it asked for, if any, is
+// in its call: hearTransport).
 type httpError struct {
 	status int
 	msg    string // the server's message, cut
-	// retryAfter is the wait the server asked for (Retry-After, or a
-	// rate-limit reset header on a 429), when it said one.
-	retryAfter   time.Duration
-	hasRetryWait bool
 }
 
 func (e *httpError) Error() string {

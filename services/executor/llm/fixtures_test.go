@@ -168,7 +168,7 @@ func (r *replay) requests() []map[string]any {
 }
 
 // runFixture calls the client against the fixture's replay.
-func runFixture(t *testing.T, f fixture) (*childv1.ModelResponse, error, *replay, string) {
+func runFixture(t *testing.T, f fixture) (*childv1.ModelResponse, *replay, string, error) {
 	t.Helper()
 	rp := &replay{t: t, responses: f.responses}
 	srv := httptest.NewServer(rp)
@@ -194,7 +194,7 @@ func runFixture(t *testing.T, f fixture) (*childv1.ModelResponse, error, *replay
 		}},
 		OnToken: func(s string) { streamed.WriteString(s) },
 	})
-	return resp, err, rp, streamed.String()
+	return resp, rp, streamed.String(), err
 }
 
 func TestFixtures(t *testing.T) {
@@ -208,7 +208,7 @@ func TestFixtures(t *testing.T) {
 		servers[server]++
 		t.Run(server+"/"+strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
 			f := loadFixture(t, path)
-			resp, err, rp, streamed := runFixture(t, f)
+			resp, rp, streamed, err := runFixture(t, f)
 			checkFixture(t, f, resp, err, rp, streamed)
 		})
 	}

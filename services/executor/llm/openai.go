@@ -77,17 +77,27 @@ func (o *openAI) try(ctx context.Context, ep Endpoint, req Request) (*childv1.Mo
 // once posts body and reads the answer: a stream, or a whole completion
 // when the server answered JSON although a stream was asked for.
 func (o *openAI) once(ctx context.Context, ep Endpoint, body []byte, onToken func(string)) (*childv1.ModelResponse, error) {
-	url := strings.TrimRight(ep.BaseURL, "/") + "/chat/completions"
+	h := http.Header{}
+	if ep.Key != "" {
+		h.Set("Authorization", "Bearer "+ep.Key)
+	}
+	return exchange(ctx, o.http, strings.TrimRight(ep.BaseURL, "/")+"/chat/completions", h, body, onToken, readOpenAIWhole, readOpenAIStream)
+}
+
+// exchange is one request of either provider: body posted to url with
+// header, the answer read as a stream (or whole, when the server answered
+// JSON although a stream was asked for) and assembled; an error answer is
+// an *httpError.
+func exchange(ctx context.Context, hc *http.Client, url string, header http.Header, body []byte, onToken func(string),
+	whole, stream func(io.Reader, *assembly) error) (*childv1.ModelResponse, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, unparsable("request: %v", err)
 	}
+	hreq.Header = header
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
-	if ep.Key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+ep.Key)
-	}
-	hresp, err := o.http.Do(hreq)
+	hresp, err := hc.Do(hreq)
 	if err != nil {
 		return nil, err
 	}
@@ -96,12 +106,11 @@ func (o *openAI) once(ctx context.Context, ep Endpoint, body []byte, onToken fun
 		return nil, readHTTPError(hresp)
 	}
 	a := &assembly{onToken: onToken}
+	read := stream
 	if isJSON(hresp.Header.Get("Content-Type")) {
-		err = readOpenAIWhole(hresp.Body, a)
-	} else {
-		err = readOpenAIStream(hresp.Body, a)
+		read = whole
 	}
-	if err != nil {
+	if err := read(hresp.Body, a); err != nil {
 		return nil, err
 	}
 	return a.response()
