@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/modeltable"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 )
@@ -188,6 +189,44 @@ func Agent(a *agentmeshv1.Agent) error {
 			return bus.FieldError("agent.model.tool_protocol", "unknown tool protocol %.80q: want %q (the provider's tool calls, the default) or %q (JSON ReAct for models without tool calling)",
 				m.ToolProtocol, ToolProtocolNative, ToolProtocolReAct)
 		}
+		if err := modelRouting(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Bounds of an agent's model routing and limits.
+const (
+	MaxFallbacks = modeltable.MaxFallbacks
+	// MaxAgentRequestsPerMinute and MaxAgentTokensPerMinute bound an
+	// agent's own rate limits (more is a typo, not a limit).
+	MaxAgentRequestsPerMinute = modeltable.MaxRequestsPerMinute
+	MaxAgentTokensPerMinute   = modeltable.MaxTokensPerMinute
+)
+
+// modelRouting checks an agent's provider, fallbacks, small model and
+// rate limits.
+func modelRouting(m *agentmeshv1.ModelSettings) error {
+	if m.Provider != "" && !modeltable.ValidProvider(m.Provider) {
+		return bus.FieldError("agent.model.provider", "unknown provider %.80q: want %s", m.Provider, strings.Join(modeltable.Providers, " or "))
+	}
+	if len(m.Fallbacks) > MaxFallbacks {
+		return bus.FieldError("agent.model.fallbacks", "more than %d fallbacks", MaxFallbacks)
+	}
+	for i, f := range m.Fallbacks {
+		if f == "" || len(f) > MaxModelName || f == m.Model {
+			return bus.FieldError(fmt.Sprintf("agent.model.fallbacks[%d]", i), "want a model name (1-%d bytes) other than the agent's model, got %.80q", MaxModelName, f)
+		}
+	}
+	if len(m.SmallModel) > MaxModelName {
+		return bus.FieldError("agent.model.small_model", "longer than %d bytes", MaxModelName)
+	}
+	if m.RequestsPerMinute < 0 || m.RequestsPerMinute > MaxAgentRequestsPerMinute {
+		return bus.FieldError("agent.model.requests_per_minute", "want 0 (no limit) to %d, got %d", MaxAgentRequestsPerMinute, m.RequestsPerMinute)
+	}
+	if m.TokensPerMinute < 0 || m.TokensPerMinute > MaxAgentTokensPerMinute {
+		return bus.FieldError("agent.model.tokens_per_minute", "want 0 (no limit) to %d, got %d", int64(MaxAgentTokensPerMinute), m.TokensPerMinute)
 	}
 	return nil
 }

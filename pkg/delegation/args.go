@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 )
 
 // ErrBadArguments: a delegation tool's arguments do not parse.
@@ -143,8 +145,6 @@ func ParseCallModel(raw []byte) (CallModel, error) {
 		return a, err
 	}
 	switch {
-	case a.Model == "":
-		return a, bad("\"model\" (the model to ask) is required")
 	case strings.TrimSpace(a.Input) == "":
 		return a, bad("\"input\" is required")
 	case len(a.Input) > maxInput:
@@ -154,7 +154,22 @@ func ParseCallModel(raw []byte) (CallModel, error) {
 	case len(a.Title) > maxTitle:
 		return a, bad("\"title\" is longer than %d bytes", maxTitle)
 	}
+	if a.Model == "" {
+		return a, nil // the agent's small model (ModelFor)
+	}
 	return a, checkName("model", a.Model)
+}
+
+// ModelFor is the model a call_model call asks: the one it names, else
+// the agent's model.small_model; an error when neither is there.
+func ModelFor(a CallModel, agent *agentmeshv1.Agent) (string, error) {
+	if a.Model != "" {
+		return a.Model, nil
+	}
+	if m := agent.GetModel().GetSmallModel(); m != "" {
+		return m, nil
+	}
+	return "", bad("\"model\" is required: the agent names no model.small_model to ask instead")
 }
 
 // ParseGetTaskStatus parses get_task_status's arguments and returns the id.

@@ -53,7 +53,8 @@ func TestParseArguments(t *testing.T) {
 		{"bad tool name", `{"agent":"w","input":"x","tools":["a b"]}`, parseAgent, "tool"},
 		{"not json", `{`, parseAgent, "invalid arguments"},
 		{"model ok", `{"model":"small","input":"x"}`, parseModel, ""},
-		{"model missing", `{"input":"x"}`, parseModel, "model"},
+		{"model omitted: the agent's small model", `{"input":"x"}`, parseModel, ""},
+		{"model bad", `{"model":"a b","input":"x"}`, parseModel, "model"},
 		{"status ok", `{"task":"subtask://A1"}`, parseStatus, ""},
 		{"status bad uri", `{"task":"subtask://a b"}`, parseStatus, "not a task id"},
 		{"status empty", `{}`, parseStatus, "required"},
@@ -75,6 +76,18 @@ func TestParseArguments(t *testing.T) {
 				t.Fatalf("error %v is not ErrBadArguments", err)
 			}
 		})
+	}
+	// call_model without a model asks the agent's small model, or is
+	// refused naming it.
+	small := &agentmeshv1.Agent{Model: &agentmeshv1.ModelSettings{Model: "big", SmallModel: "mini"}}
+	if m, err := ModelFor(CallModel{Input: "x"}, small); err != nil || m != "mini" {
+		t.Errorf("ModelFor(no model, small mini) = %q %v", m, err)
+	}
+	if m, err := ModelFor(CallModel{Model: "named", Input: "x"}, small); err != nil || m != "named" {
+		t.Errorf("ModelFor(named) = %q %v", m, err)
+	}
+	if _, err := ModelFor(CallModel{Input: "x"}, &agentmeshv1.Agent{}); err == nil || !strings.Contains(err.Error(), "small_model") || !errors.Is(err, ErrBadArguments) {
+		t.Errorf("ModelFor(no model, none small) = %v", err)
 	}
 	w, err := ParseWaitTasks([]byte(`{"tasks":["subtask://A","A","B"]}`))
 	if err != nil || strings.Join(w.IDs, ",") != "A,B" || w.Any() {

@@ -31,6 +31,11 @@ func (s *Server) remember(msgs []chatMessage) {
 		}
 		conv = append(conv, rm)
 	}
+	s.rememberReceived(conv)
+}
+
+// rememberReceived remembers one request's conversation.
+func (s *Server) rememberReceived(conv []ReceivedMessage) {
 	r := s.received()
 	r.mu.Lock()
 	defer r.mu.Unlock()

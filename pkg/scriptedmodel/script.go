@@ -1,11 +1,14 @@
-// Package scriptedmodel is a scripted OpenAI-compatible model server: a
-// TESTING AND DEMO AID, not a model. It speaks the Chat Completions wire
-// format over real HTTP so that agentmesh's tests and its offline
-// quickstart run the same code path as a real provider (OpenAI, Ollama,
-// vLLM, ...), but every answer comes from a script.
+// Package scriptedmodel is a scripted model server: a TESTING AND DEMO
+// AID, not a model. It speaks the Chat Completions wire format, and
+// Anthropic's Messages API (anthropic.go), over real HTTP so that
+// agentmesh's tests and its offline quickstart run the same code path as
+// a real provider (OpenAI, Ollama, vLLM, Anthropic ...), but every answer
+// comes from a script. Quirks of real servers and a provider's rate limit
+// can be scripted too (quirks.go).
 //
 // Endpoints:
 //
+//	POST /v1/messages           Anthropic's Messages API (anthropic.go)
 //	POST /v1/chat/completions   with and without "stream": true (SSE
 //	                            chunks, tool-call deltas, a usage chunk
 //	                            when stream_options.include_usage, then
@@ -85,6 +88,8 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
+	"strings"
 )
 
 // Script drives the server.
@@ -92,6 +97,10 @@ type Script struct {
 	// Model is the model name the server reports ("scripted" when empty).
 	Model     string     `json:"model,omitempty"`
 	Scenarios []Scenario `json:"scenarios"`
+	// Quirks make the server answer as some real servers do (quirks.go).
+	Quirks []string `json:"quirks,omitempty"`
+	// RateLimit refuses requests over it with 429 (quirks.go).
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }
 
 // Scenario answers the conversations whose first user message Match finds.
@@ -181,6 +190,14 @@ func LoadScript(path string) (*Script, error) {
 func (s *Script) compile() error {
 	if len(s.Scenarios) == 0 {
 		return fmt.Errorf("%w: no scenarios", ErrInvalidScript)
+	}
+	for _, q := range s.Quirks {
+		if !slices.Contains(Quirks, q) {
+			return fmt.Errorf("%w: unknown quirk %q (want one of %s)", ErrInvalidScript, q, strings.Join(Quirks, ", "))
+		}
+	}
+	if rl := s.RateLimit; rl != nil && (rl.Requests < 1 || rl.WindowMS < 1 || rl.WindowMS > 3_600_000) {
+		return fmt.Errorf("%w: rate_limit wants requests ≥ 1 and window_ms from 1 to 3600000", ErrInvalidScript)
 	}
 	for i := range s.Scenarios {
 		sc := &s.Scenarios[i]

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +42,15 @@ type Server struct {
 
 	// rec remembers what the latest requests carried (record.go).
 	rec received
+	// times: when requests came; admitted: those the rate limit let
+	// through, in its window; limited: those it refused (quirks.go).
+	times    []time.Time
+	admitted []time.Time
+	limited  int64
+	// cached: the prompt prefixes an Anthropic request marked for caching
+	// (anthropic.go); anthropicKey, when set, is the x-api-key it wants.
+	cached       map[string]bool
+	anthropicKey string
 
 	srvMu sync.Mutex
 	srv   *http.Server
@@ -63,6 +75,7 @@ func New(script *Script, opts ...Option) *Server {
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	s.mux.HandleFunc("POST /v1/messages", s.messages)
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	return s
 }
@@ -207,11 +220,32 @@ func (m chatMessage) text() string {
 type wireToolCall struct {
 	Index    *int   `json:"index,omitempty"`
 	ID       string `json:"id,omitempty"`
-	Type     string `json:"type"`
+	Type     string `json:"type,omitempty"`
 	Function struct {
-		Name      string `json:"name"`
+		Name      string `json:"name,omitempty"`
 		Arguments string `json:"arguments"`
+		// ArgumentsObject, when set, is sent as "arguments" instead
+		// (QuirkArgumentsObject).
+		ArgumentsObject json.RawMessage `json:"-"`
 	} `json:"function"`
+}
+
+// MarshalJSON sends the arguments as an object when ArgumentsObject is set.
+func (c wireToolCall) MarshalJSON() ([]byte, error) {
+	type fn struct {
+		Name      string          `json:"name,omitempty"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	args := c.Function.ArgumentsObject
+	if args == nil {
+		args, _ = json.Marshal(c.Function.Arguments)
+	}
+	return json.Marshal(struct {
+		Index    *int   `json:"index,omitempty"`
+		ID       string `json:"id,omitempty"`
+		Type     string `json:"type,omitempty"`
+		Function fn     `json:"function"`
+	}{c.Index, c.ID, c.Type, fn{c.Function.Name, args}})
 }
 
 type wireUsage struct {
@@ -221,9 +255,10 @@ type wireUsage struct {
 }
 
 type wireMessage struct {
-	Role      string         `json:"role,omitempty"`
-	Content   *string        `json:"content,omitempty"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type wireChoice struct {
@@ -263,8 +298,16 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	var raw map[string]json.RawMessage
+	body, err := readBody(w, r)
+	if err == nil {
+		err = json.Unmarshal(body, &raw)
+	}
 	var req chatRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes)).Decode(&req); err != nil {
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "request body is not a chat completion request: "+err.Error())
 		return
 	}
@@ -272,49 +315,75 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages must not be empty")
 		return
 	}
+	if field := s.refusedField(raw, req); field != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Unrecognized request argument supplied: "+field)
+		return
+	}
 	s.remember(req.Messages)
-	input, lastTool, assistants := "", "", 0
+	c := conversation{model: req.Model, format: req.format(), stream: req.Stream}
+	c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	var turnTools []string // the tool results since the last assistant message
 	for _, m := range req.Messages {
+		c.promptWords += words(m.text())
+		for _, tc := range m.ToolCalls {
+			c.promptWords += words(tc.Function.Arguments)
+		}
 		switch m.Role {
 		case "user":
-			if input == "" {
-				input = m.text()
+			if c.input == "" {
+				c.input = m.text()
 			}
 		case "assistant":
-			assistants++
+			c.assistants++
 			turnTools = nil
 		case "tool":
-			lastTool = m.text()
+			c.lastTool = m.text()
 			turnTools = append(turnTools, m.text())
 		}
 	}
-	si := -1
-	for i, sc := range s.script.Scenarios {
-		if sc.Format != "" && sc.Format != req.format() {
-			continue
-		}
-		if (sc.re == nil || sc.re.MatchString(input)) && (sc.Model == "" || sc.Model == req.Model) {
-			si = i
-			break
-		}
+	c.turnTools = strings.Join(turnTools, "\n")
+	s.answerTurn(w, r, c, openAIWire{s: s})
+}
+
+// conversation is what a request asks, whichever wire format it came in.
+type conversation struct {
+	model, format string
+	input         string
+	lastTool      string
+	turnTools     string // the tool results that answered the last turn
+	assistants    int    // the assistant turns so far: the turn asked for
+	promptWords   int
+	stream        bool
+	includeUsage  bool
+	// cache (Anthropic): the request marked a prefix for caching; key
+	// names it.
+	cacheKey    string
+	cacheTokens int
+}
+
+// wire writes answers in one wire format.
+type wire interface {
+	error(w http.ResponseWriter, status int, msg string)
+	answer(w http.ResponseWriter, ctx context.Context, c conversation, a answer, chunkDelay time.Duration)
+}
+
+// answerTurn answers c: the rate limit, the scenario and its turn, the
+// turn's delay and injected failures, then the answer in the wire's
+// format.
+func (s *Server) answerTurn(w http.ResponseWriter, r *http.Request, c conversation, wr wire) {
+	if wait, limited := s.rateLimited(); limited {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		wr.error(w, http.StatusTooManyRequests, "scripted rate limit: too many requests in the window")
+		return
 	}
+	si := s.scenarioFor(c)
 	if si < 0 {
-		writeError(w, http.StatusNotFound, "scripted_error", "no scenario of the script matches the first user message")
+		wr.error(w, http.StatusNotFound, "no scenario of the script matches the first user message")
 		return
 	}
 	sc := s.script.Scenarios[si]
-	s.mu.Lock()
-	if s.byTurn == nil {
-		s.byTurn = map[int]int64{}
-	}
-	s.byTurn[assistants]++
-	if s.byScenario == nil {
-		s.byScenario = map[[2]int]int64{}
-	}
-	s.byScenario[[2]int{si, assistants}]++
-	s.mu.Unlock()
-	k := assistants
+	s.count(si, c.assistants)
+	k := c.assistants
 	past := k >= len(sc.Turns)
 	if past {
 		k = len(sc.Turns) - 1
@@ -323,7 +392,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if past {
 		turn = Turn{Content: turn.Content, DelayMS: turn.DelayMS}
 	}
-
 	if turn.DelayMS > 0 {
 		t := time.NewTimer(time.Duration(turn.DelayMS) * time.Millisecond)
 		select {
@@ -339,7 +407,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			if turn.RetryAfter != "" {
 				w.Header().Set("Retry-After", turn.RetryAfter)
 			}
-			writeError(w, turn.Status, "scripted_error", fmt.Sprintf("scripted HTTP %d (scenario %d, turn %d)", turn.Status, si, k))
+			wr.error(w, turn.Status, fmt.Sprintf("scripted HTTP %d (scenario %d, turn %d)", turn.Status, si, k))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -347,12 +415,57 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("<html>this is not JSON, on purpose (scripted garbage)"))
 		return
 	}
+	a := render(turn, k, c)
+	wr.answer(w, r.Context(), c, a, time.Duration(turn.ChunkDelayMS)*time.Millisecond)
+}
 
-	a := render(turn, k, input, lastTool, strings.Join(turnTools, "\n"), req.Messages)
-	id := fmt.Sprintf("chatcmpl-scripted-%d", s.ids.Add(1))
-	model := s.modelName(req.Model)
-	if req.Stream {
-		s.stream(w, r.Context(), id, model, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, time.Duration(turn.ChunkDelayMS)*time.Millisecond)
+// scenarioFor is the index of the scenario that answers c (-1: none).
+func (s *Server) scenarioFor(c conversation) int {
+	for i, sc := range s.script.Scenarios {
+		if sc.Format != "" && sc.Format != c.format {
+			continue
+		}
+		if (sc.re == nil || sc.re.MatchString(c.input)) && (sc.Model == "" || sc.Model == c.model) {
+			return i
+		}
+	}
+	return -1
+}
+
+// count counts a request for turn k of scenario si.
+func (s *Server) count(si, k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byTurn == nil {
+		s.byTurn = map[int]int64{}
+	}
+	s.byTurn[k]++
+	if s.byScenario == nil {
+		s.byScenario = map[[2]int]int64{}
+	}
+	s.byScenario[[2]int{si, k}]++
+}
+
+// readBody reads a request body, at most MaxRequestBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+}
+
+// openAIWire answers in the Chat Completions format.
+type openAIWire struct{ s *Server }
+
+func (o openAIWire) error(w http.ResponseWriter, status int, msg string) {
+	writeError(w, status, "scripted_error", msg)
+}
+
+func (o openAIWire) answer(w http.ResponseWriter, ctx context.Context, c conversation, a answer, chunkDelay time.Duration) {
+	id := fmt.Sprintf("chatcmpl-scripted-%d", o.s.ids.Add(1))
+	model := o.s.modelName(c.model)
+	if o.s.has(QuirkToolCallsAsText) {
+		a = callsAsText(a)
+	}
+	if c.stream {
+		o.s.stream(w, ctx, id, model, a, c.includeUsage, chunkDelay)
 		return
 	}
 	content := a.content
@@ -379,16 +492,16 @@ func (s *Server) misbehave(scenario, turn, times int) bool {
 	return true
 }
 
-func render(t Turn, k int, input, lastTool, turnTools string, msgs []chatMessage) answer {
-	fill := strings.NewReplacer("{{input}}", input, "{{last_tool_result}}", lastTool, "{{tool_results}}", turnTools)
+func render(t Turn, k int, c conversation) answer {
+	fill := strings.NewReplacer("{{input}}", c.input, "{{last_tool_result}}", c.lastTool, "{{tool_results}}", c.turnTools)
 	a := answer{content: fill.Replace(t.Content), finishReason: t.FinishReason}
-	for i, c := range t.ToolCalls {
-		wc := wireToolCall{ID: c.ID, Type: "function"}
+	for i, tc := range t.ToolCalls {
+		wc := wireToolCall{ID: tc.ID, Type: "function"}
 		if wc.ID == "" {
 			wc.ID = fmt.Sprintf("call_%d_%d", k, i)
 		}
-		wc.Function.Name = c.Name
-		wc.Function.Arguments = renderArguments(c.Arguments, fill)
+		wc.Function.Name = tc.Name
+		wc.Function.Arguments = renderArguments(tc.Arguments, fill)
 		a.calls = append(a.calls, wc)
 	}
 	if a.finishReason == "" {
@@ -400,15 +513,10 @@ func render(t Turn, k int, input, lastTool, turnTools string, msgs []chatMessage
 	if t.Usage != nil {
 		a.usage = wireUsage{PromptTokens: t.Usage.PromptTokens, CompletionTokens: t.Usage.CompletionTokens}
 	} else {
-		for _, m := range msgs {
-			a.usage.PromptTokens += words(m.text())
-			for _, c := range m.ToolCalls {
-				a.usage.PromptTokens += words(c.Function.Arguments)
-			}
-		}
+		a.usage.PromptTokens = c.promptWords
 		a.usage.CompletionTokens = words(a.content)
-		for _, c := range a.calls {
-			a.usage.CompletionTokens += 1 + words(c.Function.Arguments)
+		for _, call := range a.calls {
+			a.usage.CompletionTokens += 1 + words(call.Function.Arguments)
 		}
 		a.usage.PromptTokens = max(a.usage.PromptTokens, 1)
 		a.usage.CompletionTokens = max(a.usage.CompletionTokens, 1)
@@ -462,7 +570,8 @@ func fillValue(v any, fill *strings.Replacer) any {
 
 // stream answers as server-sent events: a role chunk, content chunks,
 // one chunk per tool call (id and name, then arguments), the finish
-// chunk, a usage chunk when asked for, then [DONE].
+// chunk, a usage chunk when asked for, then [DONE] — as OpenAI does, or
+// as the script's quirks say (quirks.go).
 func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model string, a answer, includeUsage bool, chunkDelay time.Duration) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -490,6 +599,12 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model st
 	if !send(delta(wireMessage{Role: "assistant", Content: &empty}), nil) {
 		return
 	}
+	if s.has(QuirkReasoning) {
+		thought := "Let me think about it."
+		if !send(delta(wireMessage{ReasoningContent: &thought}), nil) {
+			return
+		}
+	}
 	for _, piece := range chunks(a.content) {
 		if chunkDelay > 0 && !backoff.Sleep(ctx, chunkDelay) {
 			return
@@ -499,15 +614,8 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model st
 		}
 	}
 	for i, c := range a.calls {
-		head := wireToolCall{Index: &i, ID: c.ID, Type: "function"}
-		head.Function.Name = c.Function.Name
-		if !send(delta(wireMessage{ToolCalls: []wireToolCall{head}}), nil) {
-			return
-		}
-		for _, piece := range chunks(c.Function.Arguments) {
-			body := wireToolCall{Index: &i}
-			body.Function.Arguments = piece
-			if !send(delta(wireMessage{ToolCalls: []wireToolCall{body}}), nil) {
+		for _, tc := range s.callChunks(i, c) {
+			if !send(delta(wireMessage{ToolCalls: []wireToolCall{tc}}), nil) {
 				return
 			}
 		}
@@ -516,10 +624,12 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, id, model st
 	if !send([]wireChoice{{Delta: &wireMessage{}, FinishReason: &fr}}, nil) {
 		return
 	}
-	if includeUsage && !send(nil, &a.usage) {
+	if includeUsage && !s.has(QuirkNoUsage) && !send(nil, &a.usage) {
 		return
 	}
-	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+	if !s.has(QuirkNoDone) {
+		_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+	}
 	if flusher != nil {
 		flusher.Flush()
 	}

@@ -127,6 +127,9 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// creates), hears cancellations, publishes heartbeats and its
 		// tasks' streamed output (to state's relay, never to an org's live
 		// subjects), and moves tasks only by its attempt-fenced intents.
+		// The executors share the model rate limits in their own KV
+		// bucket (which they create).
+		limits := "KV_" + n.ModelLimitsBucket()
 		p.Sub = []string{inbox, n.TaskEventsOfType(StatusToken(agentmeshv1.TaskStatus_TASK_STATUS_CANCELLED))}
 		p.Pub = append(state(StateGetTask, StateHistory, StateAppendStep,
 			StateStart, StateComplete, StateFail, StateBlock, StateRequeue, StateSpawn, StateWait),
@@ -134,8 +137,11 @@ func (n Names) Permissions(service string) (Permission, error) {
 			// call_agent with skills: the registry picks the agent.
 			n.Registry(RegistryMatch),
 			jsAPI+"STREAM.INFO."+n.WorkStream(),
+			"$KV."+n.ModelLimitsBucket()+".>", jsAPI+"INFO",
 		)
 		p.Pub = append(p.Pub, durable(n.WorkStream(), ConsumerExecutors)...)
+		p.Pub = append(p.Pub, streamAdmin(limits)...)
+		p.Pub = append(p.Pub, streamReader(limits)...)
 	case ServiceRouter:
 		// The gRPC edge: requests to state and the registry on behalf of an
 		// authenticated org, and the event subjects WatchTask follows. It

@@ -52,6 +52,12 @@
 // KV bucket <P>_SCHEDULER holds the scheduler replicas' leader lease (key
 // "leader", the bucket's TTL is the lease); the leader follows the events
 // stream with an ordered (ephemeral) consumer.
+//
+// KV bucket <P>_MODEL_LIMITS holds the model rate limits every executor
+// shares (services/executor/ratelimit): a key per budget ("key.<limit
+// key>", "org.<org>", "agent.<org>.<agent>") updated by compare-and-set,
+// and the slot reserved for a task waiting in the queue ("slot.<task>").
+// The executors create it; entries idle for an hour expire.
 package subjects
 
 import (
@@ -440,6 +446,10 @@ func (n Names) StoreBucket(name string) string {
 // SchedulerBucket names the KV bucket that holds the scheduler replicas'
 // leader lease.
 func (n Names) SchedulerBucket() string { return n.streamPrefix() + "_SCHEDULER" }
+
+// ModelLimitsBucket names the KV bucket of the model rate limits the
+// executors share.
+func (n Names) ModelLimitsBucket() string { return n.streamPrefix() + "_MODEL_LIMITS" }
 
 // StoreHistoryStream names the embedded store's history stream.
 func (n Names) StoreHistoryStream() string { return n.streamPrefix() + "_STORE_HISTORY" }

@@ -238,8 +238,13 @@ func applyRetry(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
 		t.LastFailureKind = ev.FailureKind
 		return
 	}
-	if ev.Status != Queued {
+	switch {
+	case ev.Status != Queued:
 		t.NextRetryAt = nil
+	case ev.NotBefore != nil:
+		// A requeue that waits (a model's rate limit): no retry, but
+		// not dispatched before it either.
+		t.NextRetryAt = ev.NotBefore
 	}
 }
 

@@ -33,14 +33,14 @@ func init() {
 		}},
 		Tool{Spec: Spec{
 			Name: delegation.ToolCallModel,
-			Description: "Asks a named model (often a smaller, cheaper one) in the background, without tools, and returns at once a subtask://ID URI; " +
+			Description: "Asks a model (often a smaller, cheaper one) in the background, without tools, and returns at once a subtask://ID URI; " +
 				"its answer is the sub-task's result (get_task_status, wait_tasks).",
 			Parameters: json.RawMessage(`{"type":"object","properties":{` +
-				`"model":{"type":"string","description":"The model name."},` +
+				`"model":{"type":"string","description":"The model name; omitted, the agent's small model."},` +
 				`"input":{"type":"string","description":"The prompt."},` +
 				`"system_prompt":{"type":"string"},` +
 				`"title":{"type":"string"}},` +
-				`"required":["model","input"],"additionalProperties":false}`),
+				`"required":["input"],"additionalProperties":false}`),
 			Category: CategoryDelegation, Risk: RiskNone, Runs: InExecutor,
 			Validator: func(args json.RawMessage) error { _, err := delegation.ParseCallModel(args); return err },
 		}},

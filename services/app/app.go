@@ -425,7 +425,7 @@ func (s *settings) runService(ctx context.Context) error {
 	case err != nil && ctx.Err() != nil:
 		return nil // stopped while waiting for the bus
 	case errors.Is(err, stack.ErrNoModel):
-		return usageError{errors.New("AGENTMESH_MODEL_BASE_URL is required (an OpenAI-compatible endpoint, or `agentmesh scripted-model` for a demo)")}
+		return usageError{errors.New("AGENTMESH_MODEL_BASE_URL or AGENTMESH_MODELS is required (a model endpoint or the operator's model table, or `agentmesh scripted-model` for a demo)")}
 	case err != nil:
 		return err
 	}

@@ -27,7 +27,7 @@ func TestPricesConfig(t *testing.T) {
 	} else if _, ok := err.(usageError); !ok {
 		t.Errorf("err = %T %v, want a usage error", err, err)
 	}
-	if got := Main([]string{"executor", "--prices", "gpt-4o=1/2/3"}); got != 2 {
+	if got := Main([]string{"executor", "--prices", "gpt-4o=1/2/3/4/5"}); got != 2 {
 		t.Errorf("exit %d, want 2 (usage)", got)
 	}
 }

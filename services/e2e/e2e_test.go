@@ -15,6 +15,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -296,7 +297,9 @@ func TestIdempotentSubmit(t *testing.T) {
 }
 
 func TestModelDownFailsTask(t *testing.T) {
-	e := start(t, opts{})
+	// The model's address is allowed (a refused address is a request no
+	// retry changes: MODEL_REJECTED); nothing listens there: it is down.
+	e := start(t, opts{executor: func(c *executor.Config) { c.Model.Allow = []string{"127.0.0.1:1"} }})
 	_, err := e.agents.CreateAgent(ctxT(t), &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
 		Name: "offline", Model: &agentmeshv1.ModelSettings{BaseUrl: "http://127.0.0.1:1/v1"},
 		RetryPolicy: &agentmeshv1.RetryPolicy{MaxAttempts: 2, InitialBackoff: durationpb.New(100 * time.Millisecond)},

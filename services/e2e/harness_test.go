@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router/rest/resttest"
@@ -104,6 +105,8 @@ type opts struct {
 	node *natstest.Node
 	// ackWait, when set, is the executors' AckWait.
 	ackWait time.Duration
+	// executor, when set, changes the executor's settings last.
+	executor func(*executor.Config)
 }
 
 func logger() *slog.Logger {
@@ -167,6 +170,9 @@ func start(t testing.TB, o opts) *env {
 	}
 	if o.quickAnswers {
 		cfg.Executor.KeepAnswersAfter = -1
+	}
+	if o.executor != nil {
+		o.executor(&cfg.Executor)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)

@@ -55,6 +55,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
+	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -113,14 +114,49 @@ func (a *attempt) modelTurn(ctx context.Context, req *childv1.ModelRequest) (*ch
 	resp, err := a.model.Complete(ctx, call)
 	tp.close()
 	if err != nil {
-		r.modelErr = err.Error()
+		if w := waitFor(err); w != nil && ctx.Err() == nil {
+			// No budget now: the task waits in the queue, holding no
+			// process (answer asked: nothing was paid).
+			return &childv1.ModelResponse{Id: req.GetId(), Error: err.Error()}, &serveResult{wait: w, last: true}
+		}
+		r.modelErr, r.modelKind = err.Error(), llm.KindOf(err).FailureKind()
 		return &childv1.ModelResponse{Id: req.GetId(), Error: err.Error()}, nil
 	}
 	r.turns++
 	r.tokens += totalTokens(resp.GetUsage())
 	r.cost += resp.GetUsage().GetCostUsd()
-	r.pending = r.check(true)
+	r.answered(resp)
 	return resp, nil
+}
+
+// rateWait is a model call that had no budget: the task goes back to the
+// queue, not dispatched before until (when its slot was reserved, the
+// next attempt takes it).
+type rateWait struct {
+	until  time.Time
+	reason string
+	scope  string
+}
+
+// maxRateWait bounds how far ahead a rate-limit wait puts a task (the
+// state service refuses more).
+const maxRateWait = time.Hour
+
+// waitFor is the wait of a model call that failed for a rate limit, or
+// nil.
+func waitFor(err error) *rateWait {
+	var e *llm.Error
+	if !errors.As(err, &e) || e.Kind != llm.KindRateLimited {
+		return nil
+	}
+	until := e.NotBefore
+	if until.IsZero() {
+		until = e.Until
+	}
+	if lim := time.Now().Add(maxRateWait); until.After(lim) {
+		until = lim
+	}
+	return &rateWait{until: until, scope: e.ScopeKind(), reason: "waiting for the model's rate limit: " + e.Error()}
 }
 
 // asked is a model call under way: its answer once done is closed.
@@ -273,6 +309,7 @@ func (a *attempt) modelTurnReported(step, recorded *agentmeshv1.Step) *serveResu
 		return protocolError(errors.New("a model turn step without a model call"))
 	}
 	step.Usage, step.Model = a.observed.GetUsage(), a.observed.GetModel()
+	step.ModelProvider, step.ModelFallback = a.observed.GetProvider(), a.observed.GetFallback()
 	a.observed = nil
 	return nil
 }

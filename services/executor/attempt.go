@@ -33,9 +33,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
@@ -217,7 +219,11 @@ func (a *attempt) startChild(ctx context.Context) *outcome {
 	}
 	if errors.Is(err, errNoChild) {
 		res, _ := a.first.ended(a.mr)
-		if res.kind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL || ctx.Err() == nil {
+		if res.wait != nil {
+			out := waited(res.wait)
+			return &out
+		}
+		if !modelFailure(res.kind) || ctx.Err() == nil {
 			return &outcome{kind: outFailed, reason: res.failure.GetReason(), failKind: res.kind}
 		}
 	}
@@ -270,6 +276,24 @@ type serveResult struct {
 	// steps: with final, the model turn that gave the answer, acked and not
 	// yet written: the completion records it (finish).
 	steps []*agentmeshv1.Step
+	// wait: a model call had no budget under its rate limits; the task
+	// waits in the queue (answer.go, rateWait).
+	wait *rateWait
+}
+
+// modelFailure reports whether kind is a failed model call's (which a
+// context that ended may have caused: then the context's cause says why).
+func modelFailure(kind agentmeshv1.FailureKind) bool {
+	return kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL || kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL_REJECTED
+}
+
+// waited is the outcome of an attempt whose model call had no budget: the
+// task goes back to the queue until w.until, counted and logged.
+func waited(w *rateWait) outcome {
+	d := time.Until(w.until)
+	metrics.ModelRateLimitWaits.WithLabelValues(w.scope, "requeued").Inc()
+	metrics.ModelRateLimitWait.WithLabelValues("requeued").Observe(max(d, 0).Seconds())
+	return outcome{kind: outRequeue, reason: w.reason, notBefore: w.until}
 }
 
 // brokeOff is the end of a conversation the child broke off (its pipe
@@ -417,7 +441,9 @@ func (a *attempt) outcomeOf(ctx context.Context, res serveResult, status string)
 		return outcome{kind: outGone, reason: res.blockedOn}
 	case res.final != nil:
 		return outcome{kind: outCompleted, result: res.final.Answer, steps: res.steps}
-	case res.failure != nil && !(res.kind == agentmeshv1.FailureKind_FAILURE_KIND_MODEL && ctx.Err() != nil):
+	case res.wait != nil && ctx.Err() == nil:
+		return waited(res.wait)
+	case res.failure != nil && !(modelFailure(res.kind) && ctx.Err() != nil):
 		return outcome{kind: outFailed, reason: res.failure.Reason, failKind: res.kind}
 	case res.takeOverErr != nil && ctx.Err() == nil:
 		// The model's answer is checkpointed (keepAnswer): the next

@@ -39,11 +39,16 @@ type modelRun struct {
 	turns  int32
 	tokens int64
 	cost   float64
-	// pending: a budget ran out with the last model response; the task
-	// stops once that response's step is checkpointed.
-	pending string
-	// modelErr: the last model call failed for good.
-	modelErr string
+	// pending: a budget ran out with the last model response, or the
+	// response is not one the task may go on with (cut at its token limit,
+	// withheld by a content filter); the task stops, failing with
+	// pendingKind, once that response's step is checkpointed.
+	pending     string
+	pendingKind agentmeshv1.FailureKind
+	// modelErr: the last model call failed for good; modelKind is its
+	// failure kind (MODEL, or MODEL_REJECTED when no retry can change it).
+	modelErr  string
+	modelKind agentmeshv1.FailureKind
 	// thread: the conversation the task continues (conversation.go).
 	thread []*childv1.Message
 }
@@ -54,7 +59,7 @@ type modelRun struct {
 func (s *Service) newModelRun(task *agentmeshv1.Task, steps []*agentmeshv1.Step) (*modelRun, *outcome) {
 	settings := task.GetAgentSpec().GetModel()
 	r := &modelRun{
-		call:   llm.Request{Settings: settings},
+		call:   llm.Request{Settings: settings, Org: task.GetOrg(), Agent: task.GetAgent(), Task: task.GetId(), Attempt: task.GetAttempt()},
 		budget: task.GetBudget(),
 		now:    time.Now,
 	}
@@ -162,10 +167,34 @@ func (r *modelRun) stepDone(step *agentmeshv1.Step) *serveResult {
 	if r.pending == "" || step.GetKind() != agentmeshv1.StepKind_STEP_KIND_MODEL_TURN {
 		return nil
 	}
+	kind := r.pendingKind
+	if kind == agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED {
+		kind = agentmeshv1.FailureKind_FAILURE_KIND_BUDGET
+	}
 	return &serveResult{
 		failure: &childv1.Failure{Reason: r.pending, Permanent: true},
-		kind:    agentmeshv1.FailureKind_FAILURE_KIND_BUDGET,
+		kind:    kind,
 		last:    true,
+	}
+}
+
+// answered judges a model response the task got: a budget it overran, or
+// an answer the task must not go on with — one cut at its token limit (a
+// truncated answer is never a success, and asking again cuts it again) or
+// withheld by the provider's content filter — stops the task once the
+// response's turn is checkpointed (stepDone).
+func (r *modelRun) answered(resp *childv1.ModelResponse) {
+	switch {
+	case llm.Truncated(resp):
+		r.pending = fmt.Sprintf("the model's answer was cut at its token limit (finish_reason %s, %d completion tokens): raise the agent's model.max_tokens, or ask for less",
+			resp.GetFinishReason(), resp.GetUsage().GetCompletionTokens())
+		r.pendingKind = agentmeshv1.FailureKind_FAILURE_KIND_MODEL_TRUNCATED
+	case llm.Filtered(resp):
+		r.pending = "the model provider's content filter withheld the answer (finish_reason content_filter)"
+		r.pendingKind = agentmeshv1.FailureKind_FAILURE_KIND_MODEL_REJECTED
+	default:
+		r.pending = r.check(true)
+		r.pendingKind = agentmeshv1.FailureKind_FAILURE_KIND_BUDGET
 	}
 }
 
@@ -176,7 +205,10 @@ func (r *modelRun) failed(f *childv1.Failure) serveResult {
 	res := serveResult{failure: f, last: true, kind: agentmeshv1.FailureKind_FAILURE_KIND_AGENT}
 	switch n := r.budget.GetMaxSteps(); {
 	case r.modelErr != "":
-		res.kind = agentmeshv1.FailureKind_FAILURE_KIND_MODEL
+		res.kind = r.modelKind
+		if res.kind == agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED {
+			res.kind = agentmeshv1.FailureKind_FAILURE_KIND_MODEL
+		}
 	case n > 0 && r.turns >= n && f.GetPermanent():
 		res.kind = agentmeshv1.FailureKind_FAILURE_KIND_BUDGET
 		res.failure = &childv1.Failure{Reason: fmt.Sprintf("budget exhausted: %d steps used, max_steps %d", r.turns, n), Permanent: true}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/modeltable"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
@@ -41,8 +42,14 @@ type Config struct {
 	// next to this executable when there is one (it starts about twice as
 	// fast: it links only the agent loop), else [this executable, "child"].
 	ChildCommand []string
-	// Model is the default model; an agent's own settings override it.
+	// Model is the default model, the operator's model table and the
+	// bounds of every model call; an agent's own settings override the
+	// default model. Model.Limiter, when nil, is the cluster's: the rate
+	// limits in a KV bucket every executor shares (package ratelimit).
 	Model llm.Config
+	// LimitWindow is the model rate limits' minute (time.Minute; tests
+	// shorten it).
+	LimitWindow time.Duration
 	// WallTime bounds one attempt of a task (10m).
 	WallTime time.Duration
 	// MaxSteps bounds the model turns of a task whose agent sets none (16).
@@ -133,6 +140,9 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultDrainGrace        = 10 * time.Second
 	DefaultSweepInterval     = time.Minute
+	// MaxWaitInPlace bounds AGENTMESH_MODEL_WAIT_IN_PLACE: a longer wait
+	// holds a slot a task waiting in the queue would not.
+	MaxWaitInPlace = 10 * time.Minute
 	// DefaultWarmPoolMax caps the default warm pool (Capacity, at most
 	// this): an idle executor holds that many idle children (warm.go).
 	DefaultWarmPoolMax = 64
@@ -319,15 +329,21 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	return cfg, r.Err()
 }
 
-// modelFromEnv reads the default model's settings and the outbound
-// policy of every model call.
+// modelFromEnv reads the default model's settings, the operator's model
+// table (its rate limits included) and the outbound policy of every model
+// call.
 func modelFromEnv(r *envconf.Reader) llm.Config {
 	m := llm.Config{
 		BaseURL:          r.String("AGENTMESH_MODEL_BASE_URL"),
+		Provider:         r.Enum("AGENTMESH_MODEL_PROVIDER", modeltable.Providers...),
 		APIKey:           r.String("AGENTMESH_MODEL_API_KEY"),
 		Model:            r.String("AGENTMESH_MODEL"),
 		Allow:            allowList(r, "AGENTMESH_MODEL_ALLOW"),
 		MaxResponseBytes: r.Bytes("AGENTMESH_MODEL_MAX_BYTES"),
+	}
+	r.Parse("AGENTMESH_MODELS", func(v string) (err error) { m.Table, err = modeltable.Load(v); return err })
+	if m.WaitInPlace = r.Duration("AGENTMESH_MODEL_WAIT_IN_PLACE"); m.WaitInPlace < 0 || m.WaitInPlace > MaxWaitInPlace {
+		r.Failf("AGENTMESH_MODEL_WAIT_IN_PLACE", "want a duration from 0 (the default) to %s", MaxWaitInPlace)
 	}
 	if m.APIKey == "" {
 		m.APIKey = os.Getenv("OPENAI_API_KEY")

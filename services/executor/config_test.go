@@ -45,6 +45,14 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AGENTMESH_MODEL_MAX_BYTES", "lots"},
 		{"AGENTMESH_MODEL_MAX_BYTES", "0"},
 		{"AGENTMESH_PRICES", "gpt-4o=cheap"},
+		{"AGENTMESH_MODEL_PROVIDER", "cohere"},
+		{"AGENTMESH_MODELS", `{"models": {"m": {"provider": "cohere", "base_url": "http://h/v1", "no_key": true}}}`},
+		{"AGENTMESH_MODELS", `{"models": {"m": {"base_url": "http://h/v1"}}}`},
+		{"AGENTMESH_MODELS", `{"models": {"m": {"api_key_env": "K"}}}`},
+		{"AGENTMESH_MODELS", `{"models": {"m": {"base_url": "http://h/v1", "no_key": true, "limits": {"requests_per_minute": -5}}}}`},
+		{"AGENTMESH_MODELS", "/no/such/models.yaml"},
+		{"AGENTMESH_MODEL_WAIT_IN_PLACE", "-1s"},
+		{"AGENTMESH_MODEL_WAIT_IN_PLACE", "1h"},
 		{"AGENTMESH_ISOLATION", "loose"},
 		{"AGENTMESH_TASK_MEMORY", "12X"},
 		{"AGENTMESH_TOOL_MEMORY", "1.5G"},
@@ -88,7 +96,8 @@ func TestConfigFromEnv(t *testing.T) {
 		"AGENTMESH_TASK_PIDS": "64", "AGENTMESH_SANDBOX_READ_PATHS": "/opt/a, /opt/b",
 		"AGENTMESH_WEB_FETCH_ALLOW": "10.0.0.0/8", "AGENTMESH_WEB_FETCH_MAX_BYTES": "1000", "AGENTMESH_SQL_URL": "postgres://x",
 		"AGENTMESH_SQL_POLICY": "refuse", "AGENTMESH_SQL_READ_WRITE": "true", "AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE": "true",
-		"AGENTMESH_SQL_MAX_ROW_BYTES": "64k",
+		"AGENTMESH_SQL_MAX_ROW_BYTES": "64k", "AGENTMESH_MODEL_PROVIDER": "anthropic", "AGENTMESH_MODEL_WAIT_IN_PLACE": "2s",
+		"AGENTMESH_MODELS": `{"models": {"claude": {"provider": "anthropic", "base_url": "https://api.anthropic.com", "api_key_env": "K"}}}`,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +115,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"model", cfg.Model.BaseURL == "http://m/v1" && cfg.Model.APIKey == "sk" && cfg.Model.Model == "mini" && cfg.Model.MaxResponseBytes == 8<<20},
 		{"model allow", strings.Join(cfg.Model.Allow, "|") == "127.0.0.1:11434|ollama.lan"},
 		{"prices", len(cfg.Model.Prices) == 2 && cfg.Model.Prices["gpt-4o-mini"].PromptPerM == 0.15},
+		{"model provider, table, wait", cfg.Model.Provider == "anthropic" && cfg.Model.WaitInPlace == 2*time.Second && len(cfg.Model.Table.Models) == 1},
 		{"sandbox", cfg.Sandbox.Level == sandbox.BestEffort && cfg.Sandbox.CPU == 0.25 && cfg.Sandbox.CPUShares == 256 && cfg.Sandbox.UIDs.First == 100000},
 		{"read paths", strings.Join(cfg.Sandbox.ReadOnlyPaths, "|") == "/opt/a|/opt/b"},
 		{"web_fetch", strings.Join(cfg.ToolSettings.WebFetch.Allow, "|") == "10.0.0.0/8" && cfg.ToolSettings.WebFetch.MaxBytes == 1000},

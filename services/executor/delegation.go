@@ -192,6 +192,9 @@ func (d *delegator) spawn(ctx context.Context, callID, tool string, args json.Ra
 		if err != nil {
 			return "", err
 		}
+		if a.Model, err = delegation.ModelFor(a, d.task.GetAgentSpec()); err != nil {
+			return "", err
+		}
 		req.AgentSpec = delegation.ModelOnly(d.task.GetAgentSpec(), a.Model, a.SystemPrompt)
 		req.Input, req.Title, req.ModelOnly = a.Input, a.Title, true
 		if req.Title == "" {

@@ -53,6 +53,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
+	"github.com/agentmesh/agentmesh/services/executor/ratelimit"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
 	"github.com/nats-io/nats.go"
@@ -75,7 +76,10 @@ type Service struct {
 	names subjects.Names
 	cons  jetstream.Consumer
 	model *llm.Models
-	sb    *sandbox.Sandbox // the agent children's sandbox
+	// limits are the model rate limits the executors share, when this
+	// executor opened them (nil: Config.Model.Limiter was given).
+	limits *ratelimit.Limits
+	sb     *sandbox.Sandbox // the agent children's sandbox
 	// spawner starts the children (nil: the executor does, SpawnerDirect).
 	spawner *spawner.Client
 	// warm is the warm pool while Run runs (nil: off, or not running).
@@ -129,8 +133,9 @@ var (
 	errShutdown  = errors.New("executor draining: its grace period ended before the task did")
 )
 
-// New validates cfg, ensures the bus streams and the executors consumer.
-func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+// New validates cfg, ensures the bus streams, the executors consumer and
+// the model rate limits' bucket.
+func New(ctx context.Context, cfg Config, deps Deps) (_ *Service, err error) {
 	if deps.NC == nil {
 		return nil, errors.New("executor: Deps.NC is required")
 	}
@@ -150,6 +155,20 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	logSandbox(deps.Log, cfg.Node, sb)
 	log := deps.Log.With("service", "executor", "node", cfg.Node)
+	cfg.Model.LimitWindow = cfg.LimitWindow
+	var limits *ratelimit.Limits
+	if cfg.Model.Limiter == nil {
+		if limits, err = openLimits(ctx, deps.NC, names, cfg, log); err != nil {
+			sb.Close()
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		cfg.Model.Limiter = limits
+	}
+	defer func() {
+		if err != nil && limits != nil {
+			limits.Close()
+		}
+	}()
 	model, err := llm.New(cfg.Model, log)
 	if err != nil {
 		sb.Close()
@@ -157,7 +176,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, nc: deps.NC, log: log, names: names,
-		sb: sb, model: model, execTools: cfg.Tools,
+		sb: sb, model: model, execTools: cfg.Tools, limits: limits,
 		runs:      map[runKey]*run{},
 		spawnGate: make(chan struct{}, spawnConcurrency()),
 	}
@@ -179,6 +198,23 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	return s, nil
+}
+
+// openLimits opens the model rate limits every executor shares (package
+// ratelimit).
+func openLimits(ctx context.Context, nc *nats.Conn, names subjects.Names, cfg Config, log *slog.Logger) (*ratelimit.Limits, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	lim, reps, err := ratelimit.Open(ctx, js, names, ratelimit.Options{
+		Window: cfg.LimitWindow, Replicas: bus.Replicas(nc, cfg.Streams.Replicas), Memory: cfg.Streams.Memory,
+	})
+	bus.LogReplication(log, reps)
+	if err != nil {
+		return nil, err
+	}
+	return lim, nil
 }
 
 // logSandbox says at start how the agent children are isolated.
@@ -255,6 +291,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	<-sweepDone
 	s.sb.Close() // a clean stop leaves no instance directories
+	if s.limits != nil {
+		s.limits.Close()
+	}
 	s.log.Info("executor stopped")
 	return nil
 }

@@ -517,16 +517,22 @@ func TestModelDownFailsAfterRetries(t *testing.T) {
 	}
 }
 
-func TestModelGarbageFailsAfterRetries(t *testing.T) {
+// An answer that does not parse is not asked again: the same server
+// answers the same request the same way (issue 26 item 9). The task fails
+// with a kind no retry policy retries.
+func TestModelGarbageFailsFast(t *testing.T) {
 	e := newEnv(t)
 	e.startExecutor()
 	task := e.submit("garbage please")
 	got := e.waitStatus(task.Id, taskstate.Failed, 20*time.Second)
-	if !strings.Contains(got.Error, "model call failed") || !strings.Contains(got.Error, "(3 attempts)") {
+	if !strings.Contains(got.Error, "model call failed") || !strings.Contains(got.Error, "does not parse") || !strings.Contains(got.Error, "(1 attempts)") {
 		t.Errorf("reason = %q", got.Error)
 	}
-	if n := e.model.Requests(); n != 3 {
-		t.Errorf("model calls = %d, want 3 (one try and two retries)", n)
+	if got.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_MODEL_REJECTED {
+		t.Errorf("failure kind = %v, want MODEL_REJECTED", got.FailureKind)
+	}
+	if n := e.model.Requests(); n != 1 {
+		t.Errorf("model calls = %d, want 1 (no retry of an answer that does not parse)", n)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 const (
@@ -186,6 +187,9 @@ type outcome struct {
 	// steps not yet checkpointed, written with the completion (the model
 	// turn that gave the answer).
 	steps []*agentmeshv1.Step
+	// notBefore (requeue): the task is not dispatched before it (a model
+	// rate-limit wait).
+	notBefore time.Time
 }
 
 type outcomeKind int
@@ -219,7 +223,10 @@ func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outc
 		log.Info("task failed", "reason", out.reason, "kind", out.failKind)
 	case outRequeue:
 		tr, op = &busv1.TransitionRequest{To: statusQueued, Reason: out.reason}, subjects.StateRequeue
-		log.Info("task goes back to the queue", "reason", out.reason)
+		if !out.notBefore.IsZero() {
+			tr.NotBefore = timestamppb.New(out.notBefore)
+		}
+		log.Info("task goes back to the queue", "reason", out.reason, "not_before", out.notBefore)
 	}
 	tr.TaskId, tr.From, tr.Attempt = r.key.task, statusRunning, r.key.attempt
 	// A transient failure (state restarting, its database down) is sent

@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/agentmesh/agentmesh/pkg/agentspec"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	openai "github.com/sashabaranov/go-openai"
 )
 
@@ -25,6 +28,15 @@ import (
 // input to each skill's name and description). It runs in the registry,
 // which matches: the analysis is one step of a match, bounded by
 // AnalysisConfig.Timeout so that a submit never waits on a slow model.
+//
+// The model is the operator's choice for small work (AGENTMESH_ANALYSIS_
+// MODEL, a cheaper one than the agents'); with none configured no model
+// is asked, and every analysis says so (model_skipped). A call that fails
+// or answers unusably is logged as a warning and counted
+// (agentmesh_task_analysis_failures_total), and the fallback chooses. A
+// server that refuses a JSON-schema response_format (older OpenAI-
+// compatible servers) is asked again with a JSON-object one, then with
+// none (the prompt asks for the JSON), once per server, with a warning.
 
 // Analysis methods recorded in agentmeshv1.TaskAnalysis.method.
 const (
@@ -58,12 +70,26 @@ var ErrUnknownSkills = errors.New("skills not in the catalogue")
 type analyzer struct {
 	cfg    AnalysisConfig
 	client *openai.Client
+	log    *slog.Logger
+	// format is the response_format the server takes (formats: the
+	// JSON schema, then a JSON object, then none), lowered when refused.
+	format atomic.Int32
 }
 
-func newAnalyzer(cfg AnalysisConfig) *analyzer {
+// The response formats, best first.
+const (
+	formatSchema = iota
+	formatObject
+	formatNone
+)
+
+func newAnalyzer(cfg AnalysisConfig, log *slog.Logger) *analyzer {
 	cfg = cfg.withDefaults()
-	a := &analyzer{cfg: cfg}
-	if cfg.BaseURL != "" && !cfg.FallbackOnly {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &analyzer{cfg: cfg, log: log}
+	if cfg.BaseURL != "" && cfg.Model != "" && !cfg.FallbackOnly {
 		oc := openai.DefaultConfig(cfg.APIKey)
 		oc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 		// No redirects: the API key goes to BaseURL only.
@@ -87,7 +113,8 @@ func (a *analyzer) Analyze(ctx context.Context, input string, catalogue []*agent
 		out.Method = AnalysisFallback
 		return out
 	}
-	if a.client != nil {
+	switch {
+	case a.client != nil:
 		out.Model = a.cfg.Model
 		skills, err := a.ask(ctx, input, catalogue)
 		if err == nil {
@@ -95,6 +122,16 @@ func (a *analyzer) Analyze(ctx context.Context, input string, catalogue []*agent
 			return out
 		}
 		out.ModelError = err.Error()
+		reason := "answer"
+		if errors.Is(err, errAnalysisCall) {
+			reason = "call"
+		}
+		metrics.TaskAnalysisFailures.WithLabelValues(reason).Inc()
+		a.log.Warn("task analysis: the model's answer was not used; the fallback chooses", "model", a.cfg.Model, "err", err)
+	case a.cfg.FallbackOnly:
+		out.ModelSkipped = "AGENTMESH_ANALYSIS=fallback: no model is asked"
+	default:
+		out.ModelSkipped = a.cfg.Skipped
 	}
 	out.Method = AnalysisFallback
 	out.Scores = Similarity(input, catalogue)
@@ -140,28 +177,74 @@ func (a *analyzer) ask(ctx context.Context, input string, catalogue []*agentmesh
 			fmt.Fprintf(&list, "- %s: %s\n", sk.Name, oneLine(sk.Description, 200))
 		}
 	}
-	resp, err := a.client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{
+	req := openai.ChatCompletionRequest{
 		Model: a.cfg.Model,
 		Messages: []openai.ChatCompletionMessage{
 			{Role: openai.ChatMessageRoleSystem, Content: "You route tasks to agents. Choose the skills (at most " +
 				fmt.Sprint(MaxAnalysisSkills) + ") from this catalogue that the user's task needs, and answer with JSON {\"skills\": [names]}; an empty list when none fits.\n" + list.String()},
 			{Role: openai.ChatMessageRoleUser, Content: input},
 		},
-		ResponseFormat: &openai.ChatCompletionResponseFormat{
-			Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
-			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
-				Name: "task_analysis", Strict: true, Schema: analysisSchema(names),
-			},
-		},
 		Temperature: 0,
-	})
+	}
+	resp, err := a.create(ctx, req, names)
 	if err != nil {
-		return nil, fmt.Errorf("model call: %s", oneLine(err.Error(), 300))
+		return nil, fmt.Errorf("%w: %s", errAnalysisCall, oneLine(err.Error(), 300))
 	}
 	if len(resp.Choices) == 0 {
 		return nil, errors.New("model answered no choices")
 	}
 	return ParseAnalysis(resp.Choices[0].Message.Content, known)
+}
+
+// errAnalysisCall wraps a failed model call (not a bad answer).
+var errAnalysisCall = errors.New("model call")
+
+// create makes the call with the best response_format the server takes:
+// a server that refuses one (400/422 naming response_format or
+// json_schema) is asked again at once with the next, and remembered.
+func (a *analyzer) create(ctx context.Context, req openai.ChatCompletionRequest, names []string) (openai.ChatCompletionResponse, error) {
+	for {
+		f := a.format.Load()
+		switch f {
+		case formatSchema:
+			req.ResponseFormat = &openai.ChatCompletionResponseFormat{
+				Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
+				JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
+					Name: "task_analysis", Strict: true, Schema: analysisSchema(names),
+				},
+			}
+		case formatObject:
+			req.ResponseFormat = &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONObject}
+		default:
+			req.ResponseFormat = nil
+		}
+		resp, err := a.client.CreateChatCompletion(ctx, req)
+		if f == formatNone || !formatRefused(err) {
+			return resp, err
+		}
+		if a.format.CompareAndSwap(f, f+1) {
+			metrics.ModelQuirks.WithLabelValues("json_schema_unsupported").Inc()
+			a.log.Warn("task analysis: the model server refused the response_format; asking without it from now on (the prompt asks for JSON)",
+				"model", a.cfg.Model, "refused", []string{"json_schema", "json_object"}[f], "err", oneLine(err.Error(), 200))
+		}
+	}
+}
+
+// formatRefused reports whether err is a server refusing the request's
+// response_format.
+func formatRefused(err error) bool {
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	status, msg := 0, ""
+	switch {
+	case errors.As(err, &apiErr):
+		status, msg = apiErr.HTTPStatusCode, apiErr.Message
+	case errors.As(err, &reqErr):
+		status, msg = reqErr.HTTPStatusCode, string(reqErr.Body)
+	}
+	msg = strings.ToLower(msg)
+	return (status == http.StatusBadRequest || status == http.StatusUnprocessableEntity) &&
+		(strings.Contains(msg, "response_format") || strings.Contains(msg, "json_schema"))
 }
 
 // ParseAnalysis reads the model's answer: a JSON object {"skills": [...]}

@@ -8,7 +8,10 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/metrics"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
+	"github.com/agentmesh/agentmesh/pkg/testlog"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func catalogue() []*agentmeshv1.Skill {
@@ -38,7 +41,7 @@ func scripted(t *testing.T, script string) string {
 // The fallback maps an input to the skill whose description it is most
 // like, deterministically; with nothing alike it chooses nothing.
 func TestAnalysisFallback(t *testing.T) {
-	a := newAnalyzer(AnalysisConfig{})
+	a := newAnalyzer(AnalysisConfig{Skipped: "no model is configured for task analysis"}, testlog.New(t))
 	for _, tt := range []struct{ input, want string }{
 		{"translate this into French", "translation"},
 		{"Please write a SQL query listing the users", "sql"},
@@ -46,7 +49,8 @@ func TestAnalysisFallback(t *testing.T) {
 		{"bake a cake", ""},
 	} {
 		got := a.Analyze(context.Background(), tt.input, catalogue())
-		if got.Method != AnalysisFallback || strings.Join(got.Skills, ",") != tt.want || got.Model != "" || got.CatalogueSkills != 4 {
+		if got.Method != AnalysisFallback || strings.Join(got.Skills, ",") != tt.want || got.Model != "" || got.CatalogueSkills != 4 ||
+			got.ModelSkipped != "no model is configured for task analysis" {
 			t.Errorf("Analyze(%q) = %v, want fallback choosing %q", tt.input, got, tt.want)
 		}
 		if tt.want != "" && (len(got.Scores) == 0 || got.Scores[0].Skill != tt.want || got.Scores[0].Score <= 0) {
@@ -74,11 +78,17 @@ func TestAnalysisWithScriptedModel(t *testing.T) {
 		{"format": "task_analysis", "match": "(?i)slow", "turns": [{"delay_ms": 5000, "content": "{\"skills\": [\"sql\"]}"}]},
 		{"turns": [{"content": "not an analysis: no format asked"}]}
 	]}`)
-	a := newAnalyzer(AnalysisConfig{BaseURL: url, Model: "scripted", Timeout: 300 * time.Millisecond})
+	a := newAnalyzer(AnalysisConfig{BaseURL: url, Model: "scripted", Timeout: 300 * time.Millisecond}, testlog.New(t))
 	got := a.Analyze(context.Background(), "bonjour: say it in German", catalogue())
 	if got.Method != AnalysisModel || strings.Join(got.Skills, ",") != "translation,summarize" || got.Model != "scripted" || got.ModelError != "" {
 		t.Errorf("model analysis = %v", got)
 	}
+	failures := func() float64 {
+		var m dto.Metric
+		_ = metrics.TaskAnalysisFailures.WithLabelValues("call").Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	before := failures()
 	for _, tt := range []struct{ input, why string }{
 		{"unknown: translate this into French", "juggling"},
 		{"garbage: translate this into French", "not the JSON object"},
@@ -90,9 +100,32 @@ func TestAnalysisWithScriptedModel(t *testing.T) {
 			t.Errorf("Analyze(%q) = %v, want the fallback's translation and an error naming %q", tt.input, got, tt.why)
 		}
 	}
+	// The two failed calls (500, timeout) are counted, not swallowed.
+	if n := failures() - before; n != 2 {
+		t.Errorf("%v failed analysis calls counted, want 2", n)
+	}
 	// The model's skills are checked against this catalogue.
 	if got := a.Analyze(context.Background(), "bonjour", []*agentmeshv1.Skill{{Name: "x"}}); got.Method != AnalysisFallback || !strings.Contains(got.ModelError, `"translation"`) {
 		t.Errorf("unknown-to-catalogue answer = %v", got)
+	}
+}
+
+// A server that refuses a JSON-schema response_format is asked again with
+// a JSON object one, then none, and remembered: the analysis still uses
+// the model.
+func TestAnalysisWithoutJSONSchema(t *testing.T) {
+	url := scripted(t, `{"quirks": ["no_json_schema"], "scenarios": [
+		{"match": "(?i)bonjour", "turns": [{"content": "{\"skills\": [\"translation\"]}"}]}
+	]}`)
+	a := newAnalyzer(AnalysisConfig{BaseURL: url, Model: "scripted", Timeout: 2 * time.Second}, testlog.New(t))
+	for range 2 {
+		got := a.Analyze(context.Background(), "bonjour, translate this", catalogue())
+		if got.Method != AnalysisModel || strings.Join(got.Skills, ",") != "translation" {
+			t.Fatalf("analysis = %v", got)
+		}
+	}
+	if f := a.format.Load(); f != formatObject {
+		t.Errorf("format remembered %d, want the JSON object one", f)
 	}
 }
 

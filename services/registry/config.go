@@ -3,12 +3,14 @@ package registry
 import (
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/envconf"
+	"github.com/agentmesh/agentmesh/pkg/modeltable"
 )
 
 // Config of the registry. ConfigFromEnv reads it from the variables named
@@ -41,15 +43,20 @@ type Config struct {
 }
 
 // AnalysisConfig is the model of the task analysis (AGENTMESH_ANALYSIS).
-// An empty BaseURL leaves the fallback alone.
+// An empty BaseURL or Model leaves the fallback alone, and Skipped says
+// why, in every analysis.
 type AnalysisConfig struct {
-	// BaseURL of the OpenAI-compatible API (the operator's
-	// AGENTMESH_MODEL_BASE_URL: the only endpoint the registry calls).
+	// BaseURL of the OpenAI-compatible API: the model table's entry that
+	// AGENTMESH_ANALYSIS_MODEL names, else the operator's
+	// AGENTMESH_MODEL_BASE_URL (the only endpoints the registry calls).
 	BaseURL string
 	APIKey  string
-	// Model name (AGENTMESH_MODEL; "" = the provider's default is not
-	// guessed: the request names "gpt-4o-mini").
+	// Model name at BaseURL: AGENTMESH_ANALYSIS_MODEL (a cheaper model
+	// than the agents' may do), else AGENTMESH_MODEL; none is guessed.
 	Model string
+	// Skipped says why no model is asked, when none is configured for
+	// the analysis (the analyses say so: TaskAnalysis.model_skipped).
+	Skipped string
 	// Timeout of the call (AGENTMESH_ANALYSIS_TIMEOUT; 0 =
 	// DefaultAnalysisTimeout; at most MaxAnalysisTimeout).
 	Timeout time.Duration
@@ -86,9 +93,6 @@ const (
 	// half of the required skills is used (or waited for, when busy)
 	// rather than replaced.
 	DefaultProposalThreshold = 0.5
-	// defaultAnalysisModel is the model the analysis names when none is
-	// configured.
-	defaultAnalysisModel = "gpt-4o-mini"
 )
 
 // The registry's own variables (the model's are the executor's too).
@@ -102,6 +106,9 @@ const (
 	EnvModelBaseURL      = "AGENTMESH_MODEL_BASE_URL"
 	EnvModelAPIKey       = "AGENTMESH_MODEL_API_KEY"
 	EnvModel             = "AGENTMESH_MODEL"
+	EnvModelProvider     = "AGENTMESH_MODEL_PROVIDER"
+	EnvModels            = "AGENTMESH_MODELS"
+	EnvAnalysisModel     = "AGENTMESH_ANALYSIS_MODEL"
 )
 
 // ConfigFromEnv reads the registry's settings through get; a bad value is
@@ -139,20 +146,48 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	return c, c.validate()
 }
 
-// readAnalysis reads the task analysis settings: the model is the
-// operator's (AGENTMESH_MODEL_BASE_URL, its key and AGENTMESH_MODEL).
+// readAnalysis reads the task analysis settings: its model is
+// AGENTMESH_ANALYSIS_MODEL (else AGENTMESH_MODEL) — an entry of the model
+// table (AGENTMESH_MODELS), else a model at the operator's
+// AGENTMESH_MODEL_BASE_URL.
 func readAnalysis(r *envconf.Reader) AnalysisConfig {
 	c := AnalysisConfig{Timeout: r.Duration(EnvAnalysisTimeout)}
 	if c.Timeout < 0 {
 		r.Fail(EnvAnalysisTimeout, "want a duration up to 1m")
 	}
+	var table *modeltable.Table
+	r.Parse(EnvModels, func(v string) (err error) { table, err = modeltable.Load(v); return err })
+	provider := r.Enum(EnvModelProvider, modeltable.Providers...)
+	name, from := r.String(EnvAnalysisModel), EnvAnalysisModel
+	if name == "" {
+		name, from = r.String(EnvModel), EnvModel
+	}
 	switch r.Enum(EnvAnalysis, "auto", "fallback", "off") {
-	case "", "auto":
-		c.BaseURL, c.Model, c.APIKey = r.String(EnvModelBaseURL), r.String(EnvModel), r.String(EnvModelAPIKey)
 	case "fallback":
 		c.FallbackOnly = true
+		return c
 	case "off":
 		c.Off = true
+		return c
+	}
+	if entry, ok := table.Lookup(name); ok {
+		if entry.ProviderOf() != modeltable.ProviderOpenAI {
+			r.Failf(from, "model %s of the model table is spoken to in %s: task analysis speaks the OpenAI-compatible format, name such a model", name, entry.ProviderOf())
+		}
+		c.BaseURL, c.Model = entry.BaseURL, entry.ModelName(name)
+		if entry.APIKeyEnv != "" {
+			c.APIKey = os.Getenv(entry.APIKeyEnv)
+		}
+		return c
+	}
+	c.BaseURL, c.Model, c.APIKey = r.String(EnvModelBaseURL), name, r.String(EnvModelAPIKey)
+	switch {
+	case c.BaseURL == "":
+		c.Skipped = "no model endpoint is configured for task analysis (AGENTMESH_MODEL_BASE_URL, or AGENTMESH_ANALYSIS_MODEL naming a model of AGENTMESH_MODELS)"
+	case provider == modeltable.ProviderAnthropic:
+		c.BaseURL, c.Skipped = "", "the default model endpoint speaks Anthropic's API and task analysis the OpenAI-compatible format: set AGENTMESH_ANALYSIS_MODEL to an OpenAI-compatible model of AGENTMESH_MODELS"
+	case c.Model == "":
+		c.BaseURL, c.Skipped = "", "no model is configured for task analysis: set AGENTMESH_ANALYSIS_MODEL (a small, cheap model will do) or AGENTMESH_MODEL"
 	}
 	return c
 }
@@ -180,9 +215,6 @@ func (c Config) withDefaults() Config {
 func (c AnalysisConfig) withDefaults() AnalysisConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultAnalysisTimeout
-	}
-	if c.Model == "" {
-		c.Model = defaultAnalysisModel
 	}
 	return c
 }

@@ -119,7 +119,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	s.svc = svc
 	s.work = newWorkload(cfg.AffinityWindow)
 	s.cands = newCandidateCache(cfg.CandidateTTL)
-	s.analyzer, s.skills = newAnalyzer(cfg.Analysis), deps.Skills
+	s.analyzer, s.skills = newAnalyzer(cfg.Analysis, s.log), deps.Skills
 	if s.skills == nil {
 		s.skills = NewBusCatalog(deps.NC, names, 0)
 	}

@@ -180,6 +180,9 @@ func (s *Stack) startModel(rows []Service) error {
 		return nil
 	}
 	if s.cfg.Dial != nil {
+		if t := s.cfg.Executor.Model.Table; t != nil && len(t.Models) > 0 {
+			return nil // agents name the table's models; an agent that names none is refused when it runs
+		}
 		return ErrNoModel
 	}
 	script := s.cfg.Script

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"slices"
+	"time"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -42,7 +43,14 @@ type intent struct {
 	// proposals: the proposal decisions the request must carry (none:
 	// it must carry no proposal; proposals.go).
 	proposals []agentmeshv1.ProposalStatus
+	// notBefore: the request may say when the task may be dispatched
+	// again (the executor's requeue of a task waiting for a model's rate
+	// limit), at most MaxNotBefore ahead.
+	notBefore bool
 }
+
+// MaxNotBefore bounds how far ahead a requeue may put a task.
+const MaxNotBefore = time.Hour
 
 var (
 	approvalPending  = agentmeshv1.ApprovalStatus_APPROVAL_STATUS_PENDING
@@ -67,7 +75,7 @@ var intents = []intent{
 	{op: subjects.StateFail, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Failed, fenced: true, failure: true},
 	{op: subjects.StateBlock, from: []agentmeshv1.TaskStatus{taskstate.Running}, to: taskstate.Blocked, fenced: true,
 		approvals: []agentmeshv1.ApprovalStatus{approvalPending}},
-	{op: subjects.StateRequeue, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Queued, fenced: true},
+	{op: subjects.StateRequeue, from: []agentmeshv1.TaskStatus{taskstate.Assigned, taskstate.Running}, to: taskstate.Queued, fenced: true, notBefore: true},
 	// router
 	{op: subjects.StateCancel, to: taskstate.Cancelled, org: true},
 	{op: subjects.StateDecide, from: []agentmeshv1.TaskStatus{taskstate.Blocked}, to: taskstate.Queued, org: true,
@@ -98,6 +106,10 @@ func (in intent) check(req *busv1.TransitionRequest) error {
 		return bus.FieldError("steps", "%s checkpoints no steps", in.op)
 	case in.kinds != nil && !slices.Contains(in.kinds, req.FailureKind):
 		return bus.FieldError("failure_kind", "%s records only a failure of kind %v", in.op, in.kinds)
+	case req.NotBefore != nil && !in.notBefore:
+		return bus.FieldError("not_before", "%s sets no not-before time", in.op)
+	case req.NotBefore != nil && (!req.NotBefore.IsValid() || req.NotBefore.AsTime().After(time.Now().Add(MaxNotBefore))):
+		return bus.FieldError("not_before", "must be a valid time at most %s ahead", MaxNotBefore)
 	}
 	if a := req.Approval; a != nil {
 		if !slices.Contains(in.approvals, a.Status) {

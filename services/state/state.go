@@ -571,6 +571,9 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 		Reason: req.Reason, Result: req.Result, Node: req.Node,
 		Approval: req.Approval, FailureKind: req.FailureKind, Isolation: req.Isolation, Proposal: req.Proposal,
 	}
+	if nb := req.GetNotBefore(); nb != nil {
+		tr.NotBefore = nb.AsTime() // the intent allowed it (intents.go)
+	}
 	if len(req.Steps) > 0 {
 		// The steps and the move in one write (the intent allowed them).
 		if err := checkSteps("steps", req.Steps, func(i int) string { return fmt.Sprintf("steps[%d]", i) }); err != nil {

@@ -215,14 +215,16 @@ func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *chil
 		}
 	}
 	return &agentmeshv1.Step{
-		Index:        next,
-		Kind:         agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
-		Content:      msg.Content,
-		ToolCalls:    msg.ToolCalls,
-		Usage:        resp.Usage,
-		Model:        resp.Model,
-		FinishReason: resp.FinishReason,
-		Duration:     durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
+		Index:         next,
+		Kind:          agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
+		Content:       msg.Content,
+		ToolCalls:     msg.ToolCalls,
+		Usage:         resp.Usage,
+		Model:         resp.Model,
+		FinishReason:  resp.FinishReason,
+		ModelProvider: resp.Provider,
+		ModelFallback: resp.Fallback,
+		Duration:      durationpb.New(time.Duration(resp.DurationMs) * time.Millisecond),
 	}, msg
 }
 

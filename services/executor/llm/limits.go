@@ -61,6 +61,13 @@ func httpClient(cfg Config) (*http.Client, error) {
 	if hp := hostPort(cfg.BaseURL); hp != "" {
 		allow = append(allow, hp) // the operator's own endpoint is trusted
 	}
+	if cfg.Table != nil {
+		for _, name := range cfg.Table.Names() {
+			if hp := hostPort(cfg.Table.Models[name].BaseURL); hp != "" {
+				allow = append(allow, hp) // and so are its table's
+			}
+		}
+	}
 	f, err := webfetch.New(webfetch.Config{Allow: allow, Resolver: cfg.Resolver, DialContext: cfg.DialContext})
 	if err != nil {
 		return nil, fmt.Errorf("model allowlist: %w", err)
@@ -70,7 +77,7 @@ func httpClient(cfg Config) (*http.Client, error) {
 	if max <= 0 {
 		max = DefaultMaxResponseBytes
 	}
-	c.Transport = capTransport{base: retryAfterTransport{base: c.Transport}, max: max, tooLarge: ErrResponseTooLarge}
+	c.Transport = capTransport{base: hearTransport{base: c.Transport}, max: max, tooLarge: ErrResponseTooLarge}
 	return c, nil
 }
 

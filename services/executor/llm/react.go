@@ -2,6 +2,7 @@ package llm
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,7 +13,6 @@ import (
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	openai "github.com/sashabaranov/go-openai"
 )
 
 // The JSON ReAct fallback, for models without native tool calling (an
@@ -34,6 +34,59 @@ import (
 //     wrong; still invalid, the model call fails with the reason;
 //   - a valid action becomes a ModelResponse with one tool call (a
 //     generated id), a final answer a ModelResponse with its text.
+
+// completeReAct makes a ReAct endpoint's call: the conversation rendered
+// for a model without tools, its answer parsed, and one bounded repair
+// turn that tells the model what was wrong when it is not valid ReAct. An
+// answer cut at its token limit is returned as it is (the executor fails
+// the task: a repair would be cut again).
+func (m *Models) completeReAct(ctx context.Context, p Provider, ep Endpoint, req Request) (*childv1.ModelResponse, error) {
+	turn := &childv1.ModelRequest{Id: req.Turn.GetId(), Messages: reactMessages(req.Turn.GetMessages(), req.Turn.GetTools())}
+	rreq := req
+	rreq.Turn = turn
+	out, err := p.Complete(ctx, ep, rreq)
+	if err != nil || Truncated(out) || Filtered(out) {
+		return out, err
+	}
+	usage := out.Usage
+	text := out.GetMessage().GetContent()
+	parsed, perr := parseReAct(text)
+	if perr != nil {
+		m.log.Info("model output is not valid ReAct; one repair turn", "model", ep.Model, "err", perr)
+		turn.Messages = append(turn.Messages,
+			&childv1.Message{Role: "assistant", Content: text},
+			&childv1.Message{Role: "user", Content: reactRepair(perr)})
+		out, err = p.Complete(ctx, ep, rreq)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				inner := *e
+				inner.text = fmt.Sprintf("repair turn after invalid ReAct output (%s): %s", cutText(perr.Error(), 512), e.text)
+				return nil, &inner
+			}
+			return nil, err
+		}
+		addUsage(usage, out.Usage)
+		out.Usage = usage
+		if Truncated(out) || Filtered(out) {
+			return out, nil
+		}
+		if parsed, perr = parseReAct(out.GetMessage().GetContent()); perr != nil {
+			return nil, &Error{Kind: KindTransient, text: fmt.Sprintf("output does not follow the JSON ReAct protocol after one repair turn: %v", perr), cause: perr}
+		}
+	}
+	out.Message, out.FinishReason = reactResponse(parsed)
+	return out, nil
+}
+
+// addUsage adds b's counts to a.
+func addUsage(a, b *agentmeshv1.Usage) {
+	a.PromptTokens += b.GetPromptTokens()
+	a.CompletionTokens += b.GetCompletionTokens()
+	a.TotalTokens += b.GetTotalTokens()
+	a.CacheReadTokens += b.GetCacheReadTokens()
+	a.CacheWriteTokens += b.GetCacheWriteTokens()
+}
 
 // reactTurn is one valid ReAct answer.
 type reactTurn struct {
@@ -201,30 +254,30 @@ func compactJSON(s string) string {
 // reactMessages renders the conversation for a model without tool support:
 // the protocol joins the system message; assistant tool calls become the
 // JSON the model would have written; tool results become user messages.
-func reactMessages(msgs []*childv1.Message, tools []*childv1.ToolSpec) []openai.ChatCompletionMessage {
+func reactMessages(msgs []*childv1.Message, tools []*childv1.ToolSpec) []*childv1.Message {
 	sys := reactSystem(tools)
-	out := make([]openai.ChatCompletionMessage, 0, len(msgs)+1)
-	if len(msgs) > 0 && msgs[0].Role == openai.ChatMessageRoleSystem {
-		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: msgs[0].Content + "\n\n" + sys})
+	out := make([]*childv1.Message, 0, len(msgs)+1)
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		out = append(out, &childv1.Message{Role: "system", Content: msgs[0].Content + "\n\n" + sys})
 		msgs = msgs[1:]
 	} else {
-		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: sys})
+		out = append(out, &childv1.Message{Role: "system", Content: sys})
 	}
 	for _, m := range msgs {
 		switch m.Role {
-		case openai.ChatMessageRoleAssistant:
-			out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reactRender(m)})
-		case openai.ChatMessageRoleTool:
+		case "assistant":
+			out = append(out, &childv1.Message{Role: "assistant", Content: reactRender(m)})
+		case "tool":
 			name := m.Name
 			if name == "" {
 				name = "the tool"
 			}
-			out = append(out, openai.ChatCompletionMessage{
-				Role:    openai.ChatMessageRoleUser,
+			out = append(out, &childv1.Message{
+				Role:    "user",
 				Content: fmt.Sprintf("Observation from %s (call %s):\n%s", name, m.ToolCallId, m.Content),
 			})
 		default:
-			out = append(out, openai.ChatCompletionMessage{Role: m.Role, Content: m.Content})
+			out = append(out, &childv1.Message{Role: m.Role, Content: m.Content})
 		}
 	}
 	return out

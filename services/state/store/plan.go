@@ -100,6 +100,9 @@ func PlanTransition(cur *agentmeshv1.Task, tr Transition, now time.Time) (*agent
 		ev.FailureKind = tr.FailureKind
 		planRetry(cur, ev, now)
 	}
+	if tr.To == taskstate.Queued && !tr.NotBefore.IsZero() {
+		ev.NotBefore = timestamppb.New(tr.NotBefore)
+	}
 	taskstate.StampStatusEvent(ev, cur)
 	return taskstate.Apply(cur, ev), ev, nil
 }

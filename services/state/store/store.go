@@ -155,6 +155,9 @@ type Transition struct {
 	FailureKind agentmeshv1.FailureKind
 	// Proposal decided (From a task blocked on it; see proposal.go).
 	Proposal *agentmeshv1.Proposal
+	// NotBefore (to queued): the task is not dispatched before it (a model
+	// rate-limit wait; the event's not_before).
+	NotBefore time.Time
 }
 
 // PageSize clamps a requested page size.

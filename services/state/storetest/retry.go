@@ -81,3 +81,32 @@ func testRetries(t *testing.T, s store.Store) {
 		t.Fatalf("replayed: %s retries %d kind %s", taskstate.Name(replayed.Status), replayed.RetryCount, replayed.LastFailureKind)
 	}
 }
+
+// testRequeueNotBefore: a requeue that says when the task may go again (a
+// model's rate-limit wait) puts the time on the event and the task, and
+// is no retry: the retry count and last error stay.
+func testRequeueNotBefore(t *testing.T, s store.Store) {
+	cur := taskIn(t, s, taskstate.Running)
+	at := time.Now().Add(30 * time.Second).Truncate(time.Microsecond)
+	got, ev, err := s.Transition(ctxT(t), store.Transition{TaskID: cur.Id, From: taskstate.Running, To: taskstate.Queued, Attempt: cur.Attempt,
+		Reason: "waiting for the model's rate limit", NotBefore: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.NotBefore == nil || !ev.NotBefore.AsTime().Equal(at) || ev.FailureKind != agentmeshv1.FailureKind_FAILURE_KIND_UNSPECIFIED {
+		t.Fatalf("event not_before %v kind %s, want %s and no failure", ev.NotBefore.AsTime(), ev.FailureKind, at)
+	}
+	if got.Status != taskstate.Queued || got.NextRetryAt == nil || !got.NextRetryAt.AsTime().Equal(at) || got.RetryCount != 0 || got.LastError != "" {
+		t.Fatalf("task %s next %v retries %d error %q", taskstate.Name(got.Status), got.NextRetryAt, got.RetryCount, got.LastError)
+	}
+	// Dispatched again, the time is gone.
+	again := move(t, s, cur.Id, store.Transition{From: taskstate.Queued, To: taskstate.Assigned, NextAttempt: true})
+	if again.NextRetryAt != nil {
+		t.Fatalf("assigned task keeps not-before %v", again.NextRetryAt)
+	}
+	// A requeue without one leaves none.
+	run := move(t, s, cur.Id, store.Transition{From: taskstate.Assigned, To: taskstate.Running, Attempt: again.Attempt})
+	if back := move(t, s, cur.Id, store.Transition{From: taskstate.Running, To: taskstate.Queued, Attempt: run.Attempt}); back.NextRetryAt != nil {
+		t.Fatalf("plain requeue has not-before %v", back.NextRetryAt)
+	}
+}

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Usage", testUsage},
 		{"Isolation", testIsolation},
 		{"Retries", testRetries},
+		{"RequeueNotBefore", testRequeueNotBefore},
 		{"GroupCommit", testGroupCommit},
 	}
 	tests = append(tests, graphTests...)

@@ -417,8 +417,11 @@ type TaskAnalysis struct {
 	ModelError string `protobuf:"bytes,5,opt,name=model_error,json=modelError,proto3" json:"model_error,omitempty"`
 	// The catalogue's size when analysed.
 	CatalogueSkills int32 `protobuf:"varint,6,opt,name=catalogue_skills,json=catalogueSkills,proto3" json:"catalogue_skills,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Why no model was asked (none is configured for task analysis); the
+	// fallback chose.
+	ModelSkipped  string `protobuf:"bytes,7,opt,name=model_skipped,json=modelSkipped,proto3" json:"model_skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskAnalysis) Reset() {
@@ -491,6 +494,13 @@ func (x *TaskAnalysis) GetCatalogueSkills() int32 {
 		return x.CatalogueSkills
 	}
 	return 0
+}
+
+func (x *TaskAnalysis) GetModelSkipped() string {
+	if x != nil {
+		return x.ModelSkipped
+	}
+	return ""
 }
 
 // MatchAgentsRequest asks which agents would run a task needing these
@@ -635,7 +645,7 @@ const file_agentmesh_v1_routing_proto_rawDesc = "" +
 	"\n" +
 	"SkillScore\x12\x14\n" +
 	"\x05skill\x18\x01 \x01(\tR\x05skill\x12\x14\n" +
-	"\x05score\x18\x02 \x01(\x01R\x05score\"\xd2\x01\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\"\xf7\x01\n" +
 	"\fTaskAnalysis\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x16\n" +
 	"\x06skills\x18\x02 \x03(\tR\x06skills\x120\n" +
@@ -643,7 +653,8 @@ const file_agentmesh_v1_routing_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1f\n" +
 	"\vmodel_error\x18\x05 \x01(\tR\n" +
 	"modelError\x12)\n" +
-	"\x10catalogue_skills\x18\x06 \x01(\x05R\x0fcatalogueSkills\"S\n" +
+	"\x10catalogue_skills\x18\x06 \x01(\x05R\x0fcatalogueSkills\x12#\n" +
+	"\rmodel_skipped\x18\a \x01(\tR\fmodelSkipped\"S\n" +
 	"\x12MatchAgentsRequest\x12'\n" +
 	"\x0frequired_skills\x18\x01 \x03(\tR\x0erequiredSkills\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"F\n" +

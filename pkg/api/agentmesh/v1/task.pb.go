@@ -179,6 +179,14 @@ const (
 	FailureKind_FAILURE_KIND_DEPENDENCY FailureKind = 60
 	// A person rejected the agent proposed for the task (the error says why).
 	FailureKind_FAILURE_KIND_PROPOSAL FailureKind = 121
+	// The model provider refused the request in a way no retry changes
+	// (400, 401, 403, 404, 413, 422, an answer that does not parse, a
+	// content filter): never retried.
+	FailureKind_FAILURE_KIND_MODEL_REJECTED FailureKind = 8
+	// The model's answer was cut at its token limit (finish_reason length,
+	// stop_reason max_tokens): a truncated answer is never a success, and
+	// asking again would cut it again. The turn is recorded (it was paid).
+	FailureKind_FAILURE_KIND_MODEL_TRUNCATED FailureKind = 9
 )
 
 // Enum value maps for FailureKind.
@@ -195,19 +203,23 @@ var (
 		45:  "FAILURE_KIND_EXECUTOR_LOST",
 		60:  "FAILURE_KIND_DEPENDENCY",
 		121: "FAILURE_KIND_PROPOSAL",
+		8:   "FAILURE_KIND_MODEL_REJECTED",
+		9:   "FAILURE_KIND_MODEL_TRUNCATED",
 	}
 	FailureKind_value = map[string]int32{
-		"FAILURE_KIND_UNSPECIFIED":   0,
-		"FAILURE_KIND_AGENT":         1,
-		"FAILURE_KIND_MODEL":         2,
-		"FAILURE_KIND_BUDGET":        3,
-		"FAILURE_KIND_RESOURCE":      4,
-		"FAILURE_KIND_TIMEOUT":       5,
-		"FAILURE_KIND_APPROVAL":      6,
-		"FAILURE_KIND_INTERNAL":      7,
-		"FAILURE_KIND_EXECUTOR_LOST": 45,
-		"FAILURE_KIND_DEPENDENCY":    60,
-		"FAILURE_KIND_PROPOSAL":      121,
+		"FAILURE_KIND_UNSPECIFIED":     0,
+		"FAILURE_KIND_AGENT":           1,
+		"FAILURE_KIND_MODEL":           2,
+		"FAILURE_KIND_BUDGET":          3,
+		"FAILURE_KIND_RESOURCE":        4,
+		"FAILURE_KIND_TIMEOUT":         5,
+		"FAILURE_KIND_APPROVAL":        6,
+		"FAILURE_KIND_INTERNAL":        7,
+		"FAILURE_KIND_EXECUTOR_LOST":   45,
+		"FAILURE_KIND_DEPENDENCY":      60,
+		"FAILURE_KIND_PROPOSAL":        121,
+		"FAILURE_KIND_MODEL_REJECTED":  8,
+		"FAILURE_KIND_MODEL_TRUNCATED": 9,
 	}
 )
 
@@ -728,9 +740,15 @@ type Usage struct {
 	TotalTokens      int64                  `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
 	// Cost in US dollars from the executor's price table (0 when the model
 	// has no price).
-	CostUsd       float64 `protobuf:"fixed64,4,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CostUsd float64 `protobuf:"fixed64,4,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Of prompt_tokens: read from the provider's prompt cache, and written
+	// to it (Anthropic's cache_read_input_tokens and
+	// cache_creation_input_tokens; OpenAI's prompt_tokens_details.
+	// cached_tokens), priced at their own rates when the table gives them.
+	CacheReadTokens  int64 `protobuf:"varint,5,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64 `protobuf:"varint,6,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -787,6 +805,20 @@ func (x *Usage) GetTotalTokens() int64 {
 func (x *Usage) GetCostUsd() float64 {
 	if x != nil {
 		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
 	}
 	return 0
 }
@@ -1876,7 +1908,13 @@ type Step struct {
 	IdempotencyKey string `protobuf:"bytes,18,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	ApprovalId     string `protobuf:"bytes,19,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
 	// The tool's risk class.
-	Risk          string `protobuf:"bytes,20,opt,name=risk,proto3" json:"risk,omitempty"`
+	Risk string `protobuf:"bytes,20,opt,name=risk,proto3" json:"risk,omitempty"`
+	// MODEL_TURN: the wire format of the model that answered ("openai",
+	// "anthropic").
+	ModelProvider string `protobuf:"bytes,21,opt,name=model_provider,json=modelProvider,proto3" json:"model_provider,omitempty"`
+	// MODEL_TURN: set when a fallback answered: which models did not, and
+	// why (e.g. "gpt-4o: HTTP 503 (3 attempts)").
+	ModelFallback string `protobuf:"bytes,22,opt,name=model_fallback,json=modelFallback,proto3" json:"model_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2047,6 +2085,20 @@ func (x *Step) GetApprovalId() string {
 func (x *Step) GetRisk() string {
 	if x != nil {
 		return x.Risk
+	}
+	return ""
+}
+
+func (x *Step) GetModelProvider() string {
+	if x != nil {
+		return x.ModelProvider
+	}
+	return ""
+}
+
+func (x *Step) GetModelFallback() string {
+	if x != nil {
+		return x.ModelFallback
 	}
 	return ""
 }
@@ -3427,9 +3479,32 @@ type ModelSettings struct {
 	ApiKeySecret string `protobuf:"bytes,5,opt,name=api_key_secret,json=apiKeySecret,proto3" json:"api_key_secret,omitempty"`
 	// Tool-calling protocol: "native" (the provider's tool calls, default)
 	// or "react" (a JSON ReAct protocol for models without tool calling).
-	ToolProtocol  string `protobuf:"bytes,6,opt,name=tool_protocol,json=toolProtocol,proto3" json:"tool_protocol,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolProtocol string `protobuf:"bytes,6,opt,name=tool_protocol,json=toolProtocol,proto3" json:"tool_protocol,omitempty"`
+	// Wire format of base_url: "openai" (any OpenAI-compatible server, the
+	// default) or "anthropic" (Anthropic's native Messages API). Empty with
+	// no base_url: the operator's model table (AGENTMESH_MODELS) or the
+	// executor's default says.
+	Provider string `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Models tried in order when the model is out (5xx, 529, timeouts after
+	// their retries) or over its rate limit: names of the operator's model
+	// table, or models at the executor's default endpoint. The step records
+	// which one answered, and why the first did not (Step.model_fallback).
+	Fallbacks []string `protobuf:"bytes,8,rep,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	// A cheaper model for small work: call_model without a "model" argument
+	// asks this one (a model table name, or a model at the executor's
+	// default endpoint).
+	SmallModel string `protobuf:"bytes,9,opt,name=small_model,json=smallModel,proto3" json:"small_model,omitempty"`
+	// This agent's own rate limits, across every executor (0: none), on top
+	// of the operator's per-key and per-org limits.
+	RequestsPerMinute int32 `protobuf:"varint,10,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64 `protobuf:"varint,11,opt,name=tokens_per_minute,json=tokensPerMinute,proto3" json:"tokens_per_minute,omitempty"`
+	// The model writes tool calls as text (<tool_call>{"name": ...,
+	// "arguments": {...}}</tool_call>, as some Qwen and Hermes chat templates
+	// do) instead of the provider's tool calls: the executor reads them out
+	// of the answer. Opt-in; native tool calls are still taken.
+	ToolCallsInText bool `protobuf:"varint,12,opt,name=tool_calls_in_text,json=toolCallsInText,proto3" json:"tool_calls_in_text,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ModelSettings) Reset() {
@@ -3502,6 +3577,48 @@ func (x *ModelSettings) GetToolProtocol() string {
 		return x.ToolProtocol
 	}
 	return ""
+}
+
+func (x *ModelSettings) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ModelSettings) GetFallbacks() []string {
+	if x != nil {
+		return x.Fallbacks
+	}
+	return nil
+}
+
+func (x *ModelSettings) GetSmallModel() string {
+	if x != nil {
+		return x.SmallModel
+	}
+	return ""
+}
+
+func (x *ModelSettings) GetRequestsPerMinute() int32 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+func (x *ModelSettings) GetTokensPerMinute() int64 {
+	if x != nil {
+		return x.TokensPerMinute
+	}
+	return 0
+}
+
+func (x *ModelSettings) GetToolCallsInText() bool {
+	if x != nil {
+		return x.ToolCallsInText
+	}
+	return false
 }
 
 // McpServer is a Model Context Protocol server whose tools join an agent's.
@@ -3920,12 +4037,14 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x19\n" +
-	"\bcost_usd\x18\x04 \x01(\x01R\acostUsd\"\xa5\x01\n" +
+	"\bcost_usd\x18\x04 \x01(\x01R\acostUsd\x12*\n" +
+	"\x11cache_read_tokens\x18\x05 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x06 \x01(\x03R\x10cacheWriteTokens\"\xa5\x01\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\x05R\bmaxSteps\x12\x1d\n" +
 	"\n" +
@@ -4056,7 +4175,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xca\x05\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\x98\x06\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.agentmesh.v1.StepKindR\x04kind\x12\x18\n" +
@@ -4081,7 +4200,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xdc\b\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\x12%\n" +
+	"\x0emodel_provider\x18\x15 \x01(\tR\rmodelProvider\x12%\n" +
+	"\x0emodel_fallback\x18\x16 \x01(\tR\rmodelFallback\"\xdc\b\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -4205,7 +4326,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x05agent\x18\x03 \x01(\tR\x05agent\"S\n" +
 	"\x10GetUsageResponse\x12)\n" +
 	"\x05usage\x18\x01 \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05tasks\x18\x02 \x01(\x03R\x05tasks\"\xe1\x01\n" +
+	"\x05tasks\x18\x02 \x01(\x03R\x05tasks\"\xc5\x03\n" +
 	"\rModelSettings\x12\x19\n" +
 	"\bbase_url\x18\x01 \x01(\tR\abaseUrl\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12%\n" +
@@ -4213,7 +4334,15 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x04 \x01(\x05R\tmaxTokens\x12$\n" +
 	"\x0eapi_key_secret\x18\x05 \x01(\tR\fapiKeySecret\x12#\n" +
-	"\rtool_protocol\x18\x06 \x01(\tR\ftoolProtocolB\x0e\n" +
+	"\rtool_protocol\x18\x06 \x01(\tR\ftoolProtocol\x12\x1a\n" +
+	"\bprovider\x18\a \x01(\tR\bprovider\x12\x1c\n" +
+	"\tfallbacks\x18\b \x03(\tR\tfallbacks\x12\x1f\n" +
+	"\vsmall_model\x18\t \x01(\tR\n" +
+	"smallModel\x12.\n" +
+	"\x13requests_per_minute\x18\n" +
+	" \x01(\x05R\x11requestsPerMinute\x12*\n" +
+	"\x11tokens_per_minute\x18\v \x01(\x03R\x0ftokensPerMinute\x12+\n" +
+	"\x12tool_calls_in_text\x18\f \x01(\bR\x0ftoolCallsInTextB\x0e\n" +
 	"\f_temperature\"\xe2\x01\n" +
 	"\tMcpServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -4280,7 +4409,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\fPRIORITY_LOW\x10\x02\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x03\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x04\x12\x15\n" +
-	"\x11PRIORITY_CRITICAL\x10\x05*\xb7\x02\n" +
+	"\x11PRIORITY_CRITICAL\x10\x05*\xfa\x02\n" +
 	"\vFailureKind\x12\x1c\n" +
 	"\x18FAILURE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FAILURE_KIND_AGENT\x10\x01\x12\x16\n" +
@@ -4292,7 +4421,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x15FAILURE_KIND_INTERNAL\x10\a\x12\x1e\n" +
 	"\x1aFAILURE_KIND_EXECUTOR_LOST\x10-\x12\x1b\n" +
 	"\x17FAILURE_KIND_DEPENDENCY\x10<\x12\x19\n" +
-	"\x15FAILURE_KIND_PROPOSAL\x10y*\xbe\x01\n" +
+	"\x15FAILURE_KIND_PROPOSAL\x10y\x12\x1f\n" +
+	"\x1bFAILURE_KIND_MODEL_REJECTED\x10\b\x12 \n" +
+	"\x1cFAILURE_KIND_MODEL_TRUNCATED\x10\t*\xbe\x01\n" +
 	"\fToolDecision\x12\x1d\n" +
 	"\x19TOOL_DECISION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_DECISION_ALLOWED\x10\x01\x12\x1a\n" +

@@ -514,6 +514,10 @@ type TransitionRequest struct {
 	// Isolation of the attempt's sandbox, set by the executor with the move
 	// to running (agentmesh.v1.Task.isolation).
 	Isolation string `protobuf:"bytes,40,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// Requeue only: the task is not dispatched before this time (a model
+	// rate-limit wait: the budget is reserved for then). At most an hour
+	// ahead.
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,41,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	// A person's decision on the proposal the task waits for (the router's
 	// proposal intents): status approved, approved_permanent or rejected;
 	// the approved agent; decided_by, comment.
@@ -639,6 +643,13 @@ func (x *TransitionRequest) GetIsolation() string {
 		return x.Isolation
 	}
 	return ""
+}
+
+func (x *TransitionRequest) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
 }
 
 func (x *TransitionRequest) GetProposal() *v1.Proposal {
@@ -2016,7 +2027,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\rupdated_after\x18@ \x01(\v2\x1a.google.protobuf.TimestampR\fupdatedAfter\"e\n" +
 	"\x11ListTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.agentmesh.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc2\x04\n" +
 	"\x11TransitionRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12,\n" +
 	"\x04from\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x04from\x12(\n" +
@@ -2030,7 +2041,9 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\bapproval\x18\n" +
 	" \x01(\v2\x16.agentmesh.v1.ApprovalR\bapproval\x12<\n" +
 	"\ffailure_kind\x18\v \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x1c\n" +
-	"\tisolation\x18( \x01(\tR\tisolation\x123\n" +
+	"\tisolation\x18( \x01(\tR\tisolation\x129\n" +
+	"\n" +
+	"not_before\x18) \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x123\n" +
 	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12)\n" +
 	"\x05steps\x18\x8e\x02 \x03(\v2\x12.agentmesh.v1.StepR\x05steps\"\xa5\x01\n" +
 	"\x12TransitionResponse\x12&\n" +
@@ -2202,38 +2215,39 @@ var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
 	31, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
 	34, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
 	35, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
-	36, // 14: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
-	37, // 15: agentmesh.bus.v1.TransitionRequest.steps:type_name -> agentmesh.v1.Step
-	30, // 16: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	38, // 17: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	38, // 18: agentmesh.bus.v1.TransitionResponse.step_events:type_name -> agentmesh.v1.TaskEvent
-	37, // 19: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	37, // 20: agentmesh.bus.v1.AppendStepRequest.more_steps:type_name -> agentmesh.v1.Step
-	38, // 21: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	38, // 22: agentmesh.bus.v1.AppendStepResponse.more_events:type_name -> agentmesh.v1.TaskEvent
-	38, // 23: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	31, // 24: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	32, // 25: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 26: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	39, // 27: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	40, // 28: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	40, // 29: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 30: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 31: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	40, // 32: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	40, // 33: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
-	25, // 34: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	41, // 35: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
-	36, // 36: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
-	30, // 37: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	32, // 38: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	29, // 39: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	42, // 40: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	32, // 14: agentmesh.bus.v1.TransitionRequest.not_before:type_name -> google.protobuf.Timestamp
+	36, // 15: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
+	37, // 16: agentmesh.bus.v1.TransitionRequest.steps:type_name -> agentmesh.v1.Step
+	30, // 17: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	38, // 18: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	38, // 19: agentmesh.bus.v1.TransitionResponse.step_events:type_name -> agentmesh.v1.TaskEvent
+	37, // 20: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	37, // 21: agentmesh.bus.v1.AppendStepRequest.more_steps:type_name -> agentmesh.v1.Step
+	38, // 22: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	38, // 23: agentmesh.bus.v1.AppendStepResponse.more_events:type_name -> agentmesh.v1.TaskEvent
+	38, // 24: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	31, // 25: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	32, // 26: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 27: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	39, // 28: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	40, // 29: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	40, // 30: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 31: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	40, // 32: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	40, // 33: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	40, // 34: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	25, // 35: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
+	41, // 36: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
+	36, // 37: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
+	30, // 38: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	32, // 39: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	29, // 40: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	42, // 41: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }

@@ -648,8 +648,13 @@ type ModelResponse struct {
 	Model        string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	FinishReason string                 `protobuf:"bytes,5,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	// Non-empty when the call failed for good; the child gives up.
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	DurationMs    int64  `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Error      string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	DurationMs int64  `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// The wire format of the model that answered, and, when a fallback
+	// answered, which models did not and why (Step.model_provider,
+	// Step.model_fallback).
+	Provider      string `protobuf:"bytes,8,opt,name=provider,proto3" json:"provider,omitempty"`
+	Fallback      string `protobuf:"bytes,9,opt,name=fallback,proto3" json:"fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +736,20 @@ func (x *ModelResponse) GetDurationMs() int64 {
 		return x.DurationMs
 	}
 	return 0
+}
+
+func (x *ModelResponse) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ModelResponse) GetFallback() string {
+	if x != nil {
+		return x.Fallback
+	}
+	return ""
 }
 
 // ToolRequest asks the executor to run a privileged tool.
@@ -1185,7 +1204,7 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\fModelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x127\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1b.agentmesh.child.v1.MessageR\bmessages\x122\n" +
-	"\x05tools\x18\x03 \x03(\v2\x1c.agentmesh.child.v1.ToolSpecR\x05tools\"\xf3\x01\n" +
+	"\x05tools\x18\x03 \x03(\v2\x1c.agentmesh.child.v1.ToolSpecR\x05tools\"\xab\x02\n" +
 	"\rModelResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.agentmesh.child.v1.MessageR\amessage\x12)\n" +
@@ -1194,7 +1213,9 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x05 \x01(\tR\ffinishReason\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1f\n" +
 	"\vduration_ms\x18\a \x01(\x03R\n" +
-	"durationMs\"I\n" +
+	"durationMs\x12\x1a\n" +
+	"\bprovider\x18\b \x01(\tR\bprovider\x12\x1a\n" +
+	"\bfallback\x18\t \x01(\tR\bfallback\"I\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
 	"\x04call\x18\x02 \x01(\v2\x16.agentmesh.v1.ToolCallR\x04call\"\x92\x01\n" +
