@@ -110,7 +110,9 @@ func (a *attempt) modelTurn(ctx context.Context, req *childv1.ModelRequest) (*ch
 	tp := newTokenPublisher(ctx, a.s.nc, a.s.names.TaskTokens(a.task.GetOrg(), a.task.GetId()), a.task, a.num)
 	call := r.call
 	call.OnToken, call.Turn = tp.write, withConversation(req, r.thread)
-	resp, err := a.model.Complete(ctx, call)
+	mctx, span := a.startModelCall(ctx, call) // tracing.go
+	resp, err := a.model.Complete(mctx, call)
+	endModelCall(span, resp, err)
 	tp.close()
 	if err != nil {
 		r.modelErr = err.Error()

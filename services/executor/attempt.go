@@ -88,6 +88,8 @@ type attempt struct {
 	held     *childv1.ModelResponse
 	deferred *agentmeshv1.Step
 	early    *earlyTurn
+	// tools are the spans of the tool calls under way (tracing.go).
+	tools toolSpans
 }
 
 // recorder is what an attempt writes to the state service: its steps, and
@@ -154,6 +156,7 @@ func (a *attempt) run(ctx context.Context, tp string) outcome {
 	a.log.Info("agent process started", "pid", a.p.pid, "warm", a.p.warm, "resumed_steps", len(a.start.History))
 	a.dl = a.s.newDelegator(a.task, a.num, a.mr, a.start.History)
 	a.gate = newGate(a.task, a.approvals, a.dl.tools(mc.execTools(a.s.execTools)), mc.tools)
+	defer a.tools.endAll()
 	return a.end(ctx, a.serve(ctx))
 }
 
@@ -343,7 +346,7 @@ func (a *attempt) send(f *childv1.Frame) error { return a.w.Write(f) }
 // onToolRequest runs a tool the gate allowed to run in the executor and
 // answers with its result.
 func (a *attempt) onToolRequest(ctx context.Context, req *childv1.ToolRequest) *serveResult {
-	resp := a.gate.run(ctx, req)
+	resp := a.gate.run(a.tools.context(ctx, req.GetCall().GetId()), req)
 	if err := a.send(&childv1.Frame{Kind: &childv1.Frame_ToolResponse{ToolResponse: resp}}); err != nil {
 		return brokeOff()
 	}

@@ -68,10 +68,8 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -206,7 +204,7 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 // sub-task id checks every agentmesh RPC passes, on every door.
 func (s *Service) interceptors() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
+		traceOption(), // tracing.go
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),

@@ -9,6 +9,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,7 +48,9 @@ const republishWithin = bus.DuplicateWindow - 15*time.Second
 // workMsg builds the work message of task's current attempt; round, when
 // set, makes a message id of its own (reconcile).
 func (s *Service) workMsg(ctx context.Context, task *agentmeshv1.Task, round string) (*nats.Msg, error) {
-	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), workItem(task))
+	// Published again (a lost reply, a new leader, reconcile), the work
+	// still carries the task's trace.
+	msg, err := bus.NewMsg(telemetry.InTrace(ctx, task.GetTraceparent()), s.names.Work(task.Agent), workItem(task))
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"google.golang.org/protobuf/proto"
 )
@@ -47,6 +48,9 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 			t.AgentSpec = specs[t.Agent]
 		}
 		s.placeInTree(ctx, t)
+		if t.Traceparent == "" {
+			t.Traceparent = telemetry.Traceparent(ctx)
+		}
 	}
 	tasks, events, err := s.store.CreateTasks(ctx, req.Tasks, req.Refs)
 	if err != nil {
@@ -90,7 +94,7 @@ func (s *Service) recheckParents(ctx context.Context, t *agentmeshv1.Task) *agen
 		}
 		if ev != nil {
 			observe(next, ev)
-			s.publishEvents(ctx, ev)
+			s.publishTaskEvents(ctx, next, ev)
 		}
 		t = next
 	}
@@ -107,7 +111,7 @@ func (s *Service) resolveDependency(ctx context.Context, req *busv1.ResolveDepen
 	}
 	if ev != nil {
 		observe(t, ev)
-		s.publishEvents(ctx, ev)
+		s.publishTaskEvents(ctx, t, ev)
 	}
 	return &busv1.ResolveDependencyResponse{Task: t, Event: ev}, nil
 }
@@ -131,7 +135,7 @@ func (s *Service) updateTask(ctx context.Context, req *busv1.UpdateTaskRequest) 
 		return nil, fmt.Errorf("update task %s: %w", req.Id, err)
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
 	return &busv1.UpdateTaskResponse{Task: s.recheckParents(ctx, t)}, nil
 }
 

@@ -58,6 +58,6 @@ func (s *Service) recordProposal(ctx context.Context, t *agentmeshv1.Task) *agen
 		s.log.Warn("proposal event not recorded", "task", t.Id, "err", err)
 		return t
 	}
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, next, ev)
 	return next
 }

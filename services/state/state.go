@@ -59,6 +59,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -437,6 +438,9 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
 	}
 	s.placeInTree(ctx, t)
+	if t.Traceparent == "" {
+		t.Traceparent = telemetry.Traceparent(ctx) // the router sets the API call's
+	}
 	task, events, created, err := s.store.CreateTask(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
@@ -573,7 +577,7 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 		}
 		ev := evs[len(evs)-1]
 		observe(t, ev)
-		s.publishEvents(ctx, evs...)
+		s.publishTaskEvents(ctx, t, evs...)
 		return &busv1.TransitionResponse{Task: t, Event: ev, StepEvents: evs[:len(evs)-1]}, nil
 	}
 	t, ev, err := s.store.Transition(ctx, tr)
@@ -581,7 +585,8 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
+	traceApproval(ctx, t, ev)
 	if ev.Proposal != nil {
 		t = s.recordProposal(ctx, t)
 	}

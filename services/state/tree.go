@@ -99,7 +99,7 @@ func (s *Service) recordInAncestors(ctx context.Context, t *agentmeshv1.Task) (i
 		}
 		if ev != nil {
 			observe(got, ev)
-			s.publishEvents(ctx, ev)
+			s.publishTaskEvents(ctx, got, ev)
 			n++
 		}
 	}
@@ -138,7 +138,7 @@ func (s *Service) cancelOrphan(ctx context.Context, id string, parent *agentmesh
 		return nil
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
 	return t
 }
 
