@@ -253,7 +253,7 @@ func (s *Service) inProgress(r *run) (stop func()) {
 			select {
 			case <-t.C:
 				if err := r.current().InProgress(); err != nil {
-					s.log.Warn("in-progress signal not sent", "task", r.key.task, "err", err)
+					s.log.Warn("in-progress signal not sent", "task_id", r.key.task, "err", err)
 				}
 			case <-done:
 				return
@@ -300,7 +300,7 @@ func (s *Service) block(ctx context.Context, task *agentmeshv1.Task, attempt int
 		Reason: "waiting for approval: " + a.Reason, Approval: a, Node: s.cfg.Node,
 	})
 	if err == nil {
-		s.log.Info("task waits for approval", "task", task.Id, "tool", a.Tool, "risk", a.Risk)
+		s.log.InfoContext(ctx, "task waits for approval", "task_id", task.Id, "tool", a.Tool, "risk", a.Risk)
 	}
 	return err
 }
@@ -329,7 +329,7 @@ func (s *Service) appendSteps(ctx context.Context, taskID string, attempt int32,
 	tries := 0
 	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
 		if tries++; tries == 2 || tries%20 == 0 {
-			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", last.GetIndex(), "try", tries)
+			s.log.WarnContext(ctx, "checkpoint not answered; sending it again", "task_id", taskID, "step", last.GetIndex(), "try", tries)
 		}
 		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
 		defer cancel()

@@ -363,7 +363,7 @@ func (s *Service) do(ctx context.Context, j job) {
 		err := s.dispatch(dctx, j.task)
 		endSpan(span, err)
 		if err != nil {
-			s.log.Warn("dispatch failed; will retry", "task", j.task, "err", err)
+			s.log.WarnContext(dctx, "dispatch failed; will retry", "task_id", j.task, "err", err)
 			backoff.Sleep(ctx, 200*time.Millisecond)
 			// Learn whether the move happened (a lost reply) or not: a task
 			// the record still shows queued goes back to waiting.
@@ -411,12 +411,12 @@ func (s *Service) finishWith(ctx context.Context, id, op string, req *busv1.Tran
 	err := bus.Request(ctx, s.nc, s.names.State(op), req, &tr)
 	switch {
 	case err == nil:
-		s.log.Info("task moved by the scheduler", "task", id, "to", taskstate.Name(tr.Task.GetStatus()), "reason", req.Reason)
+		s.log.InfoContext(ctx, "task moved by the scheduler", "task_id", id, "to", taskstate.Name(tr.Task.GetStatus()), "reason", req.Reason)
 		s.applyEvent(tr.Event)
 	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
 		_ = s.refresh(ctx, id)
 	default:
-		s.log.Warn("scheduler transition failed; will retry", "task", id, "to", taskstate.Name(req.To), "err", err)
+		s.log.WarnContext(ctx, "scheduler transition failed; will retry", "task_id", id, "to", taskstate.Name(req.To), "err", err)
 		backoff.Sleep(ctx, time.Second)
 		_ = s.refresh(ctx, id)
 	}

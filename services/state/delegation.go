@@ -400,7 +400,7 @@ func (s *Service) recheckSubtasks(ctx context.Context, t *agentmeshv1.Task) *age
 		}
 		next, ev, err := s.store.ResolveDependency(ctx, t.Id, store.ResultOf(c))
 		if err != nil {
-			s.log.Warn("resolve a sub-task that finished during the block", "task", t.Id, "subtask", id, "err", err)
+			s.log.WarnContext(ctx, "resolve a sub-task that finished during the block", "task_id", t.Id, "subtask", id, "err", err)
 			continue
 		}
 		if ev != nil {

@@ -89,7 +89,7 @@ func (s *Service) recheckParents(ctx context.Context, t *agentmeshv1.Task) *agen
 		}
 		next, ev, err := s.store.ResolveDependency(ctx, t.Id, store.ResultOf(p))
 		if err != nil {
-			s.log.Warn("resolve a parent that finished during create", "task", t.Id, "parent", pid, "err", err)
+			s.log.WarnContext(ctx, "resolve a parent that finished during create", "task_id", t.Id, "parent", pid, "err", err)
 			continue
 		}
 		if ev != nil {
@@ -271,7 +271,7 @@ func (s *Service) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 				taskDeletes.Inc()
 			case errors.Is(err, bus.ErrNotFound):
 			default:
-				s.log.Warn("retention: delete task", "task", t.Id, "err", err)
+				s.log.WarnContext(ctx, "retention: delete task", "task_id", t.Id, "err", err)
 			}
 		}
 		// Deleted tasks leave the listing: read the first page again until

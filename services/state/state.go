@@ -294,7 +294,7 @@ func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.Task
 	for _, ev := range events {
 		msg, err := bus.NewEventMsg(ctx, s.names.TaskEvent(ev.Org, ev.TaskId, eventToken(ev)), ev)
 		if err != nil {
-			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
+			s.log.ErrorContext(ctx, "event not published", "task_id", ev.TaskId, "seq", ev.Seq, "err", err)
 			continue
 		}
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", ev.TaskId, ev.Seq))
@@ -341,7 +341,7 @@ func (s *Service) unfollowed(ctx context.Context, ev *agentmeshv1.TaskEvent) boo
 	}
 	none, _, err := s.store.Unfollowed(ctx, ev.TaskId)
 	if err != nil {
-		s.log.Debug("followers of an ended task unknown; the scheduler settles it", "task", ev.TaskId, "err", err)
+		s.log.DebugContext(ctx, "followers of an ended task unknown; the scheduler settles it", "task_id", ev.TaskId, "err", err)
 		return false
 	}
 	return none
@@ -407,7 +407,7 @@ func (s *Service) republish(ctx context.Context) error {
 		for _, t := range tasks {
 			evs, err := s.store.History(ctx, t.Id, t.LastEventSeq-1, 1)
 			if err != nil {
-				s.log.Warn("republish: read history", "task", t.Id, "err", err)
+				s.log.WarnContext(ctx, "republish: read history", "task_id", t.Id, "err", err)
 				continue
 			}
 			last = append(last, evs...)
