@@ -157,6 +157,22 @@ func InTrace(ctx context.Context, tp string) context.Context {
 	return trace.ContextWithRemoteSpanContext(ctx, want)
 }
 
+// UnderTask is ctx with the span tp names (a task's recorded root) as its
+// remote parent, so what is sent under it — a task's events — names the
+// task's trace and its root whoever caused it; the span in ctx, when it
+// records and is of another trace (an approver's call), gets a link to
+// tp's. ctx itself when tp names no span.
+func UnderTask(ctx context.Context, tp string) context.Context {
+	want := SpanContextOf(tp)
+	if !want.IsValid() {
+		return ctx
+	}
+	if cur := trace.SpanFromContext(ctx); cur.IsRecording() && cur.SpanContext().TraceID() != want.TraceID() {
+		cur.AddLink(trace.Link{SpanContext: want})
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, want)
+}
+
 // TraceID is the trace id of ctx's span ("" when ctx has none).
 func TraceID(ctx context.Context) string {
 	sc := trace.SpanContextFromContext(ctx)

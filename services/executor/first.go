@@ -55,7 +55,7 @@ func (a *attempt) childFor(ctx context.Context) (p *process, kept *agentmeshv1.S
 		p, err = s.startChildFor(ctx, a.task)
 		return p, nil, err
 	}
-	if p := s.readyChild(ctx, a.task); p != nil {
+	if p := s.tracedReadyChild(ctx, a.task); p != nil { // tracing.go
 		metrics.FirstTurns.WithLabelValues("ready").Inc()
 		return p, nil, nil
 	}

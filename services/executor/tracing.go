@@ -240,6 +240,17 @@ func startSpawn(ctx context.Context) (context.Context, trace.Span) {
 	return tracer.Start(ctx, "spawn", trace.SpanKindInternal)
 }
 
+// tracedReadyChild is readyChild in a spawn span, when it has a child.
+func (s *Service) tracedReadyChild(ctx context.Context, task *agentmeshv1.Task) *process {
+	ctx, span := startSpawn(ctx)
+	p := s.readyChild(ctx, task)
+	if p == nil {
+		return nil // no span: the child comes later, from startChildFor
+	}
+	endSpawn(span, p, !p.warm, nil)
+	return p
+}
+
 // endSpawn ends the spawn's span with where the child came from.
 func endSpawn(span trace.Span, p *process, reused bool, err error) {
 	if span.IsRecording() {

@@ -64,13 +64,13 @@ func (propagateOnly) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.
 func (propagateOnly) HandleConn(context.Context, stats.ConnStats) {}
 
 // startCall starts the server span of an API call a door makes in
-// process (Invoke), as otelgrpc names and describes a gRPC one.
+// process (Invoke), as otelgrpc names and describes a gRPC one (its
+// rpc.* attributes).
 func startCall(ctx context.Context, method string) (context.Context, trace.Span) {
 	name := strings.TrimPrefix(method, "/")
 	ctx, span := tracer.Start(ctx, name, trace.SpanKindServer)
 	if span.IsRecording() {
-		svc, m, _ := strings.Cut(name, "/")
-		span.SetAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", svc), attribute.String("rpc.method", m))
+		span.SetAttributes(attribute.String("rpc.system.name", "grpc"), attribute.String("rpc.method", name))
 	}
 	return ctx, span
 }
@@ -79,7 +79,7 @@ func startCall(ctx context.Context, method string) (context.Context, trace.Span)
 func endCall(span trace.Span, err error) {
 	if span.IsRecording() {
 		st := status.Convert(err)
-		span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(st.Code())))
+		span.SetAttributes(attribute.String("rpc.response.status_code", st.Code().String()))
 		if err != nil {
 			span.SetStatus(otelcodes.Error, st.Message())
 		}

@@ -63,7 +63,10 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 		}
 		all = append(all, evs...)
 	}
-	s.publishEvents(ctx, all...)
+	if len(tasks) > 0 {
+		// One call's tasks: the router gives them all its trace.
+		s.publishTaskEvents(ctx, tasks[0], all...)
+	}
 	for i, t := range tasks {
 		c := proto.Clone(s.spawned(ctx, s.recheckParents(ctx, t))).(*agentmeshv1.Task)
 		c.AgentSpec = nil

@@ -449,7 +449,7 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		for _, ev := range events {
 			observe(task, ev)
 		}
-		s.publishEvents(ctx, events...)
+		s.publishTaskEvents(ctx, task, events...)
 		if task.PendingProposal != nil {
 			task = s.recordProposal(ctx, task)
 		}

@@ -17,19 +17,21 @@ import (
 //     request's when none is set), and a sub-task with the root span of a
 //     trace of its own, linked to the span of the spawn in its parent's
 //     trace (subtaskTrace);
-//   - every event of a task is published in the task's trace, whoever
-//     caused it (an approver's call, the scheduler's resolver): its NATS
-//     headers carry the task's trace context, which the scheduler's
-//     dispatch continues (publishTaskEvents);
+//   - every event of a task carries, in its NATS headers, the task's
+//     traceparent (its root), whoever caused it (the executor's attempt,
+//     an approver's call, the scheduler's resolver): the scheduler's queue
+//     wait and dispatch continue it as children of the task's root, on
+//     every attempt (publishTaskEvents);
 //   - a person's decision on an approval (or its expiry) records the wait,
 //     from the request to the decision, as a span of the task's trace
 //     (traceApproval).
 
 var tracer = telemetry.NewTracer("state")
 
-// publishTaskEvents publishes events of task t in t's trace.
+// publishTaskEvents publishes events of task t under t's recorded trace
+// context (its root span).
 func (s *Service) publishTaskEvents(ctx context.Context, t *agentmeshv1.Task, events ...*agentmeshv1.TaskEvent) {
-	s.publishEvents(telemetry.InTrace(ctx, t.GetTraceparent()), events...)
+	s.publishEvents(telemetry.UnderTask(ctx, t.GetTraceparent()), events...)
 }
 
 // subtaskTrace starts the root span of the trace of a sub-task about to
