@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/registry"
 	"github.com/agentmesh/agentmesh/services/router/rest/resttest"
@@ -127,7 +128,7 @@ func start(t testing.TB, o opts) *env {
 		Log:         logger(),
 	}
 	if o.log != nil {
-		cfg.Log = slog.New(slog.NewTextHandler(o.log, nil))
+		cfg.Log = slog.New(telemetry.LogHandler(slog.NewTextHandler(o.log, nil))) // as the binary's (services/app)
 	}
 	cfg.Router.APIKeys = o.apiKeys
 	cfg.Router.Listen = "127.0.0.1:0"

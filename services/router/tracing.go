@@ -2,9 +2,11 @@ package router
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -62,6 +64,13 @@ func (propagateOnly) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.
 	return ctx
 }
 func (propagateOnly) HandleConn(context.Context, stats.ConnStats) {}
+
+// taskLog is log for a line about task, which a call of another trace
+// (an approver's) decided: it carries the task's id and trace, and the
+// call's span links to the task's trace.
+func taskLog(ctx context.Context, log *slog.Logger, task *agentmeshv1.Task) *slog.Logger {
+	return telemetry.TaskLogger(telemetry.UnderTask(ctx, task.GetTraceparent()), log, task.GetId())
+}
 
 // startCall starts the server span of an API call a door makes in
 // process (Invoke), as otelgrpc names and describes a gRPC one (its
