@@ -1,8 +1,9 @@
-// Package otlptest is an OTLP trace receiver for tests: it listens on
-// loopback for both OTLP transports — gRPC (the collector's TraceService)
-// and HTTP (POST /v1/traces, protobuf, gzip or not) — and keeps every span
-// it is sent, so a test can point agentmesh's exporter at it with the
-// standard OTEL_EXPORTER_OTLP_* variables and look at the traces.
+// Package otlptest is an OTLP trace receiver for tests and benchmarks: it
+// listens on loopback for both OTLP transports — gRPC (the collector's
+// TraceService) and HTTP (POST /v1/traces, protobuf, gzip or not) — and
+// keeps every span it is sent (or only counts them), so a test can point
+// agentmesh's exporter at it with the standard OTEL_EXPORTER_OTLP_*
+// variables and look at the traces.
 package otlptest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	collectorv1 "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -48,36 +50,62 @@ type Receiver struct {
 	HTTPURL  string // base URL of the HTTP receiver (POST /v1/traces)
 
 	collectorv1.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []Span
+	countOnly bool
+	count     atomic.Int64
+	mu        sync.Mutex
+	spans     []Span
+	close     []func()
 }
 
-// Start starts both receivers on loopback, stopped when t ends.
+// Start starts both receivers on loopback, keeping every span, stopped
+// when t ends.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	r := &Receiver{}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := New(false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// New starts both receivers on loopback; countOnly keeps no span, only
+// their number (Count). Close stops them.
+func New(countOnly bool) (*Receiver, error) {
+	r := &Receiver{countOnly: countOnly}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	gs := grpc.NewServer()
 	collectorv1.RegisterTraceServiceServer(gs, r)
 	go func() { _ = gs.Serve(gl) }()
-	t.Cleanup(gs.Stop)
+	r.close = append(r.close, gs.Stop)
 	r.GRPCAddr = gl.Addr().String()
 
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		r.Close()
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
 	hs := &http.Server{Handler: mux}
 	go func() { _ = hs.Serve(hl) }()
-	t.Cleanup(func() { _ = hs.Close() })
+	r.close = append(r.close, func() { _ = hs.Close() })
 	r.HTTPURL = "http://" + hl.Addr().String()
-	return r
+	return r, nil
 }
+
+// Close stops the receivers.
+func (r *Receiver) Close() {
+	for _, c := range r.close {
+		c()
+	}
+}
+
+// Count is the number of spans received so far.
+func (r *Receiver) Count() int64 { return r.count.Load() }
 
 // Export receives spans over gRPC.
 func (r *Receiver) Export(_ context.Context, req *collectorv1.ExportTraceServiceRequest) (*collectorv1.ExportTraceServiceResponse, error) {
@@ -118,6 +146,14 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Receiver) add(req *collectorv1.ExportTraceServiceRequest, source string) {
+	if r.countOnly {
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				r.count.Add(int64(len(ss.GetSpans())))
+			}
+		}
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rs := range req.GetResourceSpans() {
@@ -125,6 +161,7 @@ func (r *Receiver) add(req *collectorv1.ExportTraceServiceRequest, source string
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
 				r.spans = append(r.spans, flatten(sp, service, source))
+				r.count.Add(1)
 			}
 		}
 	}
