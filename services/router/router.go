@@ -203,12 +203,11 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 // interceptors are the authentication (keys, roles, orgs, rates) and the
 // sub-task id checks every agentmesh RPC passes, on every door.
 func (s *Service) interceptors() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		traceOption(), // tracing.go
+	return append(traceOptions(), // tracing.go
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
-	}
+	)
 }
 
 // unaryInterceptors are the unary RPCs' interceptors, in order: the gRPC

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -33,37 +32,52 @@ import (
 //   - SubmitTask and SubmitTasks record the call's span as each task's
 //     traceparent, which every later hop of the task continues.
 //
-// With tracing off there is no span and no otelgrpc: a small stats
-// handler only takes the caller's trace context from the metadata, so the
-// task still records it and the logs carry it.
+// With tracing off there is no span and no otelgrpc: an interceptor only
+// takes the caller's trace context from the metadata (when it sent one),
+// so the task still records it and the logs carry it.
 
 var tracer = telemetry.NewTracer("router")
 
-// traceOption is the gRPC servers' stats handler: otelgrpc's server spans
-// while tracing is on, else the caller's trace context alone.
-func traceOption() grpc.ServerOption {
+// traceOptions are the gRPC servers' tracing: otelgrpc's server spans
+// while tracing is on, else the caller's trace context alone (first of
+// the interceptors).
+func traceOptions() []grpc.ServerOption {
 	if tp := telemetry.Provider("router"); tp != nil {
-		return grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(telemetry.Propagator()), otelgrpc.WithTracerProvider(tp)))
+		return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(telemetry.Propagator()), otelgrpc.WithTracerProvider(tp)))}
 	}
-	return grpc.StatsHandler(propagateOnly{})
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(callerTraceUnary), grpc.ChainStreamInterceptor(callerTraceStream)}
 }
 
-// propagateOnly puts the trace context an RPC's metadata carries in its
-// context, and does nothing else.
-type propagateOnly struct{}
-
-func (propagateOnly) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
-		return ctx
+// callerTrace is ctx with the trace context the RPC's metadata carries,
+// if any (nothing is copied or allocated when there is none).
+func callerTrace(ctx context.Context) (context.Context, bool) {
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	if len(tp) == 0 {
+		return ctx, false
 	}
-	return telemetry.Propagator().Extract(ctx, mdCarrier(md))
+	md, _ := metadata.FromIncomingContext(ctx)
+	return telemetry.Propagator().Extract(ctx, mdCarrier(md)), true
 }
-func (propagateOnly) HandleRPC(context.Context, stats.RPCStats) {}
-func (propagateOnly) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
+
+func callerTraceUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, _ = callerTrace(ctx)
+	return handler(ctx, req)
 }
-func (propagateOnly) HandleConn(context.Context, stats.ConnStats) {}
+
+func callerTraceStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if ctx, ok := callerTrace(ss.Context()); ok {
+		ss = &tracedStream{ServerStream: ss, ctx: ctx}
+	}
+	return handler(srv, ss)
+}
+
+// tracedStream is a stream with the caller's trace context.
+type tracedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *tracedStream) Context() context.Context { return s.ctx }
 
 // taskLog is log for a line about task, which a call of another trace
 // (an approver's) decided: it carries the task's id and trace, and the
