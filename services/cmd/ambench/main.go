@@ -32,7 +32,7 @@
 // its spans over that protocol to an OTLP receiver in ambench's process
 // (which only counts them), for the cost of tracing against a run without.
 //
-//     go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
+//	go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
 package main
 
 import (
