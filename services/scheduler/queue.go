@@ -317,7 +317,7 @@ type update struct {
 	at             time.Time // when the task entered this status
 	notBefore      time.Time
 	timeout        time.Duration
-	trace          trace.SpanContext // the task's trace, while tracing is on
+	trace          trace.SpanContext // the task's trace (zero: none known)
 }
 
 func updateFromEvent(ev *agentmeshv1.TaskEvent) update {
