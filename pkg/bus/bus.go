@@ -94,28 +94,42 @@ func Handler[Req, Resp proto.Message](log *slog.Logger, newReq func() Req, fn Ha
 	return micro.HandlerFunc(func(r micro.Request) {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 		defer cancel()
-		ctx = Extract(ctx, nats.Header(r.Headers()))
-		req := newReq()
-		if err := proto.Unmarshal(r.Data(), req); err != nil {
-			log.Warn("malformed bus request set aside", "subject", r.Subject(), "bytes", len(r.Data()), "err", err)
-			respondError(ctx, log, r, &Error{Code: CodeInvalidArgument, Message: "malformed request: " + err.Error()})
-			return
-		}
-		resp, err := safeCall(ctx, fn, req)
-		if err != nil {
-			logFailure(log, r.Subject(), err)
-			respondError(ctx, log, r, err)
-			return
-		}
-		data, err := proto.Marshal(resp)
-		if err != nil {
-			respondError(ctx, log, r, fmt.Errorf("marshal reply: %w", err))
-			return
-		}
-		if err := retryRespond(ctx, func() error { return r.Respond(data) }); err != nil {
-			log.Warn("reply not sent", "subject", r.Subject(), "err", err)
-		}
+		ctx, span := startServe(Extract(ctx, nats.Header(r.Headers())), r.Subject())
+		err := serve(ctx, log, r, newReq, fn)
+		endSpan(span, err)
 	})
+}
+
+// serve decodes r, runs fn and replies (the reply carrying the server
+// span's trace context); the error is the request's outcome.
+func serve[Req, Resp proto.Message](ctx context.Context, log *slog.Logger, r micro.Request, newReq func() Req, fn HandlerFunc[Req, Resp]) error {
+	req := newReq()
+	if err := proto.Unmarshal(r.Data(), req); err != nil {
+		log.WarnContext(ctx, "malformed bus request set aside", "subject", r.Subject(), "bytes", len(r.Data()), "err", err)
+		err := &Error{Code: CodeInvalidArgument, Message: "malformed request: " + err.Error()}
+		respondError(ctx, log, r, err)
+		return err
+	}
+	resp, err := safeCall(ctx, fn, req)
+	if err != nil {
+		logFailure(ctx, log, r.Subject(), err)
+		respondError(ctx, log, r, err)
+		return err
+	}
+	data, err := proto.Marshal(resp)
+	if err != nil {
+		err = fmt.Errorf("marshal reply: %w", err)
+		respondError(ctx, log, r, err)
+		return err
+	}
+	var opts []micro.RespondOpt
+	if h := traceHeaders(ctx); h != nil {
+		opts = append(opts, micro.WithHeaders(micro.Headers(h)))
+	}
+	if err := retryRespond(ctx, func() error { return r.Respond(data, opts...) }); err != nil {
+		log.WarnContext(ctx, "reply not sent", "subject", r.Subject(), "err", err)
+	}
+	return nil
 }
 
 func safeCall[Req, Resp proto.Message](ctx context.Context, fn HandlerFunc[Req, Resp], req Req) (resp Resp, err error) {
@@ -135,7 +149,11 @@ func respondError(ctx context.Context, log *slog.Logger, r micro.Request, err er
 	if desc == "" {
 		desc = pe.Code // micro refuses an empty description; a reply beats a timeout
 	}
-	if rerr := retryRespond(ctx, func() error { return r.Error(pe.Code, desc, data) }); rerr != nil {
+	var opts []micro.RespondOpt
+	if h := traceHeaders(ctx); h != nil {
+		opts = append(opts, micro.WithHeaders(micro.Headers(h)))
+	}
+	if rerr := retryRespond(ctx, func() error { return r.Error(pe.Code, desc, data, opts...) }); rerr != nil {
 		log.Warn("error reply not sent", "subject", r.Subject(), "err", rerr)
 	}
 }
@@ -215,13 +233,13 @@ func (d *detached) Reply() string          { return d.reply }
 // always, unavailable ones (a store that cannot reach its database: the
 // cause stays here, the caller is told only that it is unavailable) at most
 // once per subject every failureLogEvery.
-func logFailure(log *slog.Logger, subject string, err error) {
+func logFailure(ctx context.Context, log *slog.Logger, subject string, err error) {
 	switch CodeOf(err) {
 	case CodeInternal:
-		log.Error("request failed", "subject", subject, "err", err)
+		log.ErrorContext(ctx, "request failed", "subject", subject, "err", err)
 	case CodeUnavailable:
 		if failureLog.allow(subject, time.Now()) {
-			log.Warn("request failed: unavailable (logged once per subject every 5s)", "subject", subject, "err", err)
+			log.WarnContext(ctx, "request failed: unavailable (logged once per subject every 5s)", "subject", subject, "err", err)
 		}
 	}
 }

@@ -15,10 +15,13 @@ import (
 // It waits at most DefaultTimeout (or ctx's deadline if sooner): a request
 // lost on the way, e.g. by a service that was stopping, surfaces as
 // unavailable instead of holding the caller for its whole deadline. Its
-// latency is observed as agentmesh_bus_request_seconds{op,code}.
+// latency is observed as agentmesh_bus_request_seconds{op,code}, and it
+// is a client span of the sender's service (trace.go).
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, resp proto.Message) error {
 	start := time.Now()
+	ctx, span := startRequest(ctx, nc, subject)
 	err := request(ctx, nc, subject, req, resp)
+	endSpan(span, err)
 	metrics.Since(metrics.BusRequest, start, opOf(subject), codeLabel(err))
 	return err
 }

@@ -105,6 +105,10 @@ type Env struct {
 	// IdempotencyKey is stable per task and tool call: a tool with side
 	// effects passes it on so a resumed task does not repeat them.
 	IdempotencyKey string
+	// Traceparent is the W3C traceparent of the call's span (empty when
+	// not traced): a tool that runs programs gives it to them as
+	// TRACEPARENT, so they can continue the task's trace.
+	Traceparent string
 }
 
 // Func runs a tool with arguments that already passed the schema.

@@ -183,7 +183,7 @@ func (s *settings) get(name string) string {
 
 // observe starts what every server command has besides its services: the
 // logger, pprof (AGENTMESH_DEBUG_LISTEN), metrics (AGENTMESH_METRICS_LISTEN)
-// and tracing (OTEL_EXPORTER_OTLP_ENDPOINT); stop ends them.
+// and tracing (the OTEL_* variables: telemetry.Setup); stop ends them.
 func (s *settings) observe(ctx context.Context, name string) (log *slog.Logger, stop func(), err error) {
 	if log, err = s.logger(os.Stderr); err != nil {
 		return nil, nil, err
@@ -251,10 +251,12 @@ func (s *settings) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch s.str("AGENTMESH_LOG_FORMAT") {
+	// A line logged with a context in a trace carries trace_id and span_id
+	// (telemetry.LogHandler).
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts))), nil
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts))), nil
 	default:
 		return nil, usageError{fmt.Errorf("AGENTMESH_LOG_FORMAT: want text or json, got %q", s.str("AGENTMESH_LOG_FORMAT"))}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/poll"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/executor"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/registry"
@@ -144,7 +145,7 @@ func start(t testing.TB, o opts) *env {
 		Log:         logger(),
 	}
 	if o.log != nil {
-		cfg.Log = slog.New(slog.NewTextHandler(o.log, nil))
+		cfg.Log = slog.New(telemetry.LogHandler(slog.NewTextHandler(o.log, nil))) // as the binary's (services/app)
 	}
 	var model *scriptedmodel.Server
 	if o.node != nil {

@@ -111,7 +111,9 @@ func (a *attempt) modelTurn(ctx context.Context, req *childv1.ModelRequest) (*ch
 	tp := newTokenPublisher(ctx, a.s.nc, a.s.names.TaskTokens(a.task.GetOrg(), a.task.GetId()), a.task, a.num)
 	call := r.call
 	call.OnToken, call.Turn = tp.write, withConversation(req, r.thread)
-	resp, err := a.model.Complete(ctx, call)
+	mctx, span := a.startModelCall(ctx, call) // tracing.go
+	resp, err := a.model.Complete(mctx, call)
+	endModelCall(span, resp, err)
 	tp.close()
 	if err != nil {
 		if w := waitFor(err); w != nil && ctx.Err() == nil {
@@ -271,7 +273,7 @@ func (a *attempt) handEarly(ctx context.Context, resp *childv1.ModelResponse) *e
 		defer close(et.done)
 		et.step, et.err = a.writeAnswer(ctx, resp, next, "handed")
 		if et.err != nil {
-			a.s.log.Warn("the model's answer was not checkpointed while its agent process took it; the agent process records it", "task", a.task.GetId(), "step", next, "err", et.err)
+			a.log.Warn("the model's answer was not checkpointed while its agent process took it; the agent process records it", "step", next, "err", et.err)
 		}
 	}()
 	return et
@@ -364,7 +366,7 @@ func (a *attempt) keepUnrecorded(ctx context.Context) {
 	ctx, cancel := endContext(ctx)
 	defer cancel()
 	if err := a.flush(ctx); err != nil {
-		a.s.log.Warn("model turn not checkpointed after the agent's end", "task", a.task.Id, "err", err)
+		a.log.Warn("model turn not checkpointed after the agent's end", "err", err)
 		return
 	}
 	if a.observed != nil {
@@ -382,10 +384,10 @@ func (a *attempt) keepUnrecorded(ctx context.Context) {
 // so the step is the one the child would have written.
 func (a *attempt) keepAnswer(ctx context.Context, resp *childv1.ModelResponse) {
 	if _, err := a.writeAnswer(ctx, resp, a.next, "unrecorded"); err != nil {
-		a.s.log.Warn("the model's answer no agent process recorded was not checkpointed; the next attempt asks again", "task", a.task.GetId(), "step", a.next, "err", err)
+		a.log.Warn("the model's answer no agent process recorded was not checkpointed; the next attempt asks again", "step", a.next, "err", err)
 		return
 	}
-	a.s.log.Info("checkpointed the model's answer no agent process recorded", "task", a.task.GetId(), "step", a.next)
+	a.log.Info("checkpointed the model's answer no agent process recorded", "step", a.next)
 }
 
 // writeAnswer writes resp as the MODEL_TURN step at index next (see

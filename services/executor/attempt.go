@@ -90,6 +90,8 @@ type attempt struct {
 	held     *childv1.ModelResponse
 	deferred *agentmeshv1.Step
 	early    *earlyTurn
+	// tools are the spans of the tool calls under way (tracing.go).
+	tools toolSpans
 }
 
 // recorder is what an attempt writes to the state service: its steps, and
@@ -156,6 +158,7 @@ func (a *attempt) run(ctx context.Context, tp string) outcome {
 	a.log.Info("agent process started", "pid", a.p.pid, "warm", a.p.warm, "resumed_steps", len(a.start.History))
 	a.dl = a.s.newDelegator(a.task, a.num, a.mr, a.start.History)
 	a.gate = newGate(a.task, a.approvals, a.dl.tools(mc.execTools(a.s.execTools)), mc.tools)
+	defer a.tools.endAll()
 	return a.end(ctx, a.serve(ctx))
 }
 
@@ -371,7 +374,7 @@ func (a *attempt) send(f *childv1.Frame) error { return a.w.Write(f) }
 // onToolRequest runs a tool the gate allowed to run in the executor and
 // answers with its result.
 func (a *attempt) onToolRequest(ctx context.Context, req *childv1.ToolRequest) *serveResult {
-	resp, unsettled := a.gate.run(ctx, req)
+	resp, unsettled := a.gate.run(a.tools.context(ctx, req.GetCall().GetId()), req)
 	if unsettled != nil {
 		return &serveResult{unsettled: unsettled}
 	}

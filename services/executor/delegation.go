@@ -365,7 +365,7 @@ func (d *delegator) wait(ctx context.Context, step *agentmeshv1.Step) (blocked b
 		return false, err
 	}
 	if resp.Blocked {
-		d.s.log.Info("task waits for its sub-tasks; its slot is free", "task", d.task.Id, "subtasks", len(resp.Tasks))
+		d.s.log.InfoContext(ctx, "task waits for its sub-tasks; its slot is free", "task_id", d.task.Id, "subtasks", len(resp.Tasks))
 		return true, nil
 	}
 	d.setWait(step.ToolCallId, waitAnswer{tasks: resp.Tasks})

@@ -400,7 +400,7 @@ func (s *Service) drain(hbCtx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	s.closing = true
 	for _, r := range s.runs {
-		s.log.Info("drain grace over; handing the task back to the queue", "task", r.key.task, "attempt", r.key.attempt)
+		s.log.Info("drain grace over; handing the task back to the queue", "task_id", r.key.task, "attempt", r.key.attempt)
 		r.cancel(errShutdown)
 	}
 	s.mu.Unlock()
@@ -470,7 +470,7 @@ func (s *Service) onCancelled(m *nats.Msg) {
 	defer s.mu.Unlock()
 	for k, r := range s.runs {
 		if k.task == id {
-			s.log.Info("task cancelled; killing its agent process", "task", id, "attempt", k.attempt)
+			s.log.Info("task cancelled; killing its agent process", "task_id", id, "attempt", k.attempt)
 			r.cancel(errCancelled)
 		}
 	}

@@ -55,7 +55,7 @@ func (a *attempt) childFor(ctx context.Context) (p *process, kept *agentmeshv1.S
 		p, err = s.startChildFor(ctx, a.task)
 		return p, nil, err
 	}
-	if p := s.readyChild(ctx, a.task); p != nil {
+	if p := s.tracedReadyChild(ctx, a.task); p != nil { // tracing.go
 		metrics.FirstTurns.WithLabelValues("ready").Inc()
 		return p, nil, nil
 	}
@@ -104,7 +104,7 @@ func (a *attempt) firstAnswer(first *asked, req *childv1.ModelRequest) *asked {
 	}
 	<-first.done
 	metrics.FirstTurns.WithLabelValues("differed").Inc()
-	a.s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task", a.task.GetId())
+	a.s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task_id", a.task.GetId())
 	return nil
 }
 
@@ -164,7 +164,7 @@ func (a *attempt) startKeeping(ctx context.Context, resp *childv1.ModelResponse,
 	}()
 	kept, werr := a.writeAnswer(ctx, resp, a.next, "before_child")
 	if werr != nil {
-		a.s.log.Warn("the model's answer was not checkpointed while its agent process started; the agent process records it", "task", a.task.GetId(), "step", a.next, "err", werr)
+		a.log.Warn("the model's answer was not checkpointed while its agent process started; the agent process records it", "step", a.next, "err", werr)
 	}
 	r := <-ch
 	return r.p, kept, r.err

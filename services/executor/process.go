@@ -170,7 +170,7 @@ func (s *Service) spawnIn(ctx context.Context, taskID string, background bool) (
 		return nil, fmt.Errorf("start agent process %s: %w", s.cfg.ChildCommand[0], err)
 	}
 	if sb.Unsandboxed() {
-		s.log.Warn("UNSANDBOXED agent process: isolation level none (no namespaces, no Landlock, no cgroup limits)", "task", taskID, "pid", p.pid)
+		s.log.WarnContext(ctx, "UNSANDBOXED agent process: isolation level none (no namespaces, no Landlock, no cgroup limits)", "task_id", taskID, "pid", p.pid)
 	}
 	return p, nil
 }

@@ -120,7 +120,7 @@ func (a *attempt) release() {
 	a.p.cleanup()
 	a.s.released.Add(1)
 	metrics.ChildrenReleased.Inc()
-	a.s.log.Debug("agent process released while its model call runs", "task", a.task.GetId(), "attempt", a.num, "pid", a.p.pid)
+	a.log.Debug("agent process released while its model call runs", "pid", a.p.pid)
 }
 
 // takeOver starts the child that goes on with the attempt whose child was

@@ -277,8 +277,12 @@ func (s *Service) readyChild(ctx context.Context, task *agentmeshv1.Task) *proce
 // startChildFor gives the task an agent child: a ready one (readyChild),
 // else a fresh spawn. With reuse on, the fresh child gets a context of its
 // own (linked to ctx), so that it can outlive its task when parked.
-func (s *Service) startChildFor(ctx context.Context, task *agentmeshv1.Task) (*process, error) {
+func (s *Service) startChildFor(ctx context.Context, task *agentmeshv1.Task) (p *process, err error) {
+	ctx, span := startSpawn(ctx) // tracing.go
+	ready := false
+	defer func() { endSpawn(span, p, ready && !p.warm, err) }()
 	if p := s.readyChild(ctx, task); p != nil {
+		ready = true
 		return p, nil
 	}
 	s.mu.Lock()
@@ -288,7 +292,7 @@ func (s *Service) startChildFor(ctx context.Context, task *agentmeshv1.Task) (*p
 		return s.spawn(ctx, task.GetId())
 	}
 	own, cancel := context.WithCancel(context.Background())
-	p, err := s.spawn(own, task.GetId())
+	p, err = s.spawn(own, task.GetId())
 	if err != nil {
 		cancel()
 		return nil, err

@@ -49,6 +49,7 @@ func (a *attempt) onStep(ctx context.Context, step, recorded *agentmeshv1.Step) 
 	if bad != nil {
 		return bad
 	}
+	a.tools.step(ctx, rp) // a tool call's span (tracing.go)
 	if recorded != nil {
 		return a.ackRecorded(ctx, rp)
 	}

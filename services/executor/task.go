@@ -12,9 +12,9 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -41,9 +41,12 @@ func (s *Service) handle(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	ctx := bus.Extract(context.Background(), nats.Header(msg.Headers()))
+	// The attempt continues the task's trace, which the work message's
+	// headers carry (tracing.go).
+	ctx, span := startAttempt(bus.Extract(context.Background(), nats.Header(msg.Headers())), &item, s.cfg.Node)
+	defer span.End()
 	key := runKey{task: item.Task.Id, attempt: item.Attempt}
-	log := s.log.With("task", key.task, "attempt", key.attempt)
+	log := telemetry.TaskLogger(ctx, s.log, key.task).With("attempt", key.attempt)
 
 	r, rctx, existing := s.register(ctx, key, msg)
 	switch {
@@ -78,7 +81,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 	}
 
 	stopProgress := s.inProgress(r)
-	out, teardown := s.runTask(rctx, log, resp.GetTask(), key.attempt, traceparent(ctx))
+	out, teardown := s.runTask(rctx, log, resp.GetTask(), key.attempt, telemetry.Traceparent(ctx))
 	stopProgress()
 	s.finish(ctx, log, r, out)
 	// The child's exit and its sandbox's removal, after the outcome is
@@ -207,6 +210,7 @@ const (
 
 // finish records the outcome and settles the message.
 func (s *Service) finish(ctx context.Context, log *slog.Logger, r *run, out outcome) {
+	noteOutcome(ctx, out) // on the attempt's span (tracing.go)
 	msg := r.current()
 	var tr *busv1.TransitionRequest
 	var op string
@@ -270,7 +274,7 @@ func (s *Service) inProgress(r *run) (stop func()) {
 			select {
 			case <-t.C:
 				if err := r.current().InProgress(); err != nil {
-					s.log.Warn("in-progress signal not sent", "task", r.key.task, "err", err)
+					s.log.Warn("in-progress signal not sent", "task_id", r.key.task, "err", err)
 				}
 			case <-done:
 				return
@@ -317,7 +321,7 @@ func (s *Service) block(ctx context.Context, task *agentmeshv1.Task, attempt int
 		Reason: "waiting for approval: " + a.Reason, Approval: a, Node: s.cfg.Node,
 	})
 	if err == nil {
-		s.log.Info("task waits for approval", "task", task.Id, "tool", a.Tool, "risk", a.Risk)
+		s.log.InfoContext(ctx, "task waits for approval", "task_id", task.Id, "tool", a.Tool, "risk", a.Risk)
 	}
 	return err
 }
@@ -346,7 +350,7 @@ func (s *Service) appendSteps(ctx context.Context, taskID string, attempt int32,
 	tries := 0
 	err := bus.Retry(ctx, stepBackoff, func(ctx context.Context) error {
 		if tries++; tries == 2 || tries%20 == 0 {
-			s.log.Warn("checkpoint not answered; sending it again", "task", taskID, "step", last.GetIndex(), "try", tries)
+			s.log.WarnContext(ctx, "checkpoint not answered; sending it again", "task_id", taskID, "step", last.GetIndex(), "try", tries)
 		}
 		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
 		defer cancel()
@@ -379,11 +383,4 @@ func (s *Service) request(ctx context.Context, op string, req, resp proto.Messag
 // cancelled, finished, re-dispatched (a stale attempt) or unknown.
 func gone(err error) bool {
 	return errors.Is(err, bus.ErrFailedPrecondition) || errors.Is(err, bus.ErrNotFound)
-}
-
-// traceparent returns ctx's W3C traceparent, if any.
-func traceparent(ctx context.Context) string {
-	c := propagation.MapCarrier{}
-	bus.Propagator().Inject(ctx, c)
-	return c["traceparent"]
 }

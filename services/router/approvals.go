@@ -104,7 +104,7 @@ func (s *Service) decide(ctx context.Context, id, comment string, status agentme
 	if err != nil {
 		return nil, nil, err
 	}
-	s.log.Info("approval decided", "approval", id, "decision", approvalVerb(status), "org", orgFrom(ctx), "by", keyNameFrom(ctx))
+	taskLog(ctx, s.log, resp.GetTask()).Info("approval decided", "approval", id, "decision", approvalVerb(status), "org", orgFrom(ctx), "by", keyNameFrom(ctx))
 	return resp.GetEvent().GetApproval(), resp.GetTask(), nil
 }
 

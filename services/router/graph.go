@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskgraph"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -228,6 +229,7 @@ func (s *Service) submitTasks(ctx context.Context, req *agentmeshv1.SubmitTasksR
 			Budget: budget.Merge(sub.GetBudget(), agent.GetBudget()), Routing: routing,
 		}
 		addGraphFields(ctx, t, sub)
+		t.Traceparent = telemetry.Traceparent(ctx) // one call, one trace (tracing.go)
 		out.Tasks[i], out.Refs[i] = t, ref
 	}
 	seen := map[string]bool{}

@@ -104,7 +104,7 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 	d.conns = newConnLimiter(inner, connLimit(s.cfg.MaxConnections), s.cfg.AuthTimeout, s.log)
 	d.lis = d.conns
 	d.srv = &http.Server{
-		Handler:           s.markAuthenticated(edge),
+		Handler:           traceHTTP(s.markAuthenticated(edge)), // tracing.go
 		ReadHeaderTimeout: s.cfg.HandshakeTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,

@@ -60,6 +60,14 @@ func (d *directConn) Invoke(ctx context.Context, method string, args, reply any,
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	ctx = bus.Propagator().Extract(ctx, mdCarrier(md))
+	ctx, span := startCall(ctx, method) // tracing.go
+	err := d.invoke(ctx, m, method, md, in, out)
+	endCall(span, err)
+	return err
+}
+
+// invoke runs m, a call of method with metadata md, in ctx.
+func (d *directConn) invoke(ctx context.Context, m directMethod, method string, md metadata.MD, in, out proto.Message) error {
 	ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, md), directTransport(method))
 	dec := func(v any) error {
 		dst, ok := v.(proto.Message)

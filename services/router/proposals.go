@@ -169,7 +169,7 @@ func (s *Service) approveProposal(ctx context.Context, req *agentmeshv1.ApproveP
 		}
 		return nil, nil, decisionError(p.Id, err)
 	}
-	s.log.Info("proposal approved", "proposal", p.Id, "agent", agent.Name, "permanent", req.GetPermanent(), "org", org, "by", keyNameFrom(ctx))
+	taskLog(ctx, s.log, resp.GetTask()).Info("proposal approved", "proposal", p.Id, "agent", agent.Name, "permanent", req.GetPermanent(), "org", org, "by", keyNameFrom(ctx))
 	return resp.GetTask().GetPendingProposal(), resp.GetTask(), nil
 }
 
@@ -227,7 +227,7 @@ func (s *Service) rejectProposal(ctx context.Context, req *agentmeshv1.RejectPro
 	if err != nil {
 		return nil, nil, decisionError(p.Id, err)
 	}
-	s.log.Info("proposal rejected", "proposal", p.Id, "org", orgFrom(ctx), "by", keyNameFrom(ctx))
+	taskLog(ctx, s.log, resp.GetTask()).Info("proposal rejected", "proposal", p.Id, "org", orgFrom(ctx), "by", keyNameFrom(ctx))
 	return resp.GetTask().GetPendingProposal(), resp.GetTask(), nil
 }
 

@@ -76,12 +76,10 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
-	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/netguard"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -232,12 +230,11 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 // interceptors are the authentication (keys, roles, orgs, rates) and the
 // sub-task id checks every agentmesh RPC passes, on every door.
 func (s *Service) interceptors() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithPropagators(bus.Propagator()))),
+	return append(traceOptions(), // tracing.go
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
-	}
+	)
 }
 
 // unaryInterceptors are the unary RPCs' interceptors, in order: the gRPC

@@ -11,6 +11,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 )
 
 // taskServer implements agentmeshv1.TaskService.
@@ -117,6 +118,7 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 		PendingProposal: match.GetProposal(),
 	}
 	addGraphFields(ctx, task, req)
+	task.Traceparent = telemetry.Traceparent(ctx) // the task's trace: this call's (tracing.go)
 	var created busv1.CreateTaskResponse
 	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: task}, &created)
 	if err != nil {

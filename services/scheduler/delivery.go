@@ -9,6 +9,7 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,7 +48,9 @@ const republishWithin = bus.DuplicateWindow - 15*time.Second
 // workMsg builds the work message of task's current attempt; round, when
 // set, makes a message id of its own (reconcile).
 func (s *Service) workMsg(ctx context.Context, task *agentmeshv1.Task, round string) (*nats.Msg, error) {
-	msg, err := bus.NewMsg(ctx, s.names.Work(task.Agent), workItem(task))
+	// Published again (a lost reply, a new leader, reconcile), the work
+	// still carries the task's trace.
+	msg, err := bus.NewMsg(telemetry.InTrace(ctx, task.GetTraceparent()), s.names.Work(task.Agent), workItem(task))
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +73,7 @@ func (s *Service) publishWork(ctx context.Context, task *agentmeshv1.Task, round
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish work of %s: %w", task.Id, err)
 	}
-	s.log.Debug("dispatched", "task", task.Id, "agent", task.Agent, "attempt", task.Attempt)
+	s.log.DebugContext(ctx, "dispatched", "task_id", task.Id, "agent", task.Agent, "attempt", task.Attempt)
 	return nil
 }
 
@@ -85,7 +88,7 @@ func (s *Service) deliver(ctx context.Context, task *agentmeshv1.Task) error {
 	if !bus.PublishRetryable(err) {
 		return err
 	}
-	s.log.Info("work not stored yet; sending it again until it is", "task", task.Id, "attempt", task.Attempt, "err", err)
+	s.log.InfoContext(ctx, "work not stored yet; sending it again until it is", "task_id", task.Id, "attempt", task.Attempt, "err", err)
 	return s.deliverLater(ctx, task)
 }
 
@@ -107,7 +110,7 @@ func (s *Service) redeliver(ctx context.Context, task *agentmeshv1.Task, now tim
 		return false
 	}
 	if err := s.deliverLater(ctx, task); err != nil {
-		s.log.Warn("work of an assigned task not queued for publishing; reconcile will", "task", task.Id, "err", err)
+		s.log.WarnContext(ctx, "work of an assigned task not queued for publishing; reconcile will", "task_id", task.Id, "err", err)
 		return false
 	}
 	return true

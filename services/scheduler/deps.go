@@ -116,7 +116,7 @@ func (r *resolver) resolve(ctx context.Context, taskID string, parent *agentmesh
 		return fmt.Errorf("resolve %s after %s: %w", taskID, parent.TaskId, err)
 	}
 	if ev := resp.GetEvent(); ev != nil {
-		r.log.Debug("dependency resolved", "task", taskID, "parent", parent.TaskId, "status", taskstate.Name(ev.Status))
+		r.log.DebugContext(ctx, "dependency resolved", "task_id", taskID, "parent", parent.TaskId, "status", taskstate.Name(ev.Status))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // job is work for the dispatch workers (bus requests are made outside the
@@ -25,6 +26,9 @@ type job struct {
 	attempt int32
 	node    string
 	reason  string
+	// jobDispatch: when the task was queued and its trace (tracing.go).
+	queued time.Time
+	trace  trace.SpanContext
 }
 
 type jobKind int
@@ -185,17 +189,22 @@ func (s *Service) onEvent(m jetstream.Msg) {
 		s.Reprioritize(ev.TaskId, u.GetPriority())
 		return
 	}
-	s.applyEvent(&ev)
+	s.applyEventIn(&ev, eventTrace(m)) // the task's trace, from its headers (tracing.go)
 }
 
 // applyEvent folds a status event into the model and wakes the dispatcher
 // when capacity or work changed.
-func (s *Service) applyEvent(ev *agentmeshv1.TaskEvent) {
+func (s *Service) applyEvent(ev *agentmeshv1.TaskEvent) { s.applyEventIn(ev, trace.SpanContext{}) }
+
+// applyEventIn is applyEvent of an event published in the trace sc.
+func (s *Service) applyEventIn(ev *agentmeshv1.TaskEvent, sc trace.SpanContext) {
 	if ev == nil || ev.Type != agentmeshv1.EventType_EVENT_TYPE_STATUS {
 		return
 	}
+	u := updateFromEvent(ev)
+	u.trace = sc
 	s.mu.Lock()
-	changed := s.m.apply(updateFromEvent(ev), time.Now())
+	changed := s.m.apply(u, time.Now())
 	if taskstate.Terminal(ev.Status) || ev.Status == taskstate.Queued {
 		delete(s.fencing, ev.TaskId)
 	}
@@ -289,7 +298,7 @@ func (s *Service) serve(term context.Context) {
 			if e == nil {
 				break
 			}
-			out = append(out, job{kind: jobDispatch, task: e.id})
+			out = append(out, job{kind: jobDispatch, task: e.id, queued: e.queued, trace: e.trace})
 		}
 		for _, id := range s.waits.due(now) {
 			out = append(out, job{kind: jobWait, task: id})
@@ -350,8 +359,11 @@ func (s *Service) do(ctx context.Context, j job) {
 	defer cancel()
 	switch j.kind {
 	case jobDispatch:
-		if err := s.dispatch(ctx, j.task); err != nil {
-			s.log.Warn("dispatch failed; will retry", "task", j.task, "err", err)
+		dctx, span := traceDispatch(ctx, j) // tracing.go
+		err := s.dispatch(dctx, j.task)
+		endSpan(span, err)
+		if err != nil {
+			s.log.WarnContext(dctx, "dispatch failed; will retry", "task_id", j.task, "err", err)
 			backoff.Sleep(ctx, 200*time.Millisecond)
 			// Learn whether the move happened (a lost reply) or not: a task
 			// the record still shows queued goes back to waiting.
@@ -399,12 +411,12 @@ func (s *Service) finishWith(ctx context.Context, id, op string, req *busv1.Tran
 	err := bus.Request(ctx, s.nc, s.names.State(op), req, &tr)
 	switch {
 	case err == nil:
-		s.log.Info("task moved by the scheduler", "task", id, "to", taskstate.Name(tr.Task.GetStatus()), "reason", req.Reason)
+		s.log.InfoContext(ctx, "task moved by the scheduler", "task_id", id, "to", taskstate.Name(tr.Task.GetStatus()), "reason", req.Reason)
 		s.applyEvent(tr.Event)
 	case errors.Is(err, bus.ErrFailedPrecondition), errors.Is(err, bus.ErrNotFound):
 		_ = s.refresh(ctx, id)
 	default:
-		s.log.Warn("scheduler transition failed; will retry", "task", id, "to", taskstate.Name(req.To), "err", err)
+		s.log.WarnContext(ctx, "scheduler transition failed; will retry", "task_id", id, "to", taskstate.Name(req.To), "err", err)
 		backoff.Sleep(ctx, time.Second)
 		_ = s.refresh(ctx, id)
 	}

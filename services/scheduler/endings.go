@@ -93,7 +93,7 @@ func (e *endings) onMsg(ctx context.Context, m jetstream.Msg) {
 			_ = m.Nak()
 			return
 		}
-		e.log.Warn(e.what+" failed; will retry", "task", ev.TaskId, "err", err)
+		e.log.WarnContext(ctx, e.what+" failed; will retry", "task_id", ev.TaskId, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The queue model is the leader's in-memory picture of the work that holds
@@ -59,6 +60,10 @@ type entry struct {
 	notBefore time.Time
 	timeout   time.Duration // queue timeout (0 = none)
 	gen       uint64        // grows on every (re)queue; stale FIFO and timer items carry an older one
+	// queued: when it last entered queued; trace: the task's trace, which
+	// its queue wait and dispatch continue (tracing.go).
+	queued time.Time
+	trace  trace.SpanContext
 }
 
 type qitem struct {
@@ -312,6 +317,7 @@ type update struct {
 	at             time.Time // when the task entered this status
 	notBefore      time.Time
 	timeout        time.Duration
+	trace          trace.SpanContext // the task's trace (zero: none known)
 }
 
 func updateFromEvent(ev *agentmeshv1.TaskEvent) update {
@@ -326,7 +332,7 @@ func updateFromTask(t *agentmeshv1.Task) update {
 	return update{
 		id: t.Id, org: t.Org, agent: taskstate.AgentKey(t.GetAgentSpec().GetOrg(), t.Agent), prio: t.Priority, status: t.Status, seq: t.LastEventSeq,
 		attempt: t.Attempt, node: t.Node, at: t.UpdatedAt.AsTime(), notBefore: asTime(t.NextRetryAt),
-		timeout: taskstate.EffectiveQueueTimeout(t),
+		timeout: taskstate.EffectiveQueueTimeout(t), trace: taskTrace(t),
 	}
 }
 
@@ -347,7 +353,10 @@ func (m *model) apply(u update, now time.Time) (changed bool) {
 			m.tasks[u.id] = e
 		}
 		e.seq, e.attempt, e.prio, e.timeout = u.seq, u.attempt, u.prio, u.timeout
-		e.since, e.notBefore = u.at, u.notBefore
+		e.since, e.notBefore, e.queued = u.at, u.notBefore, u.at
+		if u.trace.IsValid() {
+			e.trace = u.trace
+		}
 		if e.notBefore.After(e.since) {
 			e.since = e.notBefore // the queue timeout runs from eligibility
 		}

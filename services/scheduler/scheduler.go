@@ -275,7 +275,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 					continue
 				}
 				if err := s.publishWork(ctx, t, round); err != nil {
-					s.log.Warn("reconcile: republish work", "task", t.Id, "err", err)
+					s.log.WarnContext(ctx, "reconcile: republish work", "task_id", t.Id, "err", err)
 					continue
 				}
 				n++
@@ -322,11 +322,11 @@ func (s *Service) expireApprovals(ctx context.Context) (int, error) {
 			}, &busv1.TransitionResponse{})
 			if err != nil {
 				if !errors.Is(err, bus.ErrFailedPrecondition) { // decided meanwhile
-					s.log.Warn("expire approval", "task", t.Id, "approval", p.Id, "err", err)
+					s.log.WarnContext(ctx, "expire approval", "task_id", t.Id, "approval", p.Id, "err", err)
 				}
 				continue
 			}
-			s.log.Info("approval expired; task failed", "task", t.Id, "approval", p.Id, "tool", p.Tool)
+			s.log.InfoContext(ctx, "approval expired; task failed", "task_id", t.Id, "approval", p.Id, "tool", p.Tool)
 			n++
 		}
 		if token = resp.NextPageToken; token == "" || ctx.Err() != nil {

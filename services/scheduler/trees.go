@@ -65,7 +65,7 @@ func (k *treeKeeper) settle(ctx context.Context, id string) error {
 		return fmt.Errorf("settle %s: %w", id, err)
 	}
 	if len(resp.Cancelled) > 0 {
-		k.log.Info("cancelled the unfinished sub-tasks of an ended task", "task", id, "subtasks", len(resp.Cancelled))
+		k.log.InfoContext(ctx, "cancelled the unfinished sub-tasks of an ended task", "task_id", id, "subtasks", len(resp.Cancelled))
 	}
 	return nil
 }

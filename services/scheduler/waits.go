@@ -142,11 +142,11 @@ func (s *Service) releaseWait(ctx context.Context, id string) {
 	case errors.Is(err, bus.ErrNotFound):
 		return // deleted meanwhile
 	case err != nil:
-		s.log.Warn("release an expired sub-task wait; will retry", "task", id, "err", err)
+		s.log.WarnContext(ctx, "release an expired sub-task wait; will retry", "task_id", id, "err", err)
 		s.rearmWait(id, time.Now().Add(time.Second))
 		return
 	case out.Event != nil:
-		s.log.Info("sub-task wait timed out; task re-queued", "task", id)
+		s.log.InfoContext(ctx, "sub-task wait timed out; task re-queued", "task_id", id)
 		s.applyEvent(out.Event)
 		return
 	}
@@ -195,12 +195,12 @@ func (s *Service) expireWaits(ctx context.Context) (int, error) {
 			err := bus.Request(ctx, s.nc, s.names.State(subjects.StateWaitExpired), &busv1.ReleaseSubtaskWaitRequest{TaskId: t.Id}, &out)
 			if err != nil {
 				if !errors.Is(err, bus.ErrNotFound) {
-					s.log.Warn("release an expired sub-task wait", "task", t.Id, "err", err)
+					s.log.WarnContext(ctx, "release an expired sub-task wait", "task_id", t.Id, "err", err)
 				}
 				continue
 			}
 			if out.Event != nil {
-				s.log.Info("sub-task wait timed out; task re-queued", "task", t.Id)
+				s.log.InfoContext(ctx, "sub-task wait timed out; task re-queued", "task_id", t.Id)
 				n++
 			}
 		}

@@ -33,7 +33,7 @@ func (s *Service) historyBatch(ctx context.Context, req *busv1.HistoryBatchReque
 				resp, err := s.history(ctx, req.Requests[i])
 				if err != nil {
 					if bus.CodeOf(err) == bus.CodeInternal {
-						s.log.Error("history in a batch failed", "task", req.Requests[i].GetTaskId(), "err", err)
+						s.log.ErrorContext(ctx, "history in a batch failed", "task_id", req.Requests[i].GetTaskId(), "err", err)
 					}
 					items[i] = &busv1.HistoryBatchItem{Error: bus.ToProto(err)}
 					continue

@@ -202,15 +202,18 @@ func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*b
 	if req.Title == "" {
 		child.Title = fmt.Sprintf("sub-task of %s (%s)", parent.Id, spec.GetName())
 	}
+	// A trace of its own, linked to this spawn in the parent's (tracing.go).
+	sctx, traced := subtaskTrace(ctx, parent, child)
 	task, events, created, err := s.store.CreateTask(ctx, placed(child, root, depth))
 	if err != nil {
 		return nil, fmt.Errorf("spawn sub-task of %s: %w", parent.Id, err)
 	}
 	if created {
+		traced.End()
 		for _, ev := range events {
 			observe(task, ev)
 		}
-		s.publishEvents(ctx, events...)
+		s.publishTaskEvents(sctx, task, events...)
 		// The tree's limits are kept; the rest needs no tree lock.
 		locked = false
 		unlock()
@@ -381,7 +384,7 @@ func (s *Service) waitSubtasks(ctx context.Context, req *busv1.WaitSubtasksReque
 		return nil, fmt.Errorf("block task %s on its sub-tasks: %w", cur.Id, err)
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
 	t = proto.Clone(s.recheckSubtasks(ctx, t)).(*agentmeshv1.Task)
 	t.AgentSpec = nil
 	resp.Blocked, resp.Task = true, t
@@ -401,12 +404,12 @@ func (s *Service) recheckSubtasks(ctx context.Context, t *agentmeshv1.Task) *age
 		}
 		next, ev, err := s.store.ResolveDependency(ctx, t.Id, store.ResultOf(c))
 		if err != nil {
-			s.log.Warn("resolve a sub-task that finished during the block", "task", t.Id, "subtask", id, "err", err)
+			s.log.WarnContext(ctx, "resolve a sub-task that finished during the block", "task_id", t.Id, "subtask", id, "err", err)
 			continue
 		}
 		if ev != nil {
 			observe(next, ev)
-			s.publishEvents(ctx, ev)
+			s.publishTaskEvents(ctx, next, ev)
 		}
 		t = next
 		if taskstate.BlockedOn(t) != agentmeshv1.BlockedOn_BLOCKED_ON_SUBTASKS {
@@ -426,7 +429,7 @@ func (s *Service) releaseWait(ctx context.Context, req *busv1.ReleaseSubtaskWait
 	}
 	if ev != nil {
 		observe(t, ev)
-		s.publishEvents(ctx, ev)
+		s.publishTaskEvents(ctx, t, ev)
 	}
 	return &busv1.ReleaseSubtaskWaitResponse{Task: t, Event: ev}, nil
 }

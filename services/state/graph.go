@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"google.golang.org/protobuf/proto"
 )
@@ -47,6 +48,9 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 			t.AgentSpec = specs[t.Agent]
 		}
 		s.placeInTree(ctx, t)
+		if t.Traceparent == "" {
+			t.Traceparent = telemetry.Traceparent(ctx)
+		}
 	}
 	tasks, events, err := s.store.CreateTasks(ctx, req.Tasks, req.Refs)
 	if err != nil {
@@ -59,7 +63,10 @@ func (s *Service) createTasks(ctx context.Context, req *busv1.CreateTasksRequest
 		}
 		all = append(all, evs...)
 	}
-	s.publishEvents(ctx, all...)
+	if len(tasks) > 0 {
+		// One call's tasks: the router gives them all its trace.
+		s.publishTaskEvents(ctx, tasks[0], all...)
+	}
 	for i, t := range tasks {
 		c := proto.Clone(s.spawned(ctx, s.recheckParents(ctx, t))).(*agentmeshv1.Task)
 		c.AgentSpec = nil
@@ -85,12 +92,12 @@ func (s *Service) recheckParents(ctx context.Context, t *agentmeshv1.Task) *agen
 		}
 		next, ev, err := s.store.ResolveDependency(ctx, t.Id, store.ResultOf(p))
 		if err != nil {
-			s.log.Warn("resolve a parent that finished during create", "task", t.Id, "parent", pid, "err", err)
+			s.log.WarnContext(ctx, "resolve a parent that finished during create", "task_id", t.Id, "parent", pid, "err", err)
 			continue
 		}
 		if ev != nil {
 			observe(next, ev)
-			s.publishEvents(ctx, ev)
+			s.publishTaskEvents(ctx, next, ev)
 		}
 		t = next
 	}
@@ -107,7 +114,7 @@ func (s *Service) resolveDependency(ctx context.Context, req *busv1.ResolveDepen
 	}
 	if ev != nil {
 		observe(t, ev)
-		s.publishEvents(ctx, ev)
+		s.publishTaskEvents(ctx, t, ev)
 	}
 	return &busv1.ResolveDependencyResponse{Task: t, Event: ev}, nil
 }
@@ -131,7 +138,7 @@ func (s *Service) updateTask(ctx context.Context, req *busv1.UpdateTaskRequest) 
 		return nil, fmt.Errorf("update task %s: %w", req.Id, err)
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
 	return &busv1.UpdateTaskResponse{Task: s.recheckParents(ctx, t)}, nil
 }
 
@@ -267,7 +274,7 @@ func (s *Service) Purge(ctx context.Context, cutoff time.Time) (int, error) {
 				taskDeletes.Inc()
 			case errors.Is(err, bus.ErrNotFound):
 			default:
-				s.log.Warn("retention: delete task", "task", t.Id, "err", err)
+				s.log.WarnContext(ctx, "retention: delete task", "task_id", t.Id, "err", err)
 			}
 		}
 		// Deleted tasks leave the listing: read the first page again until

@@ -140,7 +140,7 @@ func (s *Service) intentHandler(in intent) bus.HandlerFunc[*busv1.TransitionRequ
 			return nil, bus.FieldError("task_id", "a task id is required")
 		}
 		if err := in.check(req); err != nil {
-			s.log.Warn("transition intent refused", "op", in.op, "task", req.TaskId, "err", err)
+			s.log.WarnContext(ctx, "transition intent refused", "op", in.op, "task_id", req.TaskId, "err", err)
 			return nil, err
 		}
 		req.To = in.to

@@ -64,12 +64,12 @@ func (r *liveRelay) relay(m *nats.Msg) {
 	}
 	t, ok := r.lookup(id)
 	if !ok || !t.running || subjects.OrgToken(t.org) != org || t.attempt != ev.Attempt {
-		r.s.log.Debug("live token dropped: the task does not run there under that attempt", "task", id, "subject", m.Subject)
+		r.s.log.Debug("live token dropped: the task does not run there under that attempt", "task_id", id, "subject", m.Subject)
 		return
 	}
 	out := &nats.Msg{Subject: r.s.names.LiveTokens(t.org, id), Data: m.Data, Header: m.Header}
 	if err := r.s.nc.PublishMsg(out); err != nil {
-		r.s.log.Debug("live token not relayed", "task", id, "err", err)
+		r.s.log.Debug("live token not relayed", "task_id", id, "err", err)
 	}
 }
 

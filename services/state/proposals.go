@@ -55,9 +55,9 @@ func (in intent) checkProposal(req *busv1.TransitionRequest) error {
 func (s *Service) recordProposal(ctx context.Context, t *agentmeshv1.Task) *agentmeshv1.Task {
 	next, ev, err := s.store.RecordProposal(ctx, t.Id)
 	if err != nil {
-		s.log.Warn("proposal event not recorded", "task", t.Id, "err", err)
+		s.log.WarnContext(ctx, "proposal event not recorded", "task_id", t.Id, "err", err)
 		return t
 	}
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, next, ev)
 	return next
 }

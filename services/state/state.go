@@ -62,6 +62,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/busauth"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/services/state/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -302,7 +303,7 @@ func (s *Service) publishEvents(ctx context.Context, events ...*agentmeshv1.Task
 	for _, ev := range events {
 		msg, err := bus.NewEventMsg(ctx, s.names.TaskEvent(ev.Org, ev.TaskId, eventToken(ev)), ev)
 		if err != nil {
-			s.log.Error("event not published", "task", ev.TaskId, "seq", ev.Seq, "err", err)
+			s.log.ErrorContext(ctx, "event not published", "task_id", ev.TaskId, "seq", ev.Seq, "err", err)
 			continue
 		}
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", ev.TaskId, ev.Seq))
@@ -349,7 +350,7 @@ func (s *Service) unfollowed(ctx context.Context, ev *agentmeshv1.TaskEvent) boo
 	}
 	none, _, err := s.store.Unfollowed(ctx, ev.TaskId)
 	if err != nil {
-		s.log.Debug("followers of an ended task unknown; the scheduler settles it", "task", ev.TaskId, "err", err)
+		s.log.DebugContext(ctx, "followers of an ended task unknown; the scheduler settles it", "task_id", ev.TaskId, "err", err)
 		return false
 	}
 	return none
@@ -415,7 +416,7 @@ func (s *Service) republish(ctx context.Context) error {
 		for _, t := range tasks {
 			evs, err := s.store.History(ctx, t.Id, t.LastEventSeq-1, 1)
 			if err != nil {
-				s.log.Warn("republish: read history", "task", t.Id, "err", err)
+				s.log.WarnContext(ctx, "republish: read history", "task_id", t.Id, "err", err)
 				continue
 			}
 			last = append(last, evs...)
@@ -446,6 +447,9 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
 	}
 	s.placeInTree(ctx, t)
+	if t.Traceparent == "" {
+		t.Traceparent = telemetry.Traceparent(ctx) // the router sets the API call's
+	}
 	task, events, created, err := s.store.CreateTask(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
@@ -454,7 +458,7 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 		for _, ev := range events {
 			observe(task, ev)
 		}
-		s.publishEvents(ctx, events...)
+		s.publishTaskEvents(ctx, task, events...)
 		if task.PendingProposal != nil {
 			task = s.recordProposal(ctx, task)
 		}
@@ -585,7 +589,7 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 		}
 		ev := evs[len(evs)-1]
 		observe(t, ev)
-		s.publishEvents(ctx, evs...)
+		s.publishTaskEvents(ctx, t, evs...)
 		return &busv1.TransitionResponse{Task: t, Event: ev, StepEvents: evs[:len(evs)-1]}, nil
 	}
 	t, ev, err := s.store.Transition(ctx, tr)
@@ -593,7 +597,8 @@ func (s *Service) transition(ctx context.Context, req *busv1.TransitionRequest) 
 		return nil, fmt.Errorf("transition task %s: %w", req.TaskId, err)
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
+	traceApproval(ctx, t, ev)
 	if ev.Proposal != nil {
 		t = s.recordProposal(ctx, t)
 	}

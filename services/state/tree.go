@@ -99,7 +99,7 @@ func (s *Service) recordInAncestors(ctx context.Context, t *agentmeshv1.Task) (i
 		}
 		if ev != nil {
 			observe(got, ev)
-			s.publishEvents(ctx, ev)
+			s.publishTaskEvents(ctx, got, ev)
 			n++
 		}
 	}
@@ -114,7 +114,7 @@ func (s *Service) spawned(ctx context.Context, t *agentmeshv1.Task) *agentmeshv1
 		return t
 	}
 	if _, err := s.recordInAncestors(ctx, t); err != nil {
-		s.log.Warn("record a new sub-task in its ancestors", "task", t.Id, "err", err)
+		s.log.WarnContext(ctx, "record a new sub-task in its ancestors", "task_id", t.Id, "err", err)
 	}
 	p, err := s.store.GetTask(ctx, t.ParentTaskId)
 	if err != nil || !taskstate.Terminal(p.Status) || p.Org != t.Org {
@@ -133,12 +133,12 @@ func (s *Service) cancelOrphan(ctx context.Context, id string, parent *agentmesh
 	t, ev, err := s.store.Transition(ctx, store.Transition{TaskID: id, To: taskstate.Cancelled, Reason: taskstate.CascadeReason(parent)})
 	if err != nil {
 		if !errors.Is(err, bus.ErrFailedPrecondition) && !errors.Is(err, bus.ErrNotFound) {
-			s.log.Warn("cancel the sub-task of an ended task", "task", id, "parent", parent.Id, "err", err)
+			s.log.WarnContext(ctx, "cancel the sub-task of an ended task", "task_id", id, "parent", parent.Id, "err", err)
 		}
 		return nil
 	}
 	observe(t, ev)
-	s.publishEvents(ctx, ev)
+	s.publishTaskEvents(ctx, t, ev)
 	return t
 }
 

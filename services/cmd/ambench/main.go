@@ -28,7 +28,11 @@
 //     with capacity for all of them; SubmitTask and GetTask p50/p99 while
 //     they are in flight, and the peak PSS of the server and the children.
 //
-//     go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
+// With -trace grpc or -trace http/protobuf every server it starts exports
+// its spans over that protocol to an OTLP receiver in ambench's process
+// (which only counts them), for the cost of tracing against a run without.
+//
+//	go run ./services/cmd/ambench -agentmesh bin/agentmesh -n 2000 -c 50 -store both
 package main
 
 import (
@@ -82,7 +86,16 @@ func main() {
 	sseN := flag.Int("sse", 10000, "with -doors: idle SSE event streams held open on one router (0: skip)")
 	flag.StringVar(&sseProfile, "sse-profile", "", "with -doors: write the server's heap profile, taken with the SSE streams open, to this file")
 	flag.BoolVar(&showPhases, "phases", false, "after the concurrency-1 phase, print the p50/p90 of each gap between a task's events (the event times) and the client's own gaps")
+	traceProto := flag.String("trace", "", "grpc or http/protobuf: the servers export their spans over OTLP to a receiver in this process, which counts them (empty: tracing off, as by default)")
 	flag.Parse()
+	if *traceProto != "" {
+		stop, err := traceTo(*traceProto)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ambench: -trace: %v\n", err)
+			os.Exit(2)
+		}
+		defer stop()
+	}
 	if *n <= 0 || *c <= 0 {
 		fmt.Fprintln(os.Stderr, "ambench: -n and -c must be positive")
 		os.Exit(2)

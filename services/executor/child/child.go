@@ -370,7 +370,7 @@ func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
 					return err
 				}
 			} else {
-				res.out, res.isErr = l.callTool(c)
+				res.out, res.isErr = l.callTool(c, ack.GetTraceparent())
 			}
 		}
 		size := res.size
@@ -423,15 +423,16 @@ func (l *loop) executorTool(c *agentmeshv1.ToolCall) (toolResult, error) {
 	return toolResult{out: resp.Output, isErr: resp.IsError, truncated: resp.Truncated, size: resp.ResultBytes}, nil
 }
 
-// callTool runs one call and returns the observation for the model.
-func (l *loop) callTool(c *agentmeshv1.ToolCall) (string, bool) {
+// callTool runs one call, traced as the span traceparent names, and
+// returns the observation for the model.
+func (l *loop) callTool(c *agentmeshv1.ToolCall, traceparent string) (string, bool) {
 	t, ok := l.tools[c.Name]
 	if !ok {
 		return tools.UnknownToolMessage(c.Name, l.tools), true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
 	defer cancel()
-	env := tools.Env{Workspace: l.start.GetWorkspace(), IdempotencyKey: l.start.TaskId + ":" + c.Id}
+	env := tools.Env{Workspace: l.start.GetWorkspace(), IdempotencyKey: l.start.TaskId + ":" + c.Id, Traceparent: traceparent}
 	out, err := t.Call(ctx, env, c.Arguments)
 	if err != nil {
 		return "error: " + err.Error(), true

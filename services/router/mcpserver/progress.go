@@ -50,7 +50,7 @@ func (s *server) follow(ctx context.Context, req *mcp.CallToolRequest, t *agentm
 		if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 			ProgressToken: token, Progress: float64(ev.GetSeq()), Message: describe(ev, resp.GetStatus()),
 		}); err != nil {
-			s.log.Debug("mcp: progress notification", "task", t.GetId(), "err", err)
+			s.log.Debug("mcp: progress notification", "task_id", t.GetId(), "err", err)
 		}
 	}
 	return s.api.Get(ctx, t.GetId())

@@ -199,14 +199,14 @@ func (u *subscriptions) watch(ctx context.Context, f *following, uri string, t *
 	}()
 	stream, err := u.s.api.Watch(ctx, t.GetId(), t.GetLastEventSeq())
 	if err != nil {
-		u.s.log.Warn("mcp: subscription watch", "task", t.GetId(), "err", err)
+		u.s.log.Warn("mcp: subscription watch", "task_id", t.GetId(), "err", err)
 		return
 	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-				u.s.log.Warn("mcp: subscription watch ended", "task", t.GetId(), "err", err)
+				u.s.log.Warn("mcp: subscription watch ended", "task_id", t.GetId(), "err", err)
 			}
 			return
 		}

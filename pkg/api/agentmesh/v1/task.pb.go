@@ -1171,7 +1171,15 @@ type Task struct {
 	PendingProposal *Proposal `protobuf:"bytes,124,opt,name=pending_proposal,json=pendingProposal,proto3" json:"pending_proposal,omitempty"`
 	// The task's last wait_tasks call (blocked, BLOCKED_ON_SUBTASKS, while
 	// it waits; kept after for the replayed call).
-	SubtaskWait   *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	SubtaskWait *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	// The W3C traceparent of the task's trace, set when the task is
+	// accepted: the API call that submitted it (a sub-task: the root span of
+	// its own trace, linked to its parent's). Its trace id is the task's
+	// trace in a tracing backend; every hop of every attempt — queue wait,
+	// dispatch, the executor's attempt, model and tool calls — continues it,
+	// on any executor, after any delay. Empty when tracing was off and the
+	// caller sent no trace context.
+	Traceparent   string `protobuf:"bytes,140,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1568,6 +1576,13 @@ func (x *Task) GetSubtaskWait() *SubtaskWait {
 		return x.SubtaskWait
 	}
 	return nil
+}
+
+func (x *Task) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // Proposal is an agent the registry drafted for a task no agent fitted,
@@ -4074,7 +4089,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xca\x12\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xed\x12\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -4142,7 +4157,8 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\rsubtree_usage\x18z \x01(\v2\x13.agentmesh.v1.UsageR\fsubtreeUsage\x12#\n" +
 	"\rcontinue_from\x18{ \x01(\tR\fcontinueFrom\x12A\n" +
 	"\x10pending_proposal\x18| \x01(\v2\x16.agentmesh.v1.ProposalR\x0fpendingProposal\x12=\n" +
-	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x1a;\n" +
+	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x12!\n" +
+	"\vtraceparent\x18\x8c\x01 \x01(\tR\vtraceparent\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x02\n" +

@@ -123,6 +123,28 @@ func TestShellWorkspaceAndEnv(t *testing.T) {
 	}
 }
 
+// A traced call's programs get its span as TRACEPARENT (the
+// OpenTelemetry environment carrier); an untraced one's get none.
+func TestProgramsGetTheCallsTrace(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tool, _ := tools.Lookup("shell")
+	for _, tc := range []struct{ name, traceparent, want string }{
+		{"traced", tp, "[" + tp + "]"},
+		{"untraced", "", "[]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tools.Env{Workspace: t.TempDir(), Traceparent: tc.traceparent}
+			out, err := tool.Call(context.Background(), env, `{"command":"echo \"[$TRACEPARENT]\""}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("got %q, want it to hold %q", out, tc.want)
+			}
+		})
+	}
+}
+
 func TestShellTimeoutKillsTheGroup(t *testing.T) {
 	ws := t.TempDir()
 	began := time.Now()

@@ -123,7 +123,7 @@ func runCode(ctx context.Context, env tools.Env, raw json.RawMessage) (string, e
 	if err != nil {
 		return "", fmt.Errorf("code_run: write the program: %w", err)
 	}
-	return runProgram(ctx, program{tool: "code_run", ws: ws, argv: append(argv, f.Name()), stdin: a.Stdin, timeoutSec: a.Timeout})
+	return runProgram(ctx, program{tool: "code_run", ws: ws, argv: append(argv, f.Name()), stdin: a.Stdin, timeoutSec: a.Timeout, traceparent: env.Traceparent})
 }
 
 type shellArgs struct {
@@ -141,7 +141,7 @@ func runShell(ctx context.Context, env tools.Env, raw json.RawMessage) (string, 
 	if err != nil {
 		return "", fmt.Errorf("shell: %w", err)
 	}
-	return runProgram(ctx, program{tool: "shell", ws: ws, argv: []string{"/bin/sh", "-c", a.Command}, stdin: a.Stdin, timeoutSec: a.Timeout})
+	return runProgram(ctx, program{tool: "shell", ws: ws, argv: []string{"/bin/sh", "-c", a.Command}, stdin: a.Stdin, timeoutSec: a.Timeout, traceparent: env.Traceparent})
 }
 
 // wrapper is the shell that starts every program: it sets RLIMIT_CPU, moves
@@ -163,6 +163,9 @@ type program struct {
 	argv       []string
 	stdin      string
 	timeoutSec int
+	// traceparent of the tool call's span: TRACEPARENT for the program
+	// (the OpenTelemetry convention for trace context in the environment).
+	traceparent string
 }
 
 // runProgram runs p under the limits and formats the result.
@@ -237,6 +240,9 @@ func (p program) command(ctx context.Context, r *ran) *exec.Cmd {
 		"PATH=" + os.Getenv("PATH"), "HOME=" + p.ws, "TMPDIR=" + p.ws, "LANG=" + lang,
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "NO_COLOR=1",
 		"AGENTMESH_CPU_SECONDS=" + strconv.Itoa(r.cpu), "AGENTMESH_CGROUP_PROCS=" + strings.Join(procs, ":"),
+	}
+	if p.traceparent != "" {
+		cmd.Env = append(cmd.Env, "TRACEPARENT="+p.traceparent)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return sandbox.KillGroup(cmd) }

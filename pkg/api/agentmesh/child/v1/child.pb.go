@@ -446,7 +446,7 @@ type Start struct {
 	MaxSteps     int32                  `protobuf:"varint,6,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	// Steps already checkpointed by an earlier attempt, to resume from.
 	History []*v1.Step `protobuf:"bytes,7,rep,name=history,proto3" json:"history,omitempty"`
-	// W3C traceparent of the task's span.
+	// W3C traceparent of the attempt's span (the task's trace).
 	Traceparent string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	// Specs of the tools the executor runs on the child's behalf (web_fetch,
 	// sql_query, tools of HTTP MCP servers); the child offers them to the
@@ -941,6 +941,10 @@ type StepAck struct {
 	Decision      v1.ToolDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=agentmesh.v1.ToolDecision" json:"decision,omitempty"`
 	Message       string          `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	RunInExecutor bool            `protobuf:"varint,5,opt,name=run_in_executor,json=runInExecutor,proto3" json:"run_in_executor,omitempty"`
+	// For a TOOL_CALL step the child runs: the W3C traceparent of the tool
+	// call's span. The child passes it to the programs it runs for the call
+	// (TRACEPARENT in their environment), so they can continue the trace.
+	Traceparent   string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,6 +1012,13 @@ func (x *StepAck) GetRunInExecutor() bool {
 		return x.RunInExecutor
 	}
 	return false
+}
+
+func (x *StepAck) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // ToolsDiscovered reports the tools of the stdio MCP servers the child
@@ -1227,13 +1238,14 @@ const file_agentmesh_child_v1_child_proto_rawDesc = "" +
 	"\fresult_bytes\x18\x05 \x01(\x03R\vresultBytes\"4\n" +
 	"\n" +
 	"StepRecord\x12&\n" +
-	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"\xaf\x01\n" +
+	"\x04step\x18\x01 \x01(\v2\x12.agentmesh.v1.StepR\x04step\"\xd1\x01\n" +
 	"\aStepAck\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x126\n" +
 	"\bdecision\x18\x03 \x01(\x0e2\x1a.agentmesh.v1.ToolDecisionR\bdecision\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12&\n" +
-	"\x0frun_in_executor\x18\x05 \x01(\bR\rrunInExecutor\"E\n" +
+	"\x0frun_in_executor\x18\x05 \x01(\bR\rrunInExecutor\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\"E\n" +
 	"\x0fToolsDiscovered\x122\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1c.agentmesh.child.v1.ToolSpecR\x05tools\"\x1f\n" +
 	"\x05Final\x12\x16\n" +
