@@ -129,6 +129,7 @@ type Store struct {
 	children   *reverse           // parent → its sub-tasks (graph.go)
 
 	skillStore // skills and agent versions (skills.go)
+	memStore   // working state, memories and threads (memory.go, wstate.go)
 }
 
 // head locates a task's last recorded event.
@@ -233,6 +234,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		return nil, err
 	}
 	if err := s.openSkills(ctx, wctx, bucket); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
+	if err := s.openMemory(ctx, wctx, bucket); err != nil {
 		cancel()
 		s.watchers.Wait()
 		return nil, err
