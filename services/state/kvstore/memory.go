@@ -448,4 +448,3 @@ func (s *Store) ExpireMemories(ctx context.Context, createdBefore, forgetBefore 
 	}
 	return deleted, nil
 }
-
