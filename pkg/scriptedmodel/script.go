@@ -12,6 +12,9 @@
 //	                            "data: [DONE]"); answers carry tool_calls
 //	                            and usage
 //	GET  /v1/models             the one model the script names
+//	POST /v1/embeddings         deterministic hashed bag-of-words vectors
+//	                            (embed.go; "embedding_dimensions" in the
+//	                            script, 256 by default)
 //
 // # Script format
 //
@@ -92,6 +95,9 @@ type Script struct {
 	// Model is the model name the server reports ("scripted" when empty).
 	Model     string     `json:"model,omitempty"`
 	Scenarios []Scenario `json:"scenarios"`
+	// EmbeddingDimensions is the length of the embeddings endpoint's
+	// vectors (DefaultEmbeddingDimensions when 0; embed.go).
+	EmbeddingDimensions int `json:"embedding_dimensions,omitempty"`
 }
 
 // Scenario answers the conversations whose first user message Match finds.
@@ -181,6 +187,9 @@ func LoadScript(path string) (*Script, error) {
 func (s *Script) compile() error {
 	if len(s.Scenarios) == 0 {
 		return fmt.Errorf("%w: no scenarios", ErrInvalidScript)
+	}
+	if s.EmbeddingDimensions < 0 || s.EmbeddingDimensions > MaxEmbeddingDimensions {
+		return fmt.Errorf("%w: embedding_dimensions %d: 0 (the default, %d) to %d", ErrInvalidScript, s.EmbeddingDimensions, DefaultEmbeddingDimensions, MaxEmbeddingDimensions)
 	}
 	for i := range s.Scenarios {
 		sc := &s.Scenarios[i]

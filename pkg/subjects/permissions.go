@@ -138,6 +138,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 	default:
 		return Permission{}, fmt.Errorf("subjects: unknown service identity %q", service)
 	}
+	p.Pub = append(p.Pub, n.memoryPub(service)...) // memory.go
 	slices.Sort(p.Pub)
 	slices.Sort(p.Sub)
 	return p, nil
