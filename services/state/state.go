@@ -103,6 +103,9 @@ type Service struct {
 
 	limits  DelegationLimits
 	spawnMu [spawnStripes]sync.Mutex
+
+	// keep serves what agents keep (keep.go).
+	keep *keeper
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -142,6 +145,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		taps:      cfg.Taps,
 		events:    bus.NewOutbox(js, deps.Log.With("service", "state"), "event"),
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
+	}
+	if s.keep, err = openKeeper(ctx, js, names, cfg, deps.Store, s.log); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
 	}
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
@@ -213,6 +219,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateSettleTask, bus.Handler(s.log, func() *busv1.SettleTaskRequest { return &busv1.SettleTaskRequest{} }, s.settleTask)},
 	}...)
 	eps = append(eps, s.skillEndpoints()...)
+	eps = append(eps, s.memoryEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
@@ -227,6 +234,7 @@ func (s *Service) addEndpoints() error {
 func (s *Service) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { s.gaugeLoop(ctx) })
+	loops.Go(func() { s.memoryLoop(ctx) })
 	if s.retention > 0 {
 		loops.Go(func() { s.retentionLoop(ctx) })
 	}
@@ -436,7 +444,18 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 	case !subjects.ValidToken(t.Agent):
 		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
 	}
+	t.Id = "" // ids are the record's
+	if t.ThreadId != "" {
+		return s.createInThread(ctx, t) // threads.go
+	}
+	return s.commitCreate(ctx, t)
+}
+
+// commitCreate records a new task (an id set by the caller in this
+// service is kept) and publishes its events.
+func (s *Service) commitCreate(ctx context.Context, t *agentmeshv1.Task) (*busv1.CreateTaskResponse, error) {
 	s.placeInTree(ctx, t)
+	s.lookUpCache(ctx, t) // cache.go
 	task, events, created, err := s.store.CreateTask(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
