@@ -200,6 +200,8 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
 	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
 	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+	agentmeshv1.RegisterMemoryServiceServer(srv, &memoryServer{s: s})
+	agentmeshv1.RegisterThreadServiceServer(srv, &threadServer{s: s})
 }
 
 // interceptors are the authentication (keys, roles, orgs, rates) and the

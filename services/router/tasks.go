@@ -68,11 +68,17 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 	if err := validateGraphFields(req, false); err != nil {
 		return nil, err
 	}
+	if err := checkMemoryFields(req); err != nil { // memory.go
+		return nil, err
+	}
 	digest := requestDigest(req)
 	if err := s.checkParentTask(ctx, req.GetParentTaskId()); err != nil {
 		return nil, err
 	}
 	if err := s.continueFrom(ctx, req); err != nil {
+		return nil, err
+	}
+	if err := s.threadAgent(ctx, req); err != nil {
 		return nil, err
 	}
 	var match busv1.MatchResponse
@@ -116,6 +122,7 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 		PendingProposal: match.GetProposal(),
 	}
 	addGraphFields(ctx, task, req)
+	addMemoryFields(task, req)
 	var created busv1.CreateTaskResponse
 	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: task}, &created)
 	if err != nil {

@@ -93,6 +93,8 @@ var registrations = []registration{
 	handlers(agentmeshv1.RegisterTapServiceHandlerClient, agentmeshv1.NewTapServiceClient),
 	handlers(agentmeshv1.RegisterRunServiceHandlerClient, agentmeshv1.NewRunServiceClient),
 	handlers(agentmeshv1.RegisterVersionServiceHandlerClient, agentmeshv1.NewVersionServiceClient),
+	handlers(agentmeshv1.RegisterMemoryServiceHandlerClient, agentmeshv1.NewMemoryServiceClient),
+	handlers(agentmeshv1.RegisterThreadServiceHandlerClient, agentmeshv1.NewThreadServiceClient),
 }
 
 // jsonMarshaler is the wire form of every JSON body, in and out.
