@@ -78,7 +78,8 @@
 //
 // DefaultScript is the script of the offline quickstart: the agent calls
 // current_time, then answers with the time and the question it was asked;
-// an input starting with "plan:" delegates to two sub-tasks instead.
+// an input starting with "plan:" delegates to two sub-tasks instead;
+// "remember: FACT" calls remember, "recall: QUESTION" calls recall.
 package scriptedmodel
 
 import (
@@ -259,6 +260,21 @@ func DefaultScript() *Script {
 					Content: "You asked: \"{{input}}\". Two assistants worked on it; what they answered: {{last_tool_result}} " +
 						"(This answer comes from agentmesh's scripted model, a testing and demo aid; configure a real model to get real answers.)",
 				},
+			},
+		}, {
+			// The memory demo (README, docs/memory.md): "remember: FACT"
+			// stores the fact in the agent's long-term memory; "recall:
+			// QUESTION" searches it and answers with what it found.
+			Match: `(?i)^remember:`,
+			Turns: []Turn{
+				{Content: "I will remember that.", ToolCalls: []ToolCall{{Name: "remember", Arguments: json.RawMessage(`{"text":"{{input}}","scope":"agent"}`)}}},
+				{Content: "Remembered ({{last_tool_result}}). (This answer comes from agentmesh's scripted model, a testing and demo aid.)"},
+			},
+		}, {
+			Match: `(?i)^recall:`,
+			Turns: []Turn{
+				{Content: "Let me look in my memory.", ToolCalls: []ToolCall{{Name: "recall", Arguments: json.RawMessage(`{"query":"{{input}}","k":1}`)}}},
+				{Content: "From my memory: {{last_tool_result}} (This answer comes from agentmesh's scripted model, a testing and demo aid.)"},
 			},
 		}, {
 			Turns: []Turn{
