@@ -17,6 +17,10 @@
 //	                                               (router; graph.go, metrics.go)
 //	task.resolve                                   (scheduler's resolver)
 //	task.settle                                    (scheduler's tree keeper; tree.go)
+//	kv.get kv.set kv.delete kv.list                (working state; wstate.go)
+//	memory.remember memory.search memory.get memory.list memory.delete
+//	memory.prune                                   (memories; memories.go)
+//	thread.list thread.get thread.delete           (threads; threads.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
 //
 // There is no generic transition: each intent may make only the status
