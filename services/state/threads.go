@@ -188,6 +188,12 @@ func (s *Service) planThread(ctx context.Context, th *agentmeshv1.Thread, t *age
 		}
 		return p, nil
 	case policyReject:
+		if retried(unfinished, t) {
+			// A submit sent again (its reply was lost): planned as if
+			// enqueued, the store answers it with its first task by its
+			// idempotency key, and the head is put back.
+			return threadPlan{continueFrom: head.Id, dependsOn: []string{head.Id}}, nil
+		}
 		return threadPlan{}, &bus.Error{Code: bus.CodeFailedPrecondition, Field: "thread_id",
 			Message: fmt.Sprintf("thread %s is busy: task %s is %s (policy reject; submit with enqueue, interrupt or rollback to act on it)", t.ThreadId, head.Id, taskstate.Name(head.Status))}
 	}
@@ -197,6 +203,17 @@ func (s *Service) planThread(ctx context.Context, th *agentmeshv1.Thread, t *age
 // errHeadPending: the thread's head was written moments ago and its task
 // is not recorded yet (its submit is between the two writes).
 var errHeadPending = errors.New("thread head not recorded yet")
+
+// retried reports whether t is a submit sent again of one of the tasks
+// (same idempotency key).
+func retried(tasks []*agentmeshv1.Task, t *agentmeshv1.Task) bool {
+	for _, u := range tasks {
+		if t.IdempotencyKey != "" && u.IdempotencyKey == t.IdempotencyKey {
+			return true
+		}
+	}
+	return false
+}
 
 // threadHead is the thread's newest recorded task: its head, or the head
 // before it when the head was never recorded (nil: a new or empty thread);

@@ -224,3 +224,24 @@ func TestThreadListAndDelete(t *testing.T) {
 		t.Errorf("a message to a deleted thread starts it anew: got %v, %v", c, err)
 	}
 }
+
+// A submit sent again (its reply lost) while its task still runs is
+// answered with that task, not refused as a busy thread.
+func TestThreadSubmitRetried(t *testing.T) {
+	r := startKV(t)
+	first := threadSubmit("chat", 0, "hello")
+	first.IdempotencyKey = "k1"
+	a, err := submit(t, r, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: threadSubmit("chat", 0, "hello")}, &busv1.CreateTaskResponse{})
+	wantErr(t, "another message on the busy thread", err, bus.ErrFailedPrecondition)
+	again := threadSubmit("chat", 0, "hello")
+	again.IdempotencyKey = "k1"
+	resp, err = call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: again}, &busv1.CreateTaskResponse{})
+	if err != nil || resp.GetCreated() || resp.GetTask().GetId() != a.Id {
+		t.Fatalf("the same submit again: got %v created=%v, %v; want task %s, not created", resp.GetTask().GetId(), resp.GetCreated(), err, a.Id)
+	}
+	checkThread(t, r, "chat", a.Id, 1, []string{a.Id})
+}
