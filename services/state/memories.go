@@ -185,12 +185,21 @@ func (s *Service) remember(ctx context.Context, op *busv1.MemoryOp) (*busv1.Reme
 	return resp, nil
 }
 
-// scopeSet is the (scope, scope id) pairs a search may see; an empty
-// scope id stands for every one of the scope (API callers).
-type scopeSet map[[2]string]bool
+// scopeSet is the (scope, scope id) pairs a search may see (nil: all);
+// an empty scope id stands for every one of the scope (API callers). It
+// is a few pairs, compared in order: the filter runs once per memory.
+type scopeSet [][2]string
 
 func (ss scopeSet) has(m *agentmeshv1.Memory) bool {
-	return ss == nil || ss[[2]string{m.GetScope(), m.GetScopeId()}] || ss[[2]string{m.GetScope(), ""}]
+	if ss == nil {
+		return true
+	}
+	for _, p := range ss {
+		if m.Scope == p[0] && (p[1] == "" || m.ScopeId == p[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // searchScopes is what a search may see: for a tool, the scopes its
@@ -203,11 +212,11 @@ func searchScopes(o origin, scope, scopeID string) (scopeSet, error) {
 			if err != nil {
 				return nil, err
 			}
-			return scopeSet{{string(sc), sid}: true}, nil
+			return scopeSet{{string(sc), sid}}, nil
 		}
 		ss := scopeSet{}
 		for _, sc := range o.policy.Read {
-			ss[[2]string{string(sc), memory.ScopeID(sc, o.task)}] = true
+			ss = append(ss, [2]string{string(sc), memory.ScopeID(sc, o.task)})
 		}
 		if len(ss) == 0 {
 			return nil, &bus.Error{Code: bus.CodePermissionDenied, Field: "scope", Message: o.policy.Denied(memory.ToolRecall, memory.Access{All: true})}
@@ -229,7 +238,7 @@ func searchScopes(o origin, scope, scopeID string) (scopeSet, error) {
 			return nil, bus.FieldError("scope_id", "%v", err)
 		}
 	}
-	return scopeSet{{string(sc), scopeID}: true}, nil
+	return scopeSet{{string(sc), scopeID}}, nil
 }
 
 func (s *Service) searchMemories(ctx context.Context, op *busv1.MemoryOp) (*agentmeshv1.SearchMemoriesResponse, error) {

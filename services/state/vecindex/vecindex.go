@@ -73,8 +73,9 @@ func Decode(b []byte) ([]float32, error) {
 	return v, nil
 }
 
-// Dot is the dot product of two vectors of the same length.
-func Dot(a, b []float32) float32 {
+// dotGo is the dot product of two vectors of the same length, in Go
+// (four accumulators; Dot uses it where there is no AVX2).
+func dotGo(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0
