@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/budget"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/memory"
 	"github.com/agentmesh/agentmesh/pkg/modeltable"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/pkg/tools"
@@ -166,6 +167,9 @@ func Agent(a *agentmeshv1.Agent) error {
 	}
 	if err := budget.Validate("agent.budget", a.Budget); err != nil {
 		return err
+	}
+	if field, err := memory.CheckPolicy(a); err != nil {
+		return bus.FieldError("agent."+field, "%v", err)
 	}
 	if m := a.Model; m != nil {
 		if m.BaseUrl != "" {

@@ -15,6 +15,9 @@
 //	                            "data: [DONE]"); answers carry tool_calls
 //	                            and usage
 //	GET  /v1/models             the one model the script names
+//	POST /v1/embeddings         deterministic hashed bag-of-words vectors
+//	                            (embed.go; "embedding_dimensions" in the
+//	                            script, 256 by default)
 //
 // # Script format
 //
@@ -78,7 +81,8 @@
 //
 // DefaultScript is the script of the offline quickstart: the agent calls
 // current_time, then answers with the time and the question it was asked;
-// an input starting with "plan:" delegates to two sub-tasks instead.
+// an input starting with "plan:" delegates to two sub-tasks instead;
+// "remember: FACT" calls remember, "recall: QUESTION" calls recall.
 package scriptedmodel
 
 import (
@@ -101,6 +105,9 @@ type Script struct {
 	Quirks []string `json:"quirks,omitempty"`
 	// RateLimit refuses requests over it with 429 (quirks.go).
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// EmbeddingDimensions is the length of the embeddings endpoint's
+	// vectors (DefaultEmbeddingDimensions when 0; embed.go).
+	EmbeddingDimensions int `json:"embedding_dimensions,omitempty"`
 }
 
 // Scenario answers the conversations whose first user message Match finds.
@@ -199,6 +206,9 @@ func (s *Script) compile() error {
 	if rl := s.RateLimit; rl != nil && (rl.Requests < 1 || rl.WindowMS < 1 || rl.WindowMS > 3_600_000) {
 		return fmt.Errorf("%w: rate_limit wants requests ≥ 1 and window_ms from 1 to 3600000", ErrInvalidScript)
 	}
+	if s.EmbeddingDimensions < 0 || s.EmbeddingDimensions > MaxEmbeddingDimensions {
+		return fmt.Errorf("%w: embedding_dimensions %d: 0 (the default, %d) to %d", ErrInvalidScript, s.EmbeddingDimensions, DefaultEmbeddingDimensions, MaxEmbeddingDimensions)
+	}
 	for i := range s.Scenarios {
 		sc := &s.Scenarios[i]
 		if sc.Match != "" {
@@ -267,6 +277,21 @@ func DefaultScript() *Script {
 					Content: "You asked: \"{{input}}\". Two assistants worked on it; what they answered: {{last_tool_result}} " +
 						"(This answer comes from agentmesh's scripted model, a testing and demo aid; configure a real model to get real answers.)",
 				},
+			},
+		}, {
+			// The memory demo (README, docs/memory.md): "remember: FACT"
+			// stores the fact in the agent's long-term memory; "recall:
+			// QUESTION" searches it and answers with what it found.
+			Match: `(?i)^remember:`,
+			Turns: []Turn{
+				{Content: "I will remember that.", ToolCalls: []ToolCall{{Name: "remember", Arguments: json.RawMessage(`{"text":"{{input}}","scope":"agent"}`)}}},
+				{Content: "Remembered ({{last_tool_result}}). (This answer comes from agentmesh's scripted model, a testing and demo aid.)"},
+			},
+		}, {
+			Match: `(?i)^recall:`,
+			Turns: []Turn{
+				{Content: "Let me look in my memory.", ToolCalls: []ToolCall{{Name: "recall", Arguments: json.RawMessage(`{"query":"{{input}}","k":1}`)}}},
+				{Content: "From my memory: {{last_tool_result}} (This answer comes from agentmesh's scripted model, a testing and demo aid.)"},
 			},
 		}, {
 			Turns: []Turn{

@@ -30,6 +30,8 @@ type Server struct {
 	mux    *http.ServeMux
 
 	requests atomic.Int64
+	// embedRequests counts embeddings requests (embed.go).
+	embedRequests atomic.Int64
 	// abandoned counts requests whose client went away while the turn's
 	// delay ran, before any answer was written.
 	abandoned atomic.Int64
@@ -77,6 +79,7 @@ func New(script *Script, opts ...Option) *Server {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	s.mux.HandleFunc("POST /v1/messages", s.messages)
 	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	return s
 }
 

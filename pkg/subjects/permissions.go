@@ -25,7 +25,8 @@ var Services = []string{ServiceState, ServiceRegistry, ServiceScheduler, Service
 // StoreBuckets are the KV buckets of the embedded store (kvstore opens only
 // these; StoreBucket names them). Only the state identity may touch them.
 var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs", "skills", "agent_versions",
-	"keys", "schedules", "webhooks", "deliveries"}
+	"keys", "schedules", "webhooks", "deliveries",
+	"working_state", "memories", "threads"}
 
 // Permission is what one NATS identity may publish and subscribe to.
 type Permission struct {
@@ -162,6 +163,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 	default:
 		return Permission{}, fmt.Errorf("subjects: unknown service identity %q", service)
 	}
+	p.Pub = append(p.Pub, n.memoryPub(service)...) // memory.go
 	slices.Sort(p.Pub)
 	slices.Sort(p.Sub)
 	return p, nil

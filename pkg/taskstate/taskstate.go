@@ -30,7 +30,8 @@ const (
 // lost its executor goes back from assigned or running to queued; blocked
 // waits on dependencies or an approval.
 var table = map[status][]status{
-	Created:  {Queued, Blocked, Cancelled, Failed},
+	// Created → completed: answered from the result cache at create.
+	Created:  {Queued, Blocked, Cancelled, Failed, Completed},
 	Blocked:  {Queued, Running, Cancelled, Failed},
 	Queued:   {Assigned, Blocked, Cancelled, Failed},
 	Assigned: {Running, Queued, Cancelled, Failed},

@@ -50,23 +50,7 @@ func benchMatch(b *testing.B, o opts) {
 			b.Fatal(err)
 		}
 	}
-	measure := func(name string, call func(i int) error) {
-		b.Run(name, func(b *testing.B) {
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				if err := call(i); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
-		})
-	}
+	measure := func(name string, call func(i int) error) { measureCalls(b, name, call) }
 	measure("two-skills-~60-candidates", func(i int) error {
 		_, err := e.agents.MatchAgents(ctx, &agentmeshv1.MatchAgentsRequest{RequiredSkills: []string{fmt.Sprintf("skill-%02d", i%100), fmt.Sprintf("skill-%02d", (i+50)%100)}})
 		return err

@@ -157,7 +157,7 @@ func (a *attempt) run(ctx context.Context, tp string) outcome {
 	}
 	a.log.Info("agent process started", "pid", a.p.pid, "warm", a.p.warm, "resumed_steps", len(a.start.History))
 	a.dl = a.s.newDelegator(a.task, a.num, a.mr, a.start.History)
-	a.gate = newGate(a.task, a.approvals, a.dl.tools(mc.execTools(a.s.execTools)), mc.tools)
+	a.gate = newGate(a.task, a.approvals, a.withMemoryTools(a.dl.tools(mc.execTools(a.s.execTools))), mc.tools)
 	defer a.tools.endAll()
 	return a.end(ctx, a.serve(ctx))
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// LimitWindow is the model rate limits' minute (time.Minute; tests
 	// shorten it).
 	LimitWindow time.Duration
+	// Embedding is the embedding model of the memory tools remember and
+	// recall (AGENTMESH_EMBEDDING_*; memory.go).
+	Embedding llm.EmbedConfig
 	// WallTime bounds one attempt of a task (10m).
 	WallTime time.Duration
 	// MaxSteps bounds the model turns of a task whose agent sets none (16).
@@ -311,6 +314,7 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 		AgentNice:    r.IntRange("AGENTMESH_AGENT_NICE", 0, spawner.MaxNice),
 		ChildReuse:   r.Enum("AGENTMESH_CHILD_REUSE", "off", "agent") == "agent",
 		Model:        modelFromEnv(r),
+		Embedding:    embeddingFromEnv(r),
 		Sandbox:      sandboxFromEnv(r),
 		ToolSettings: toolsFromEnv(r),
 	}

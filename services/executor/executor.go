@@ -89,6 +89,9 @@ type Service struct {
 	reuse *reusePool
 	// execTools run tools on the children's behalf (Config.Tools).
 	execTools map[string]ExecFunc
+	// embedder embeds what the memory tools remember and recall (nil:
+	// no embedding model; memory.go).
+	embedder *llm.Embedder
 	// released and resumed count the children released while their model
 	// call ran and the children that took over (release.go).
 	released, resumed atomic.Int64
@@ -174,9 +177,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (_ *Service, err error) {
 		sb.Close()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
+	embedder, err := llm.NewEmbedder(cfg.Embedding, cfg.Model)
+	if err != nil {
+		sb.Close()
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	s := &Service{
 		cfg: cfg, nc: deps.NC, log: log, names: names,
-		sb: sb, model: model, execTools: cfg.Tools, limits: limits,
+		sb: sb, model: model, execTools: cfg.Tools, limits: limits, embedder: embedder,
 		runs:      map[runKey]*run{},
 		spawnGate: make(chan struct{}, spawnConcurrency()),
 	}

@@ -131,6 +131,9 @@ func (g *gate) judge(step *agentmeshv1.Step) verdict {
 	if err := t.Check(step.Arguments); err != nil {
 		return deny("%v (nothing ran; fix the arguments and call again)", err)
 	}
+	if why := memoryDenied(g.task, t.Name, step.Arguments); why != "" {
+		return deny("%s (nothing ran)", why) // memory.go
+	}
 	inExec := t.Runs == tools.InExecutor
 	if inExec && g.exec[t.Name] == nil {
 		return deny("tool %q is not available on this executor (it is not configured)", t.Name)

@@ -132,6 +132,20 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "GetWebhookEndpoint"):    RoleReader,
 	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "ListWebhookEndpoints"):  RoleReader,
 	method(agentmeshv1.WebhookService_ServiceDesc.ServiceName, "ListWebhookDeliveries"): RoleReader,
+
+	// What agents keep (issue 30; memory.go).
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "GetState"):       RoleReader,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "ListState"):      RoleReader,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "SetState"):       RoleOperator,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "DeleteState"):    RoleOperator,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "ListMemories"):   RoleReader,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "GetMemory"):      RoleReader,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "SearchMemories"): RoleReader,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "DeleteMemory"):   RoleAdmin,
+	method(agentmeshv1.MemoryService_ServiceDesc.ServiceName, "PruneMemories"):  RoleAdmin,
+	method(agentmeshv1.ThreadService_ServiceDesc.ServiceName, "ListThreads"):    RoleReader,
+	method(agentmeshv1.ThreadService_ServiceDesc.ServiceName, "GetThread"):      RoleReader,
+	method(agentmeshv1.ThreadService_ServiceDesc.ServiceName, "DeleteThread"):   RoleOperator,
 }
 
 // platformMethods are the RPCs a platform key may call: the agent and

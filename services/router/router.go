@@ -225,6 +225,8 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 	agentmeshv1.RegisterKeyServiceServer(srv, &keyServer{s: s})
 	agentmeshv1.RegisterScheduleServiceServer(srv, &scheduleServer{s: s})
 	agentmeshv1.RegisterWebhookServiceServer(srv, &webhookServer{s: s})
+	agentmeshv1.RegisterMemoryServiceServer(srv, &memoryServer{s: s})
+	agentmeshv1.RegisterThreadServiceServer(srv, &threadServer{s: s})
 }
 
 // interceptors are the authentication (keys, roles, orgs, rates) and the

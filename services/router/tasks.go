@@ -70,11 +70,17 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 	if err := validateGraphFields(req, false); err != nil {
 		return nil, err
 	}
+	if err := checkMemoryFields(req); err != nil { // memory.go
+		return nil, err
+	}
 	digest := requestDigest(req)
 	if err := s.checkParentTask(ctx, req.GetParentTaskId()); err != nil {
 		return nil, err
 	}
 	if err := s.continueFrom(ctx, req); err != nil {
+		return nil, err
+	}
+	if err := s.threadAgent(ctx, req); err != nil {
 		return nil, err
 	}
 	var match busv1.MatchResponse
@@ -119,6 +125,7 @@ func (s *Service) submitWith(ctx context.Context, req *agentmeshv1.SubmitTaskReq
 	}
 	addGraphFields(ctx, task, req)
 	task.Traceparent = telemetry.Traceparent(ctx) // the task's trace: this call's (tracing.go)
+	addMemoryFields(task, req)
 	var created busv1.CreateTaskResponse
 	err = bus.Request(ctx, s.nc, s.names.State(subjects.StateCreateTask), &busv1.CreateTaskRequest{Task: task}, &created)
 	if err != nil {

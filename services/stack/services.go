@@ -120,6 +120,9 @@ func (s *Stack) buildExecutor(ctx context.Context, nc *nats.Conn) (func(context.
 	if s.model != nil && cfg.Model.Model == "" {
 		cfg.Model.Model = "scripted"
 	}
+	if s.model != nil && cfg.Embedding.Model == "" && cfg.Embedding.BaseURL == "" {
+		cfg.Embedding.Model = "scripted-embedding" // the scripted model's hashed bag of words
+	}
 	svc, err := executor.New(ctx, cfg, executor.Deps{NC: nc, Log: s.log})
 	if err != nil {
 		return nil, err

@@ -36,6 +36,8 @@ type Config struct {
 	// Delegation limits (delegation.go); zero fields take the defaults of
 	// package delegation.
 	Delegation DelegationLimits
+	// Memory bounds what agents keep (keep.go).
+	Memory MemoryConfig
 }
 
 // Defaults.
@@ -60,6 +62,7 @@ func ConfigFromEnv(get envconf.Getter) (Config, error) {
 	r := envconf.New(get)
 	var c Config
 	c.Prefix, c.Streams = bus.ReadSettings(r)
+	c.Memory = readMemoryConfig(r)
 	c.Retention = DefaultRetention
 	if r.String(EnvRetention) != "" {
 		if c.Retention = r.Duration(EnvRetention); c.Retention < 0 {

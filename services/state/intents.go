@@ -144,6 +144,10 @@ func (s *Service) intentHandler(in intent) bus.HandlerFunc[*busv1.TransitionRequ
 			return nil, err
 		}
 		req.To = in.to
-		return s.transition(ctx, req)
+		resp, err := s.transition(ctx, req)
+		if err == nil && in.to == taskstate.Completed {
+			s.cacheResult(ctx, resp.GetTask()) // cache.go
+		}
+		return resp, err
 	}
 }

@@ -17,9 +17,9 @@ const (
 	byDefault = agentmeshv1.ToolPolicy_TOOL_POLICY_UNSPECIFIED
 )
 
-// running starts a task of spec (a sub-task of parent when set) and moves
+// runningTaskWith starts a task of spec (a sub-task of parent when set) and moves
 // it to running at attempt 1.
-func runningTask(t *testing.T, r *running, spec *agentmeshv1.Agent) *agentmeshv1.Task {
+func runningTaskWith(t *testing.T, r *running, spec *agentmeshv1.Agent) *agentmeshv1.Task {
 	t.Helper()
 	created := mustCall(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: &agentmeshv1.Task{
 		Org: "acme", Agent: spec.Name, AgentSpec: spec, Input: "work"}}, &busv1.CreateTaskResponse{})
@@ -42,7 +42,7 @@ func start(t *testing.T, r *running, id string) {
 func TestSpawnNarrowsToTheParentsRights(t *testing.T) {
 	r := startKV(t)
 	shared := &agentmeshv1.McpServer{Name: "docs", Url: "https://mcp.example/docs"}
-	root := runningTask(t, r, &agentmeshv1.Agent{
+	root := runningTaskWith(t, r, &agentmeshv1.Agent{
 		Name: "planner", Tools: []string{"call_agent", "shell", "fs_read", "sql_query", "web_fetch"},
 		ToolPolicies: map[string]agentmeshv1.ToolPolicy{"shell": gated, "fs_read": denied, "sql_query": allow, "docs__search": gated},
 		McpServers:   []*agentmeshv1.McpServer{shared},

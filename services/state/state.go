@@ -17,6 +17,10 @@
 //	                                               (router; graph.go, metrics.go)
 //	task.resolve                                   (scheduler's resolver)
 //	task.settle                                    (scheduler's tree keeper; tree.go)
+//	kv.get kv.set kv.delete kv.list                (working state; wstate.go)
+//	memory.remember memory.search memory.get memory.list memory.delete
+//	memory.prune                                   (memories; memories.go)
+//	thread.list thread.get thread.delete           (threads; threads.go)
 //	agent.put agent.get agent.list agent.delete agent.stats
 //	key.* schedule.* webhook.*                     (keys, schedules, webhooks:
 //	                                               keys.go, schedules.go, webhooks.go)
@@ -111,6 +115,8 @@ type Service struct {
 	// ops keeps keys, schedules and webhooks (records.go); nil when the
 	// store does not.
 	ops store.Ops
+	// keep serves what agents keep (keep.go).
+	keep *keeper
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -152,6 +158,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		retention: cfg.Retention, retentionEvery: cfg.RetentionInterval,
 	}
 	s.ops, _ = deps.Store.(store.Ops)
+	if s.keep, err = openKeeper(ctx, js, names, cfg, deps.Store, s.log); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
 	if err := s.republish(ctx); err != nil {
 		return nil, fmt.Errorf("state: republish: %w", err)
 	}
@@ -223,6 +232,7 @@ func (s *Service) addEndpoints() error {
 	}...)
 	eps = append(eps, s.skillEndpoints()...)
 	eps = append(eps, s.opsEndpoints()...)
+	eps = append(eps, s.memoryEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
 		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
@@ -237,6 +247,7 @@ func (s *Service) addEndpoints() error {
 func (s *Service) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { s.gaugeLoop(ctx) })
+	loops.Go(func() { s.memoryLoop(ctx) })
 	if s.retention > 0 {
 		loops.Go(func() { s.retentionLoop(ctx) })
 	}
@@ -446,10 +457,21 @@ func (s *Service) createTask(ctx context.Context, req *busv1.CreateTaskRequest) 
 	case !subjects.ValidToken(t.Agent):
 		return nil, bus.FieldError("task.agent", "%q is not a valid agent name", t.Agent)
 	}
+	t.Id = "" // ids are the record's
+	if t.ThreadId != "" {
+		return s.createInThread(ctx, t) // threads.go
+	}
+	return s.commitCreate(ctx, t)
+}
+
+// commitCreate records a new task (an id set by the caller in this
+// service is kept) and publishes its events.
+func (s *Service) commitCreate(ctx context.Context, t *agentmeshv1.Task) (*busv1.CreateTaskResponse, error) {
 	s.placeInTree(ctx, t)
 	if t.Traceparent == "" {
 		t.Traceparent = telemetry.Traceparent(ctx) // the router sets the API call's
 	}
+	s.lookUpCache(ctx, t) // cache.go
 	task, events, created, err := s.store.CreateTask(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)

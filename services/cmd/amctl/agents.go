@@ -61,6 +61,7 @@ type agentFlags struct {
 	maxSteps    *int
 	retries     *int
 	queueTO     *time.Duration
+	mem         *agentMemoryFlags // memory.go
 }
 
 func newAgentFlags(fs *flag.FlagSet) *agentFlags {
@@ -79,6 +80,7 @@ func newAgentFlags(fs *flag.FlagSet) *agentFlags {
 	f.maxSteps = fs.Int("max-steps", 0, "maximum agent steps per task (0: the executor's default)")
 	f.retries = fs.Int("retries", 0, "retry a task's transient failures up to N times (default 3; 0: never)")
 	f.queueTO = fs.Duration("queue-timeout", 0, "fail a task queued longer than this, e.g. 10m (0: no limit)")
+	f.mem = addAgentMemoryFlags(fs)
 	return f
 }
 
@@ -140,6 +142,8 @@ func (f *agentFlags) apply(a *agentmeshv1.Agent) error {
 				return
 			}
 			a.QueueTimeout = durationpb.New(*f.queueTO)
+		default:
+			err = f.mem.apply(fl.Name, a)
 		}
 	})
 	if err != nil {

@@ -18,6 +18,9 @@ var groupCommands = map[string][]string{
 	"approvals": {"list", "approve", "reject"},
 	"proposals": {"list", "show", "approve", "reject"},
 	"taps":      {"create"},
+	"state":     {"get", "set", "delete", "list"},
+	"memories":  {"list", "get", "delete", "prune"},
+	"threads":   {"list", "get", "delete"},
 }
 
 // shells are the shells `amctl completion` writes for.

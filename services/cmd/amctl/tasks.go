@@ -38,6 +38,7 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.tokens, "tokens", false, "with --wait, print the model's output as it streams")
 	g := c.graphFlags(fs)
 	sched := addScheduleFlags(fs.FlagSet)
+	thread := addThreadFlags(fs.FlagSet) // memory.go
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -69,6 +70,9 @@ func (c *cli) submit(ctx context.Context, args []string) error {
 		ContinueFrom: taskstate.NormalizeTaskID(*cont),
 	}
 	if err := sched.apply(req); err != nil {
+		return err
+	}
+	if err := thread.apply(req); err != nil {
 		return err
 	}
 	if err := g.apply(req); err != nil {

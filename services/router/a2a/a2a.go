@@ -3,10 +3,12 @@
 // (/.well-known/agent-card.json; a public card, and the org's agents and
 // skills on the card a key gets) and the JSON-RPC endpoint (/a2a):
 //
-//	message/send, message/stream (SSE)   SubmitTask (a new task; a message
-//	                                     with contextId continues the
-//	                                     context's newest task:
-//	                                     continue_from), or, to a task
+//	message/send, message/stream (SSE)   SubmitTask (a new task; a context
+//	                                     is a thread, thread_id: a message
+//	                                     continues the context's previous
+//	                                     task, one runs at a time,
+//	                                     metadata.thread_policy says what
+//	                                     a busy one does), or, to a task
 //	                                     that is input-required, the
 //	                                     decision on its approval
 //	                                     (ApproveToolCall, RejectToolCall)

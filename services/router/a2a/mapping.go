@@ -16,10 +16,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// How an A2A context lives on agentmesh's tasks: each task of the context
-// carries the tag ContextTagPrefix+contextId (and the metadata
-// MetaContextID), so the context's newest task — the one a new message
-// continues from — is ListTasks(tag, page_size 1).
+// How an A2A context lives on agentmesh's tasks: it is a thread
+// (threadOf: SubmitTask's thread_id), and each task of the context carries
+// the tag ContextTagPrefix+contextId (and the metadata MetaContextID), so
+// the context's newest task is ListTasks(tag, page_size 1): a context
+// opened before threads, or another door's task outside any thread, is
+// continued with continue_from as before.
 const (
 	ContextTagPrefix = "a2a-ctx:"
 	MetaContextID    = "a2a.context_id"
@@ -29,6 +31,21 @@ const (
 )
 
 var contextIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+// threadIDRe is what a thread id may be (pkg/memory.CheckThreadID).
+var threadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// threadOf is the thread of context ctxID (SubmitTask's thread_id): the
+// context id itself when it is a thread id, else "a2a-" and the first 40
+// hex digits of its SHA-256. A context is a thread: its messages run one
+// at a time, each continuing the one before (docs/memory.md, "Threads").
+func threadOf(ctxID string) string {
+	if ctxID == "" || threadIDRe.MatchString(ctxID) {
+		return ctxID
+	}
+	sum := sha256.Sum256([]byte(ctxID))
+	return "a2a-" + hex.EncodeToString(sum[:])[:40]
+}
 
 func checkContextID(id string) *door.RPCError {
 	if len(id) > maxContextID || !contextIDRe.MatchString(id) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/memory"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/oklog/ulid/v2"
@@ -114,14 +115,23 @@ func (s *Server) start(ctx context.Context, p *sendParams) (*agentmeshv1.Task, *
 		return nil, rerr
 	}
 	ctxID := p.Message.ContextID
+	req.ThreadId = threadOf(ctxID)
 	if ctxID == "" {
 		ctxID = ulid.Make().String()
+		req.ThreadId = ctxID
 	} else {
 		prev, rerr := s.newestOf(ctx, ctxID)
 		if rerr != nil {
 			return nil, rerr
 		}
-		req.ContinueFrom = prev
+		switch {
+		case prev.GetThreadId() != "":
+			req.ThreadId = prev.GetThreadId() // the context's thread (or another door's)
+		case prev != nil:
+			// A context from before threads, or another door's task
+			// outside any thread: continue it as such.
+			req.ThreadId, req.ThreadPolicy, req.ContinueFrom = "", 0, prev.GetId()
+		}
 	}
 	req.Tags = []string{ContextTagPrefix + ctxID}
 	req.Metadata[MetaContextID] = ctxID
@@ -132,26 +142,26 @@ func (s *Server) start(ctx context.Context, p *sendParams) (*agentmeshv1.Task, *
 	return t, nil
 }
 
-// newestOf is the task a new message of context ctxID continues: the
-// context's newest task, or — a context no A2A message opened — the task
-// whose id the context is (a task from another door: contextOf names a
-// task so), or none.
-func (s *Server) newestOf(ctx context.Context, ctxID string) (string, *door.RPCError) {
+// newestOf is the context ctxID's newest task: the newest task tagged
+// with it, or — a context no A2A message opened — the task whose id the
+// context is (a task from another door: contextOf names a task so), or
+// none (nil).
+func (s *Server) newestOf(ctx context.Context, ctxID string) (*agentmeshv1.Task, *door.RPCError) {
 	prev, err := s.api.List(ctx, &agentmeshv1.ListTasksRequest{Tag: ContextTagPrefix + ctxID, PageSize: 1})
 	if err != nil {
-		return "", s.apiError(err, door.CodeInvalidParams)
+		return nil, s.apiError(err, door.CodeInvalidParams)
 	}
 	if ts := prev.GetTasks(); len(ts) > 0 {
-		return ts[0].GetId(), nil
+		return ts[0], nil
 	}
 	t, err := s.api.Get(ctx, ctxID)
 	switch status.Code(err) {
 	case codes.OK:
-		return t.GetId(), nil
+		return t, nil
 	case codes.NotFound, codes.InvalidArgument:
-		return "", nil // a fresh context the client named
+		return nil, nil // a fresh context the client named
 	}
-	return "", s.apiError(err, door.CodeInvalidParams)
+	return nil, s.apiError(err, door.CodeInvalidParams)
 }
 
 // choices reads agentmesh's choices from the request's (or the message's)
@@ -165,6 +175,15 @@ func choices(req *agentmeshv1.SubmitTaskRequest, metas ...map[string]any) *door.
 				req.Agent, ok = v.(string)
 			case "title":
 				req.Title, ok = v.(string)
+			case "thread_policy":
+				var name string
+				if name, ok = v.(string); ok {
+					p, err := memory.ParseThreadPolicy(name)
+					if err != nil {
+						return &door.RPCError{Code: door.CodeInvalidParams, Message: "metadata.thread_policy: " + err.Error()}
+					}
+					req.ThreadPolicy = p
+				}
 			case "priority":
 				var name string
 				if name, ok = v.(string); ok {

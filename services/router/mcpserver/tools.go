@@ -10,6 +10,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/memory"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/google/jsonschema-go/jsonschema"
@@ -36,6 +37,9 @@ type delegateIn struct {
 	Priority       string    `json:"priority,omitempty" jsonschema:"backlog, low, normal (the default), high or critical"`
 	Budget         *budgetIn `json:"budget,omitempty" jsonschema:"bounds of this task; unset fields take the agent's"`
 	ContinueFrom   string    `json:"continue_from,omitempty" jsonschema:"an earlier finished task (id or subtask:// URI) whose conversation this task carries on"`
+	ThreadID       string    `json:"thread_id,omitempty" jsonschema:"put the task in this conversation (letters, digits, _ and -): it continues the thread's previous task"`
+	ThreadPolicy   string    `json:"thread_policy,omitempty" jsonschema:"when the thread's previous task has not finished: reject (the default), enqueue, interrupt or rollback"`
+	NoCache        bool      `json:"no_cache,omitempty" jsonschema:"run the agent even if an identical task's result is in its result cache"`
 	IdempotencyKey string    `json:"idempotency_key,omitempty" jsonschema:"a retried delegate with the same key returns the first task instead of a second one"`
 	Tags           []string  `json:"tags,omitempty" jsonschema:"labels to find the task by (list_tasks tag)"`
 	WaitSeconds    int       `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds for the task to end (progress notifications meanwhile); 0 returns at once"`
@@ -176,9 +180,14 @@ func (in delegateIn) request() (*agentmeshv1.SubmitTaskRequest, error) {
 	if c := strings.TrimSpace(in.Context); c != "" {
 		input += "\n\nContext:\n" + c
 	}
+	policy, err := memory.ParseThreadPolicy(in.ThreadPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("thread_policy: %w", err)
+	}
 	req := &agentmeshv1.SubmitTaskRequest{
 		Input: input, Title: in.Title, Agent: in.Agent, RequiredSkills: in.Skills, Priority: prio,
 		ContinueFrom: in.ContinueFrom, IdempotencyKey: in.IdempotencyKey, Tags: in.Tags,
+		ThreadId: in.ThreadID, ThreadPolicy: policy, NoCache: in.NoCache,
 		Metadata: map[string]string{"door": "mcp"},
 	}
 	if b := in.Budget; b != nil {

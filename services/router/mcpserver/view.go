@@ -44,6 +44,8 @@ type taskView struct {
 	Usage           *usageView    `json:"usage,omitempty"`
 	ParentTaskID    string        `json:"parent_task_id,omitempty"`
 	ContinueFrom    string        `json:"continue_from,omitempty"`
+	ThreadID        string        `json:"thread_id,omitempty"`
+	CachedFrom      string        `json:"cached_from,omitempty" jsonschema:"the completed task whose result answered this one from the result cache (no model was asked)"`
 	Tags            []string      `json:"tags,omitempty"`
 }
 
@@ -75,7 +77,7 @@ func viewOf(t *agentmeshv1.Task, full bool) taskView {
 		CreatedAt: stamp(t.GetCreatedAt()), UpdatedAt: stamp(t.GetUpdatedAt()), FinishedAt: stamp(t.GetFinishedAt()),
 		Steps: t.GetStepCount(), BlockedOn: door.BlockedOnName(t.GetBlockedOn()), WaitingOn: t.GetWaitingOn(),
 		Error: t.GetError(), ParentTaskID: t.GetParentTaskId(), ContinueFrom: t.GetContinueFrom(), Tags: t.GetTags(),
-		Result: t.GetResult(),
+		Result: t.GetResult(), ThreadID: t.GetThreadId(), CachedFrom: t.GetCachedFrom(),
 	}
 	if t.GetStatus() == agentmeshv1.TaskStatus_TASK_STATUS_FAILED {
 		v.FailureKind = taskstate.KindName(t.GetFailureKind())

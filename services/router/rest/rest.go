@@ -96,6 +96,8 @@ var registrations = []registration{
 	handlers(agentmeshv1.RegisterKeyServiceHandlerClient, agentmeshv1.NewKeyServiceClient),
 	handlers(agentmeshv1.RegisterScheduleServiceHandlerClient, agentmeshv1.NewScheduleServiceClient),
 	handlers(agentmeshv1.RegisterWebhookServiceHandlerClient, agentmeshv1.NewWebhookServiceClient),
+	handlers(agentmeshv1.RegisterMemoryServiceHandlerClient, agentmeshv1.NewMemoryServiceClient),
+	handlers(agentmeshv1.RegisterThreadServiceHandlerClient, agentmeshv1.NewThreadServiceClient),
 }
 
 // jsonMarshaler is the wire form of every JSON body, in and out.

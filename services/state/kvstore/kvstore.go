@@ -133,6 +133,7 @@ type Store struct {
 
 	skillStore // skills and agent versions (skills.go)
 	opsStore   // keys, schedules, webhooks (ops.go)
+	memStore   // working state, memories and threads (memory.go, wstate.go)
 }
 
 // head locates a task's last recorded event.
@@ -242,6 +243,11 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		return nil, err
 	}
 	if err := s.openOps(ctx, wctx, bucket); err != nil {
+		cancel()
+		s.watchers.Wait()
+		return nil, err
+	}
+	if err := s.openMemory(ctx, wctx, bucket); err != nil {
 		cancel()
 		s.watchers.Wait()
 		return nil, err

@@ -9,6 +9,9 @@
 //	agents       the agent catalogue: (org, name) → version, skills,
 //	             agentmesh.v1.Agent; org '' holds the shared agents
 //
+// and those of migration 00080 (memory.go): working_state, memories,
+// memory_counters, memory_forgotten and threads.
+//
 // The tasks row also keeps the task's usage totals in columns
 // (prompt_tokens, completion_tokens, total_tokens, cost_usd), written with
 // the data by every write, so Usage sums them in SQL.

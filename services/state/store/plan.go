@@ -34,10 +34,14 @@ func NewID(now time.Time) string {
 }
 
 // PlanCreate returns the task to insert and its first two events
-// (created, then queued). t is not modified.
+// (created, then queued). t is not modified. t's id is kept when set (the
+// state service chooses a thread's next task's id before it records the
+// thread; threads.go), else a new one is made.
 func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent) {
 	task := proto.Clone(t).(*agentmeshv1.Task)
-	task.Id = NewID(now)
+	if task.Id == "" {
+		task.Id = NewID(now)
+	}
 	task.Status = agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED
 	task.Attempt = 0
 	task.LastEventSeq = 0
@@ -56,6 +60,7 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 		Time: ts, FromStatus: taskstate.Created, Status: taskstate.Queued, Org: task.Org,
 	}
 	planProposalCreate(t, task, queued, now)
+	planCachedCreate(t, task, queued) // cache.go
 	taskstate.StampStatusEvent(queued, task)
 	task = taskstate.Apply(task, queued)
 	return task, []*agentmeshv1.TaskEvent{created, queued}

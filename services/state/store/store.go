@@ -92,6 +92,8 @@ type Store interface {
 	Skills
 	// Proposals: agent proposals' history events (proposal.go).
 	Proposals
+	// Remembering: working state, memories and threads (memory.go).
+	Remembering
 
 	Close() error
 }

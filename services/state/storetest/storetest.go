@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	tests = append(tests, skillTests...)
 	tests = append(tests, proposalTests...)
 	tests = append(tests, opsTests...)
+	tests = append(tests, memoryTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))

@@ -370,6 +370,70 @@ func (ApprovalStatus) EnumDescriptor() ([]byte, []int) {
 	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
+// ThreadPolicy says what a new message does on a thread whose previous
+// task has not finished (LangGraph's "double texting").
+type ThreadPolicy int32
+
+const (
+	// REJECT.
+	ThreadPolicy_THREAD_POLICY_UNSPECIFIED ThreadPolicy = 0
+	// Refuse the submit (FailedPrecondition naming the busy task).
+	ThreadPolicy_THREAD_POLICY_REJECT ThreadPolicy = 1
+	// Run after the busy task(s), continuing from the newest.
+	ThreadPolicy_THREAD_POLICY_ENQUEUE ThreadPolicy = 2
+	// Cancel the unfinished task(s) and run at once, continuing from the
+	// newest of them (its steps so far are the new task's context).
+	ThreadPolicy_THREAD_POLICY_INTERRUPT ThreadPolicy = 3
+	// Cancel the unfinished task(s) and drop them from the conversation:
+	// the new task continues from the last task that had finished.
+	ThreadPolicy_THREAD_POLICY_ROLLBACK ThreadPolicy = 4
+)
+
+// Enum value maps for ThreadPolicy.
+var (
+	ThreadPolicy_name = map[int32]string{
+		0: "THREAD_POLICY_UNSPECIFIED",
+		1: "THREAD_POLICY_REJECT",
+		2: "THREAD_POLICY_ENQUEUE",
+		3: "THREAD_POLICY_INTERRUPT",
+		4: "THREAD_POLICY_ROLLBACK",
+	}
+	ThreadPolicy_value = map[string]int32{
+		"THREAD_POLICY_UNSPECIFIED": 0,
+		"THREAD_POLICY_REJECT":      1,
+		"THREAD_POLICY_ENQUEUE":     2,
+		"THREAD_POLICY_INTERRUPT":   3,
+		"THREAD_POLICY_ROLLBACK":    4,
+	}
+)
+
+func (x ThreadPolicy) Enum() *ThreadPolicy {
+	p := new(ThreadPolicy)
+	*p = x
+	return p
+}
+
+func (x ThreadPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ThreadPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentmesh_v1_task_proto_enumTypes[5].Descriptor()
+}
+
+func (ThreadPolicy) Type() protoreflect.EnumType {
+	return &file_agentmesh_v1_task_proto_enumTypes[5]
+}
+
+func (x ThreadPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ThreadPolicy.Descriptor instead.
+func (ThreadPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
 // ProposalStatus is where an agent proposal stands.
 type ProposalStatus int32
 
@@ -412,11 +476,11 @@ func (x ProposalStatus) String() string {
 }
 
 func (ProposalStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[5].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[6].Descriptor()
 }
 
 func (ProposalStatus) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[5]
+	return &file_agentmesh_v1_task_proto_enumTypes[6]
 }
 
 func (x ProposalStatus) Number() protoreflect.EnumNumber {
@@ -425,7 +489,7 @@ func (x ProposalStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProposalStatus.Descriptor instead.
 func (ProposalStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 // StepKind says what a step recorded.
@@ -468,11 +532,11 @@ func (x StepKind) String() string {
 }
 
 func (StepKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[6].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
 }
 
 func (StepKind) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[6]
+	return &file_agentmesh_v1_task_proto_enumTypes[7]
 }
 
 func (x StepKind) Number() protoreflect.EnumNumber {
@@ -481,7 +545,7 @@ func (x StepKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepKind.Descriptor instead.
 func (StepKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 // EventType says what a task event records.
@@ -545,11 +609,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[7].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[8].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[7]
+	return &file_agentmesh_v1_task_proto_enumTypes[8]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -558,7 +622,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 // DependencyPolicy says what a failed or cancelled parent does to a task.
@@ -599,11 +663,11 @@ func (x DependencyPolicy) String() string {
 }
 
 func (DependencyPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[8].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[9].Descriptor()
 }
 
 func (DependencyPolicy) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[8]
+	return &file_agentmesh_v1_task_proto_enumTypes[9]
 }
 
 func (x DependencyPolicy) Number() protoreflect.EnumNumber {
@@ -612,7 +676,7 @@ func (x DependencyPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DependencyPolicy.Descriptor instead.
 func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 // BlockedOn says what a blocked task waits for.
@@ -659,11 +723,11 @@ func (x BlockedOn) String() string {
 }
 
 func (BlockedOn) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[9].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[10].Descriptor()
 }
 
 func (BlockedOn) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[9]
+	return &file_agentmesh_v1_task_proto_enumTypes[10]
 }
 
 func (x BlockedOn) Number() protoreflect.EnumNumber {
@@ -672,7 +736,7 @@ func (x BlockedOn) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockedOn.Descriptor instead.
 func (BlockedOn) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 // ToolPolicy overrides a tool's default approval rule for one agent.
@@ -716,11 +780,11 @@ func (x ToolPolicy) String() string {
 }
 
 func (ToolPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentmesh_v1_task_proto_enumTypes[10].Descriptor()
+	return file_agentmesh_v1_task_proto_enumTypes[11].Descriptor()
 }
 
 func (ToolPolicy) Type() protoreflect.EnumType {
-	return &file_agentmesh_v1_task_proto_enumTypes[10]
+	return &file_agentmesh_v1_task_proto_enumTypes[11]
 }
 
 func (x ToolPolicy) Number() protoreflect.EnumNumber {
@@ -729,7 +793,7 @@ func (x ToolPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolPolicy.Descriptor instead.
 func (ToolPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 // Usage counts the tokens a model call (or a whole task) consumed.
@@ -1179,7 +1243,22 @@ type Task struct {
 	// dispatch, the executor's attempt, model and tool calls — continues it,
 	// on any executor, after any delay. Empty when tracing was off and the
 	// caller sent no trace context.
-	Traceparent   string `protobuf:"bytes,140,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,140,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// The thread (conversation) the task belongs to (SubmitTask's
+	// thread_id); it continues the thread's previous task.
+	ThreadId string `protobuf:"bytes,300,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// What the submit asked for when the thread was busy.
+	ThreadPolicy ThreadPolicy `protobuf:"varint,301,opt,name=thread_policy,json=threadPolicy,proto3,enum=agentmesh.v1.ThreadPolicy" json:"thread_policy,omitempty"`
+	// The completed task whose result answered this one from the result
+	// cache: no executor ran and no model was asked (docs/memory.md).
+	CachedFrom string `protobuf:"bytes,302,opt,name=cached_from,json=cachedFrom,proto3" json:"cached_from,omitempty"`
+	// The cache key of the task's agent version, tools, model and input
+	// (SHA-256, hex), set by state for an agent with a cache policy; a task
+	// that may not be cached (a conversation, dependencies, a sub-task) has
+	// none.
+	CacheKey string `protobuf:"bytes,303,opt,name=cache_key,json=cacheKey,proto3" json:"cache_key,omitempty"`
+	// The submit asked not to be answered from the cache.
+	NoCache       bool `protobuf:"varint,304,opt,name=no_cache,json=noCache,proto3" json:"no_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1583,6 +1662,41 @@ func (x *Task) GetTraceparent() string {
 		return x.Traceparent
 	}
 	return ""
+}
+
+func (x *Task) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *Task) GetThreadPolicy() ThreadPolicy {
+	if x != nil {
+		return x.ThreadPolicy
+	}
+	return ThreadPolicy_THREAD_POLICY_UNSPECIFIED
+}
+
+func (x *Task) GetCachedFrom() string {
+	if x != nil {
+		return x.CachedFrom
+	}
+	return ""
+}
+
+func (x *Task) GetCacheKey() string {
+	if x != nil {
+		return x.CacheKey
+	}
+	return ""
+}
+
+func (x *Task) GetNoCache() bool {
+	if x != nil {
+		return x.NoCache
+	}
+	return false
 }
 
 // Proposal is an agent the registry drafted for a task no agent fitted,
@@ -2168,7 +2282,10 @@ type TaskEvent struct {
 	// a proposal.
 	Proposal *Proposal `protobuf:"bytes,121,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	// The move to blocked on sub-tasks: the wait_tasks call it waits for.
-	SubtaskWait   *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	SubtaskWait *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	// A task answered from the result cache: the completed task whose
+	// result it took (on its completed event).
+	CachedFrom    string `protobuf:"bytes,300,opt,name=cached_from,json=cachedFrom,proto3" json:"cached_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2392,6 +2509,13 @@ func (x *TaskEvent) GetSubtaskWait() *SubtaskWait {
 	return nil
 }
 
+func (x *TaskEvent) GetCachedFrom() string {
+	if x != nil {
+		return x.CachedFrom
+	}
+	return ""
+}
+
 // DependencyResult is a parent's outcome as its dependent saw it.
 type DependencyResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2603,7 +2727,17 @@ type SubmitTaskRequest struct {
 	// Carry the conversation of this earlier task (id or subtask:// URI of
 	// the caller's org): a follow-up, like a thread. Its agent runs the new
 	// task unless agent or required_skills say otherwise.
-	ContinueFrom  string `protobuf:"bytes,120,opt,name=continue_from,json=continueFrom,proto3" json:"continue_from,omitempty"`
+	ContinueFrom string `protobuf:"bytes,120,opt,name=continue_from,json=continueFrom,proto3" json:"continue_from,omitempty"`
+	// Put the task in this thread (a conversation of the caller's org; 1-128
+	// of A-Z a-z 0-9 _ -): it continues the thread's previous task, and runs
+	// the same agent unless agent or required_skills say otherwise. A new id
+	// starts a thread. Not with continue_from or depends_on.
+	ThreadId string `protobuf:"bytes,300,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// What to do when the thread's previous task has not finished.
+	ThreadPolicy ThreadPolicy `protobuf:"varint,301,opt,name=thread_policy,json=threadPolicy,proto3,enum=agentmesh.v1.ThreadPolicy" json:"thread_policy,omitempty"`
+	// Do not answer from the result cache (run the agent even if an
+	// identical task completed within the agent's cache TTL).
+	NoCache       bool `protobuf:"varint,302,opt,name=no_cache,json=noCache,proto3" json:"no_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2741,6 +2875,27 @@ func (x *SubmitTaskRequest) GetContinueFrom() string {
 		return x.ContinueFrom
 	}
 	return ""
+}
+
+func (x *SubmitTaskRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *SubmitTaskRequest) GetThreadPolicy() ThreadPolicy {
+	if x != nil {
+		return x.ThreadPolicy
+	}
+	return ThreadPolicy_THREAD_POLICY_UNSPECIFIED
+}
+
+func (x *SubmitTaskRequest) GetNoCache() bool {
+	if x != nil {
+		return x.NoCache
+	}
+	return false
 }
 
 type SubmitTaskResponse struct {
@@ -3763,7 +3918,13 @@ type Agent struct {
 	// Approved for one task only (a proposal, ProposalService): the agent
 	// lives only as that task's agent_spec and its sub-tasks', never in the
 	// catalogue; the catalogue refuses it.
-	Ephemeral     bool `protobuf:"varint,190,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
+	Ephemeral bool `protobuf:"varint,190,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
+	// Answer a task from the result of an identical completed one (same
+	// org, agent version, tools, model and input) within a TTL; unset: never.
+	Cache *CachePolicy `protobuf:"bytes,300,opt,name=cache,proto3" json:"cache,omitempty"`
+	// The scopes the agent's memory tools may read and write; unset: the
+	// defaults (write task-tree; read task-tree and agent).
+	Memory        *MemoryPolicy `protobuf:"bytes,301,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3945,6 +4106,20 @@ func (x *Agent) GetEphemeral() bool {
 	return false
 }
 
+func (x *Agent) GetCache() *CachePolicy {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
+}
+
+func (x *Agent) GetMemory() *MemoryPolicy {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
 // RetryPolicy says how a task that failed for a transient reason runs
 // again. On an agent it is the default of the agent's tasks; on a task it
 // overrides the agent's field by field (zero fields inherit). A retried
@@ -4052,7 +4227,7 @@ var File_agentmesh_v1_task_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n" +
+	"\x17agentmesh/v1/task.proto\x12\fagentmesh.v1\x1a\x1dagentmesh/v1/delegation.proto\x1a\x19agentmesh/v1/memory.proto\x1a\x1aagentmesh/v1/routing.proto\x1a\x18agentmesh/v1/skill.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
@@ -4089,7 +4264,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"decided_by\x18\x0e \x01(\tR\tdecidedBy\x12\x18\n" +
 	"\acomment\x18\x0f \x01(\tR\acomment\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\x05R\aattempt\x12)\n" +
-	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xed\x12\n" +
+	"\x10arguments_sha256\x18# \x01(\tR\x0fargumentsSha256\"\xa9\x14\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03org\x18\x02 \x01(\tR\x03org\x12\x14\n" +
@@ -4158,7 +4333,13 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\rcontinue_from\x18{ \x01(\tR\fcontinueFrom\x12A\n" +
 	"\x10pending_proposal\x18| \x01(\v2\x16.agentmesh.v1.ProposalR\x0fpendingProposal\x12=\n" +
 	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x12!\n" +
-	"\vtraceparent\x18\x8c\x01 \x01(\tR\vtraceparent\x1a;\n" +
+	"\vtraceparent\x18\x8c\x01 \x01(\tR\vtraceparent\x12\x1c\n" +
+	"\tthread_id\x18\xac\x02 \x01(\tR\bthreadId\x12@\n" +
+	"\rthread_policy\x18\xad\x02 \x01(\x0e2\x1a.agentmesh.v1.ThreadPolicyR\fthreadPolicy\x12 \n" +
+	"\vcached_from\x18\xae\x02 \x01(\tR\n" +
+	"cachedFrom\x12\x1c\n" +
+	"\tcache_key\x18\xaf\x02 \x01(\tR\bcacheKey\x12\x1a\n" +
+	"\bno_cache\x18\xb0\x02 \x01(\bR\anoCache\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x02\n" +
@@ -4218,7 +4399,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"approvalId\x12\x12\n" +
 	"\x04risk\x18\x14 \x01(\tR\x04risk\x12%\n" +
 	"\x0emodel_provider\x18\x15 \x01(\tR\rmodelProvider\x12%\n" +
-	"\x0emodel_fallback\x18\x16 \x01(\tR\rmodelFallback\"\xdc\b\n" +
+	"\x0emodel_fallback\x18\x16 \x01(\tR\rmodelFallback\"\xfe\b\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -4252,7 +4433,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tagent_org\x182 \x01(\tR\bagentOrg\x124\n" +
 	"\asubtask\x18x \x01(\v2\x1a.agentmesh.v1.SubtaskEventR\asubtask\x122\n" +
 	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12=\n" +
-	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\"\xa1\x01\n" +
+	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x12 \n" +
+	"\vcached_from\x18\xac\x02 \x01(\tR\n" +
+	"cachedFrom\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -4273,7 +4456,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x12dependency_results\x18\b \x03(\v2\x1e.agentmesh.v1.DependencyResultR\x11dependencyResults\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x06\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
@@ -4290,7 +4473,10 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0eparent_task_id\x18? \x01(\tR\fparentTaskId\x12<\n" +
 	"\fretry_policy\x18- \x01(\v2\x19.agentmesh.v1.RetryPolicyR\vretryPolicy\x12>\n" +
 	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12#\n" +
-	"\rcontinue_from\x18x \x01(\tR\fcontinueFrom\x1a;\n" +
+	"\rcontinue_from\x18x \x01(\tR\fcontinueFrom\x12\x1c\n" +
+	"\tthread_id\x18\xac\x02 \x01(\tR\bthreadId\x12@\n" +
+	"\rthread_policy\x18\xad\x02 \x01(\x0e2\x1a.agentmesh.v1.ThreadPolicyR\fthreadPolicy\x12\x1a\n" +
+	"\bno_cache\x18\xae\x02 \x01(\bR\anoCache\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -4368,7 +4554,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x10require_approval\x18\x05 \x01(\bR\x0frequireApproval\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\b\n" +
 	"\x05Agent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x121\n" +
@@ -4394,7 +4580,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\rqueue_timeout\x18. \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12)\n" +
 	"\x10routing_priority\x18Z \x01(\x05R\x0froutingPriority\x12B\n" +
 	"\x0eapplied_skills\x18\x96\x01 \x03(\v2\x1a.agentmesh.v1.AppliedSkillR\rappliedSkills\x12\x1d\n" +
-	"\tephemeral\x18\xbe\x01 \x01(\bR\tephemeral\x1aY\n" +
+	"\tephemeral\x18\xbe\x01 \x01(\bR\tephemeral\x120\n" +
+	"\x05cache\x18\xac\x02 \x01(\v2\x19.agentmesh.v1.CachePolicyR\x05cache\x123\n" +
+	"\x06memory\x18\xad\x02 \x01(\v2\x1a.agentmesh.v1.MemoryPolicyR\x06memory\x1aY\n" +
 	"\x11ToolPoliciesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\x0e2\x18.agentmesh.v1.ToolPolicyR\x05value:\x028\x01\"\x9e\x02\n" +
@@ -4452,7 +4640,13 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x17APPROVAL_STATUS_PENDING\x10\x01\x12\x1c\n" +
 	"\x18APPROVAL_STATUS_APPROVED\x10\x02\x12\x1c\n" +
 	"\x18APPROVAL_STATUS_REJECTED\x10\x03\x12\x1b\n" +
-	"\x17APPROVAL_STATUS_EXPIRED\x10\x04*\xb2\x01\n" +
+	"\x17APPROVAL_STATUS_EXPIRED\x10\x04*\x9b\x01\n" +
+	"\fThreadPolicy\x12\x1d\n" +
+	"\x19THREAD_POLICY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14THREAD_POLICY_REJECT\x10\x01\x12\x19\n" +
+	"\x15THREAD_POLICY_ENQUEUE\x10\x02\x12\x1b\n" +
+	"\x17THREAD_POLICY_INTERRUPT\x10\x03\x12\x1a\n" +
+	"\x16THREAD_POLICY_ROLLBACK\x10\x04*\xb2\x01\n" +
 	"\x0eProposalStatus\x12\x1f\n" +
 	"\x1bPROPOSAL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROPOSAL_STATUS_PENDING\x10\x01\x12\x1c\n" +
@@ -4514,7 +4708,7 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_task_proto_rawDescData
 }
 
-var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
 var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
@@ -4522,169 +4716,176 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(FailureKind)(0),               // 2: agentmesh.v1.FailureKind
 	(ToolDecision)(0),              // 3: agentmesh.v1.ToolDecision
 	(ApprovalStatus)(0),            // 4: agentmesh.v1.ApprovalStatus
-	(ProposalStatus)(0),            // 5: agentmesh.v1.ProposalStatus
-	(StepKind)(0),                  // 6: agentmesh.v1.StepKind
-	(EventType)(0),                 // 7: agentmesh.v1.EventType
-	(DependencyPolicy)(0),          // 8: agentmesh.v1.DependencyPolicy
-	(BlockedOn)(0),                 // 9: agentmesh.v1.BlockedOn
-	(ToolPolicy)(0),                // 10: agentmesh.v1.ToolPolicy
-	(*Usage)(nil),                  // 11: agentmesh.v1.Usage
-	(*Budget)(nil),                 // 12: agentmesh.v1.Budget
-	(*Approval)(nil),               // 13: agentmesh.v1.Approval
-	(*Task)(nil),                   // 14: agentmesh.v1.Task
-	(*Proposal)(nil),               // 15: agentmesh.v1.Proposal
-	(*SubtaskEvent)(nil),           // 16: agentmesh.v1.SubtaskEvent
-	(*ToolCall)(nil),               // 17: agentmesh.v1.ToolCall
-	(*Step)(nil),                   // 18: agentmesh.v1.Step
-	(*TaskEvent)(nil),              // 19: agentmesh.v1.TaskEvent
-	(*DependencyResult)(nil),       // 20: agentmesh.v1.DependencyResult
-	(*TaskUpdate)(nil),             // 21: agentmesh.v1.TaskUpdate
-	(*SubmitTaskRequest)(nil),      // 22: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 23: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 24: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 25: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 26: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 27: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 28: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 29: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 30: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 31: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 32: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 33: agentmesh.v1.GetTaskHistoryResponse
-	(*GetUsageRequest)(nil),        // 34: agentmesh.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 35: agentmesh.v1.GetUsageResponse
-	(*ModelSettings)(nil),          // 36: agentmesh.v1.ModelSettings
-	(*McpServer)(nil),              // 37: agentmesh.v1.McpServer
-	(*Agent)(nil),                  // 38: agentmesh.v1.Agent
-	(*RetryPolicy)(nil),            // 39: agentmesh.v1.RetryPolicy
-	nil,                            // 40: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 41: agentmesh.v1.TaskUpdate.MetadataEntry
-	nil,                            // 42: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 43: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 44: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
-	(*Routing)(nil),                // 47: agentmesh.v1.Routing
-	(*SubtaskWait)(nil),            // 48: agentmesh.v1.SubtaskWait
-	(*AppliedSkill)(nil),           // 49: agentmesh.v1.AppliedSkill
+	(ThreadPolicy)(0),              // 5: agentmesh.v1.ThreadPolicy
+	(ProposalStatus)(0),            // 6: agentmesh.v1.ProposalStatus
+	(StepKind)(0),                  // 7: agentmesh.v1.StepKind
+	(EventType)(0),                 // 8: agentmesh.v1.EventType
+	(DependencyPolicy)(0),          // 9: agentmesh.v1.DependencyPolicy
+	(BlockedOn)(0),                 // 10: agentmesh.v1.BlockedOn
+	(ToolPolicy)(0),                // 11: agentmesh.v1.ToolPolicy
+	(*Usage)(nil),                  // 12: agentmesh.v1.Usage
+	(*Budget)(nil),                 // 13: agentmesh.v1.Budget
+	(*Approval)(nil),               // 14: agentmesh.v1.Approval
+	(*Task)(nil),                   // 15: agentmesh.v1.Task
+	(*Proposal)(nil),               // 16: agentmesh.v1.Proposal
+	(*SubtaskEvent)(nil),           // 17: agentmesh.v1.SubtaskEvent
+	(*ToolCall)(nil),               // 18: agentmesh.v1.ToolCall
+	(*Step)(nil),                   // 19: agentmesh.v1.Step
+	(*TaskEvent)(nil),              // 20: agentmesh.v1.TaskEvent
+	(*DependencyResult)(nil),       // 21: agentmesh.v1.DependencyResult
+	(*TaskUpdate)(nil),             // 22: agentmesh.v1.TaskUpdate
+	(*SubmitTaskRequest)(nil),      // 23: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 24: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 25: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 26: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 27: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 28: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 29: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 30: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 31: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 32: agentmesh.v1.WatchTaskResponse
+	(*GetTaskHistoryRequest)(nil),  // 33: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 34: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 35: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 36: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 37: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 38: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 39: agentmesh.v1.Agent
+	(*RetryPolicy)(nil),            // 40: agentmesh.v1.RetryPolicy
+	nil,                            // 41: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 42: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 43: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 44: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 45: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
+	(*Routing)(nil),                // 48: agentmesh.v1.Routing
+	(*SubtaskWait)(nil),            // 49: agentmesh.v1.SubtaskWait
+	(*AppliedSkill)(nil),           // 50: agentmesh.v1.AppliedSkill
+	(*CachePolicy)(nil),            // 51: agentmesh.v1.CachePolicy
+	(*MemoryPolicy)(nil),           // 52: agentmesh.v1.MemoryPolicy
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	45,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	46,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,   // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	46,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	46,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	47,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	47,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	47,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,   // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	40,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	41,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,   // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	46,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	46,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	46,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	11,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	38,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
-	12,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
-	13,  // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
+	47,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	47,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	47,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	47,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	12,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
+	39,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	13,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
+	14,  // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
 	2,   // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
-	8,   // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	9,   // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
-	46,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
-	45,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
-	45,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
-	20,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	39,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
-	46,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	9,   // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	10,  // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
+	47,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	46,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	46,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	21,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	40,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	46,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	47,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
 	2,   // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
-	47,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
-	11,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
-	15,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
-	48,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
-	5,   // 31: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
-	38,  // 32: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
-	46,  // 33: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 34: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
-	0,   // 35: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	11,  // 36: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
-	11,  // 37: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
-	6,   // 38: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
-	17,  // 39: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
-	11,  // 40: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	45,  // 41: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
-	3,   // 42: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
-	7,   // 43: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	46,  // 44: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	0,   // 45: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
-	0,   // 46: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
-	18,  // 47: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
-	13,  // 48: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
-	2,   // 49: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	20,  // 50: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	21,  // 51: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
-	1,   // 52: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	46,  // 53: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	45,  // 54: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
-	16,  // 55: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
-	15,  // 56: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	48,  // 57: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
-	0,   // 58: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 59: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	41,  // 60: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	20,  // 61: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 62: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	42,  // 63: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	12,  // 64: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	8,   // 65: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	39,  // 66: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 67: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	14,  // 68: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	14,  // 69: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 70: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	46,  // 71: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 72: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 73: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	14,  // 74: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	14,  // 75: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	19,  // 76: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 77: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	19,  // 78: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	46,  // 79: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 80: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	11,  // 81: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	43,  // 82: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	36,  // 83: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	46,  // 84: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 85: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	12,  // 86: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	37,  // 87: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	44,  // 88: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	45,  // 89: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	39,  // 90: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 91: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	49,  // 92: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
-	45,  // 93: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 94: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 95: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 96: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 97: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 98: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 99: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 100: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 101: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 102: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 103: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 104: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 105: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 106: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 107: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 108: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 109: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 110: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	104, // [104:111] is the sub-list for method output_type
-	97,  // [97:104] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	48,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
+	12,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
+	16,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
+	49,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	5,   // 31: agentmesh.v1.Task.thread_policy:type_name -> agentmesh.v1.ThreadPolicy
+	6,   // 32: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
+	39,  // 33: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
+	47,  // 34: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
+	47,  // 35: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
+	0,   // 36: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	12,  // 37: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
+	12,  // 38: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
+	7,   // 39: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
+	18,  // 40: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
+	12,  // 41: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
+	46,  // 42: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	3,   // 43: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
+	8,   // 44: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
+	47,  // 45: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	0,   // 46: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 47: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
+	19,  // 48: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
+	14,  // 49: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
+	2,   // 50: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
+	21,  // 51: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	22,  // 52: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	1,   // 53: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
+	47,  // 54: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	46,  // 55: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	17,  // 56: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
+	16,  // 57: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
+	49,  // 58: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	0,   // 59: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 60: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	42,  // 61: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	21,  // 62: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 63: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	43,  // 64: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	13,  // 65: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	9,   // 66: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	40,  // 67: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	46,  // 68: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	5,   // 69: agentmesh.v1.SubmitTaskRequest.thread_policy:type_name -> agentmesh.v1.ThreadPolicy
+	15,  // 70: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	15,  // 71: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 72: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	47,  // 73: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	47,  // 74: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 75: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	15,  // 76: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	15,  // 77: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	20,  // 78: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 79: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	20,  // 80: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	47,  // 81: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	47,  // 82: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	12,  // 83: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	44,  // 84: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	37,  // 85: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	47,  // 86: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	47,  // 87: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	13,  // 88: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	38,  // 89: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	45,  // 90: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	46,  // 91: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	40,  // 92: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	46,  // 93: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	50,  // 94: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
+	51,  // 95: agentmesh.v1.Agent.cache:type_name -> agentmesh.v1.CachePolicy
+	52,  // 96: agentmesh.v1.Agent.memory:type_name -> agentmesh.v1.MemoryPolicy
+	46,  // 97: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	46,  // 98: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 99: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	11,  // 100: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	23,  // 101: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	25,  // 102: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	27,  // 103: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	29,  // 104: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	31,  // 105: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	33,  // 106: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	35,  // 107: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	24,  // 108: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	26,  // 109: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	28,  // 110: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	30,  // 111: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	32,  // 112: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	34,  // 113: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	36,  // 114: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	108, // [108:115] is the sub-list for method output_type
+	101, // [101:108] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4693,6 +4894,7 @@ func file_agentmesh_v1_task_proto_init() {
 		return
 	}
 	file_agentmesh_v1_delegation_proto_init()
+	file_agentmesh_v1_memory_proto_init()
 	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_skill_proto_init()
 	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
@@ -4701,7 +4903,7 @@ func file_agentmesh_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      12,
 			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,

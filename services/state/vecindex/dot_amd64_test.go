@@ -1,0 +1,3 @@
+package vecindex
+
+func useAVX2AndFMA() bool { return useAVX2 }
