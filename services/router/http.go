@@ -60,6 +60,7 @@ type httpDoors struct {
 	conn   *grpc.ClientConn
 
 	// nil without HTTPListen:
+	api   http.Handler // package rest's handler, served at "/"
 	srv   *http.Server
 	lis   net.Listener
 	conns *connLimiter
@@ -91,10 +92,11 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 			return fmt.Errorf("HTTPCORSOrigins: %w", rest.ErrBadOrigin)
 		}
 	}
-	api, err := rest.New(rest.Options{Conn: conn, Log: s.log, Watch: s.watchHTTP})
+	api, err := rest.New(rest.Options{Conn: conn, Log: s.log, Watch: s.watchHTTP, WatchTasks: s.watchTasksHTTP})
 	if err != nil {
 		return err
 	}
+	d.api = api
 	d.mux = http.NewServeMux()
 	d.mux.Handle("/", api)
 	edge, err := rest.Edge(d.mux, rest.EdgeOptions{MaxBodyBytes: int64(s.cfg.MaxRequestBytes), CORSOrigins: s.cfg.HTTPCORSOrigins})
@@ -130,9 +132,6 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 	return nil
 }
 
-// watchMethod is WatchTask's full method name.
-var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask")
-
 // watchHTTP runs WatchTask for an SSE stream in the stream's own goroutine:
 // the gRPC servers' stream interceptors (authentication, role, org, rate)
 // and WatchTask's generated handler, over a stream that hands each answer
@@ -141,13 +140,44 @@ var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "Watch
 // stream is one goroutine of the HTTP server, not three more
 // (docs/benchmarks.md).
 func (s *Service) watchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, out rest.WatchStream) error {
+	return s.streamHTTP(r, "WatchTask", req, &directStream{
+		req:    req,
+		header: out.Accepted,
+		send: func(m any) error {
+			resp, ok := m.(*agentmeshv1.WatchTaskResponse)
+			if !ok {
+				return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
+			}
+			return out.Send(resp)
+		},
+	})
+}
+
+// watchTasksHTTP runs WatchTasks for an SSE stream the same way.
+func (s *Service) watchTasksHTTP(r *http.Request, req *agentmeshv1.WatchTasksRequest, out rest.TasksStream) error {
+	return s.streamHTTP(r, "WatchTasks", req, &directStream{
+		req:    req,
+		header: func() error { return nil },
+		send: func(m any) error {
+			resp, ok := m.(*agentmeshv1.WatchTasksResponse)
+			if !ok {
+				return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
+			}
+			return out.Send(resp)
+		},
+	})
+}
+
+// streamHTTP runs the TaskService stream rpc over ds in this goroutine,
+// through the stream interceptors, as the caller of r.
+func (s *Service) streamHTTP(r *http.Request, rpc string, req proto.Message, ds *directStream) error {
 	md, _ := metadata.FromOutgoingContext(rest.OutgoingContext(context.Background(), r))
 	ctx := bus.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ss := &directStream{ctx: metadata.NewIncomingContext(ctx, md), req: req, out: out}
-	info := &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true}
+	ds.ctx = metadata.NewIncomingContext(ctx, md)
+	info := &grpc.StreamServerInfo{FullMethod: method(agentmeshv1.TaskService_ServiceDesc.ServiceName, rpc), IsServerStream: true}
 	var handler grpc.StreamHandler
 	for _, sd := range agentmeshv1.TaskService_ServiceDesc.Streams {
-		if sd.StreamName == "WatchTask" {
+		if sd.StreamName == rpc {
 			handler = sd.Handler
 		}
 	}
@@ -159,30 +189,24 @@ func (s *Service) watchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, 
 		}
 		return func(srv any, ss grpc.ServerStream) error { return chain[i](srv, ss, info, next(i+1)) }
 	}
-	return next(0)(&taskServer{s: s}, ss)
+	return next(0)(&taskServer{s: s}, ds)
 }
 
 // directStream is a server stream in process: its one request is req, its
-// header and answers go to out.
+// header goes to header and its answers to send.
 type directStream struct {
 	ctx      context.Context
-	req      *agentmeshv1.WatchTaskRequest
-	out      rest.WatchStream
+	req      proto.Message
+	header   func() error
+	send     func(any) error
 	received bool
 }
 
 func (d *directStream) Context() context.Context     { return d.ctx }
 func (d *directStream) SetHeader(metadata.MD) error  { return nil }
-func (d *directStream) SendHeader(metadata.MD) error { return d.out.Accepted() }
+func (d *directStream) SendHeader(metadata.MD) error { return d.header() }
 func (d *directStream) SetTrailer(metadata.MD)       {}
-
-func (d *directStream) SendMsg(m any) error {
-	resp, ok := m.(*agentmeshv1.WatchTaskResponse)
-	if !ok {
-		return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
-	}
-	return d.out.Send(resp)
-}
+func (d *directStream) SendMsg(m any) error          { return d.send(m) }
 
 func (d *directStream) RecvMsg(m any) error {
 	if d.received {
@@ -282,6 +306,18 @@ func (s *Service) Conn() grpc.ClientConnInterface { return s.doors.conn }
 // address as outgoing metadata, for calls through Conn.
 func OutgoingContext(ctx context.Context, r *http.Request) context.Context {
 	return rest.OutgoingContext(ctx, r)
+}
+
+// REST returns the REST/JSON and SSE handler the listener serves at "/"
+// (nil without an HTTP listener). A door that turns its own requests into
+// REST calls — the dashboard, with the key its session holds — serves them
+// through it, and so through the same gRPC calls, checks and event streams
+// as any REST client.
+func (s *Service) REST() http.Handler {
+	if s.doors == nil {
+		return nil
+	}
+	return s.doors.api
 }
 
 // RequestKey returns the API key an HTTP request presents, "" when none.

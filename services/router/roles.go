@@ -65,6 +65,7 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTask"):        RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "ListTasks"):      RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask"):      RoleReader,
+	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTasks"):     RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTaskHistory"): RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetUsage"):       RoleReader,
 
@@ -107,6 +108,8 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "CancelRun"): RoleOperator,
 
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"): RoleReader,
+
+	method(agentmeshv1.ExecutorService_ServiceDesc.ServiceName, "ListExecutors"): RoleAdmin,
 }
 
 // platformMethods are the RPCs a platform key may call: the agent and
@@ -125,6 +128,7 @@ var platformMethods = map[string]bool{
 	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):        true,
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):          true,
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"):      true,
+	method(agentmeshv1.ExecutorService_ServiceDesc.ServiceName, "ListExecutors"):  true,
 }
 
 // neededRole is the role an RPC needs (MethodRoles, admin when absent).

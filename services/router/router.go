@@ -5,10 +5,13 @@
 // RPCs served (proto/agentmesh/v1):
 //
 //	agentmesh.v1.TaskService   SubmitTask, GetTask, ListTasks, CancelTask,
-//	                           WatchTask (server stream), GetTaskHistory
+//	                           WatchTask (server stream), GetTaskHistory,
+//	                           WatchTasks (server stream, feed.go)
 //	agentmesh.v1.TaskGraphService  SubmitTasks, UpdateTask, DeleteTask,
 //	                           CancelTasks (graph.go)
 //	agentmesh.v1.MetricsService    GetMetrics (graph.go)
+//	agentmesh.v1.ExecutorService   ListExecutors (executors.go, from the
+//	                           executors' heartbeats)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
 //	grpc.health.v1.Health      SERVING while Run runs, NOT_SERVING on shutdown
@@ -43,10 +46,12 @@
 //	<p>.state.task.update|delete    busv1.UpdateTaskRequest, DeleteTaskRequest
 //	<p>.state.task.metrics          busv1.MetricsRequest        (GetMetrics)
 //
-// Subjects it subscribes to (core NATS, one subscription per WatchTask
-// stream):
+// Subjects it subscribes to (core NATS, one subscription each for all
+// streams, hub.go):
 //
-//	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
+//	<p>.evt.*.task.>                agentmeshv1.TaskEvent (WatchTask, WatchTasks)
+//	<p>.live.*.task.*.token         agentmeshv1.TaskEvent (WatchTask's tokens)
+//	<p>.exec.heartbeat.*            busv1.ExecutorHeartbeat (ListExecutors)
 //
 // Errors are converted to gRPC status codes in one place, toStatus.
 package router
@@ -151,6 +156,9 @@ type Config struct {
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
+	// WatchTasksInterval is how often WatchTasks streams get the changes
+	// gathered since the last time (feed.go); default 250 ms.
+	WatchTasksInterval time.Duration
 
 	// HTTPListen is the address of the HTTP listener (http.go): REST/JSON
 	// and SSE (package rest) and the doors mounted with Mount, all through
@@ -189,7 +197,9 @@ type Service struct {
 	stopOnce sync.Once
 	stopping chan struct{} // closed when Run begins to stop
 
-	hub *hub // feeds the WatchTask streams (hub.go)
+	hub *hub // feeds the WatchTask and WatchTasks streams (hub.go, feed.go)
+
+	executors executorTable // the nodes' last heartbeats (executors.go)
 
 	doors *httpDoors // the in-process API and the HTTP listener (http.go)
 }
@@ -235,6 +245,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.WatchTasksInterval <= 0 {
+		cfg.WatchTasksInterval = DefaultWatchTasksInterval
 	}
 	if cfg.KeysReload <= 0 {
 		cfg.KeysReload = DefaultKeysReload
@@ -303,6 +316,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		stopping: make(chan struct{}),
 	}
 	s.hub = newHub(s)
+	if err := s.executors.start(s); err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	opts := append(s.interceptors(),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
@@ -321,6 +338,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 	if err := s.newHTTP(ctx, tlsConf); err != nil { // http.go
+		s.executors.stop()
 		_ = lis.Close()
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -341,6 +359,7 @@ func (s *Service) register(srv *grpc.Server) {
 	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
 	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
 	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+	agentmeshv1.RegisterExecutorServiceServer(srv, &executorServer{s: s})
 }
 
 // interceptors are the authentication (keys, roles, orgs, rates) and the
@@ -422,6 +441,7 @@ func (s *Service) Run(ctx context.Context) error {
 		<-stopped
 	}
 	<-errc
+	s.executors.stop()
 	if serveErr != nil {
 		return serveErr
 	}

@@ -2089,7 +2089,10 @@ type TaskEvent struct {
 	// a proposal.
 	Proposal *Proposal `protobuf:"bytes,121,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	// The move to blocked on sub-tasks: the wait_tasks call it waits for.
-	SubtaskWait   *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	SubtaskWait *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
+	// EVENT_TYPE_CREATED: what a list shows of the new task, so a live list
+	// (WatchTasks, a tap) shows it without reading the task.
+	Created       *TaskCreated `protobuf:"bytes,150,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2313,6 +2316,108 @@ func (x *TaskEvent) GetSubtaskWait() *SubtaskWait {
 	return nil
 }
 
+func (x *TaskEvent) GetCreated() *TaskCreated {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+// TaskCreated is what a task list shows of a new task (its created event
+// carries it). Its agent and priority are on the status event that
+// follows (seq 2, committed with it).
+type TaskCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Title         string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	Tags          []string               `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty"`
+	ParentTaskId  string                 `protobuf:"bytes,3,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	RootTaskId    string                 `protobuf:"bytes,4,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
+	Depth         int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	DependsOn     []string               `protobuf:"bytes,7,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCreated) Reset() {
+	*x = TaskCreated{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCreated) ProtoMessage() {}
+
+func (x *TaskCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCreated.ProtoReflect.Descriptor instead.
+func (*TaskCreated) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TaskCreated) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskCreated) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *TaskCreated) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
 // DependencyResult is a parent's outcome as its dependent saw it.
 type DependencyResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2328,7 +2433,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2445,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2458,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DependencyResult) GetTaskId() string {
@@ -2411,7 +2516,7 @@ type TaskUpdate struct {
 
 func (x *TaskUpdate) Reset() {
 	*x = TaskUpdate{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2528,7 @@ func (x *TaskUpdate) String() string {
 func (*TaskUpdate) ProtoMessage() {}
 
 func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2541,7 @@ func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUpdate.ProtoReflect.Descriptor instead.
 func (*TaskUpdate) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskUpdate) GetMask() []string {
@@ -2531,7 +2636,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2648,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2661,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitTaskRequest) GetTitle() string {
@@ -2675,7 +2780,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2792,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2805,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -2726,7 +2831,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2843,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2856,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -2770,7 +2875,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2887,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2900,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -2828,7 +2933,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2945,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2958,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTasksRequest) GetStatuses() []TaskStatus {
@@ -2936,7 +3041,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3053,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3066,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2988,7 +3093,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3105,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3118,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -3039,7 +3144,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3156,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3169,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -3085,7 +3190,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3202,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3215,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -3138,7 +3243,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3255,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3268,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchTaskResponse) GetEvent() *TaskEvent {
@@ -3180,6 +3285,315 @@ func (x *WatchTaskResponse) GetStatus() TaskStatus {
 	return TaskStatus_TASK_STATUS_UNSPECIFIED
 }
 
+type WatchTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only tasks in these statuses: a change is sent when the task is in one
+	// of them after it, or was before it (so a task leaving them is seen).
+	Statuses []TaskStatus `protobuf:"varint,1,rep,packed,name=statuses,proto3,enum=agentmesh.v1.TaskStatus" json:"statuses,omitempty"`
+	// Only tasks of this agent.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Only tasks of these priorities.
+	Priorities    []Priority `protobuf:"varint,3,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchTasksRequest) GetStatuses() []TaskStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *WatchTasksRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *WatchTasksRequest) GetPriorities() []Priority {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
+type WatchTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per task that changed since the last response, oldest first.
+	Changes []*TaskChange `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	// Changes may have been missed (the router's subscription lost messages,
+	// or this stream fell behind): list the tasks again.
+	Reset_        bool `protobuf:"varint,2,opt,name=reset,proto3" json:"reset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksResponse) Reset() {
+	*x = WatchTasksResponse{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksResponse) ProtoMessage() {}
+
+func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
+func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WatchTasksResponse) GetChanges() []*TaskChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *WatchTasksResponse) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
+// TaskChange is what happened to one task since the last response of a
+// WatchTasks stream: its events in that time folded into one.
+type TaskChange struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Seq of the newest event folded in. A client applies a change only to
+	// a task it holds with a lower last_event_seq.
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The status after the change; unspecified when none of the events
+	// changed it (steps only).
+	Status TaskStatus `protobuf:"varint,3,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
+	// The status before the first status change folded in (unspecified
+	// when there was none, or the task is new).
+	FromStatus TaskStatus `protobuf:"varint,4,opt,name=from_status,json=fromStatus,proto3,enum=agentmesh.v1.TaskStatus" json:"from_status,omitempty"`
+	Agent      string     `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	Priority   Priority   `protobuf:"varint,6,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	// Time of the newest event folded in.
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// Set when the task was created in this time: its title, tags, parent,
+	// and when (created_at).
+	Created   *TaskCreated           `protobuf:"bytes,8,opt,name=created,proto3" json:"created,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tokens and cost of the steps recorded in this time (add them to the
+	// task's usage) and how many steps (add them to step_count).
+	Usage *Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Steps int32  `protobuf:"varint,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	// The newest status event's reason, failure kind, attempt and node.
+	Reason      string      `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	FailureKind FailureKind `protobuf:"varint,12,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	Attempt     int32       `protobuf:"varint,13,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node        string      `protobuf:"bytes,14,opt,name=node,proto3" json:"node,omitempty"`
+	// UpdateTask changed the task's title, priority, tags or parents: read
+	// it again for them.
+	Updated bool `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
+	// The task asks for a person's decision (blocked on an approval or a
+	// proposal).
+	NeedsDecision bool `protobuf:"varint,16,opt,name=needs_decision,json=needsDecision,proto3" json:"needs_decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskChange) Reset() {
+	*x = TaskChange{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskChange) ProtoMessage() {}
+
+func (x *TaskChange) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
+func (*TaskChange) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TaskChange) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskChange) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TaskChange) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *TaskChange) GetFromStatus() TaskStatus {
+	if x != nil {
+		return x.FromStatus
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *TaskChange) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *TaskChange) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskChange) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *TaskChange) GetCreated() *TaskCreated {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *TaskChange) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TaskChange) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *TaskChange) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *TaskChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TaskChange) GetFailureKind() FailureKind {
+	if x != nil {
+		return x.FailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *TaskChange) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskChange) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *TaskChange) GetUpdated() bool {
+	if x != nil {
+		return x.Updated
+	}
+	return false
+}
+
+func (x *TaskChange) GetNeedsDecision() bool {
+	if x != nil {
+		return x.NeedsDecision
+	}
+	return false
+}
+
 type GetTaskHistoryRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3192,7 +3606,7 @@ type GetTaskHistoryRequest struct {
 
 func (x *GetTaskHistoryRequest) Reset() {
 	*x = GetTaskHistoryRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3618,7 @@ func (x *GetTaskHistoryRequest) String() string {
 func (*GetTaskHistoryRequest) ProtoMessage() {}
 
 func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3631,7 @@ func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTaskHistoryRequest) GetId() string {
@@ -3250,7 +3664,7 @@ type GetTaskHistoryResponse struct {
 
 func (x *GetTaskHistoryResponse) Reset() {
 	*x = GetTaskHistoryResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3676,7 @@ func (x *GetTaskHistoryResponse) String() string {
 func (*GetTaskHistoryResponse) ProtoMessage() {}
 
 func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3689,7 @@ func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
@@ -3297,7 +3711,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3723,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3736,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetUsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
@@ -3356,7 +3770,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3782,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3795,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetUsageResponse) GetUsage() *Usage {
@@ -3422,7 +3836,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3848,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3861,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelSettings) GetBaseUrl() string {
@@ -3511,7 +3925,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3937,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3950,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *McpServer) GetName() string {
@@ -3626,7 +4040,7 @@ type Agent struct {
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +4052,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +4065,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Agent) GetName() string {
@@ -3834,7 +4248,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +4260,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +4273,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -4068,7 +4482,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x12 \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vapproval_id\x18\x13 \x01(\tR\n" +
 	"approvalId\x12\x12\n" +
-	"\x04risk\x18\x14 \x01(\tR\x04risk\"\xdc\b\n" +
+	"\x04risk\x18\x14 \x01(\tR\x04risk\"\x92\t\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -4102,7 +4516,19 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tagent_org\x182 \x01(\tR\bagentOrg\x124\n" +
 	"\asubtask\x18x \x01(\v2\x1a.agentmesh.v1.SubtaskEventR\asubtask\x122\n" +
 	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12=\n" +
-	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\"\xa1\x01\n" +
+	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x124\n" +
+	"\acreated\x18\x96\x01 \x01(\v2\x19.agentmesh.v1.TaskCreatedR\acreated\"\xd3\x01\n" +
+	"\vTaskCreated\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\x12\x12\n" +
+	"\x04tags\x18\x02 \x03(\tR\x04tags\x12$\n" +
+	"\x0eparent_task_id\x18\x03 \x01(\tR\fparentTaskId\x12 \n" +
+	"\froot_task_id\x18\x04 \x01(\tR\n" +
+	"rootTaskId\x12\x14\n" +
+	"\x05depth\x18\x05 \x01(\x05R\x05depth\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\a \x03(\tR\tdependsOn\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -4179,7 +4605,38 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"t\n" +
 	"\x11WatchTaskResponse\x12-\n" +
 	"\x05event\x18\x01 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\x120\n" +
-	"\x06status\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\"Z\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\"\x97\x01\n" +
+	"\x11WatchTasksRequest\x124\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x126\n" +
+	"\n" +
+	"priorities\x18\x03 \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
+	"priorities\"^\n" +
+	"\x12WatchTasksResponse\x122\n" +
+	"\achanges\x18\x01 \x03(\v2\x18.agentmesh.v1.TaskChangeR\achanges\x12\x14\n" +
+	"\x05reset\x18\x02 \x01(\bR\x05reset\"\x94\x05\n" +
+	"\n" +
+	"TaskChange\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x120\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x129\n" +
+	"\vfrom_status\x18\x04 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\n" +
+	"fromStatus\x12\x14\n" +
+	"\x05agent\x18\x05 \x01(\tR\x05agent\x122\n" +
+	"\bpriority\x18\x06 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12.\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x123\n" +
+	"\acreated\x18\b \x01(\v2\x19.agentmesh.v1.TaskCreatedR\acreated\x129\n" +
+	"\n" +
+	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
+	"\x05usage\x18\t \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05steps\x18\n" +
+	" \x01(\x05R\x05steps\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12<\n" +
+	"\ffailure_kind\x18\f \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x18\n" +
+	"\aattempt\x18\r \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x0e \x01(\tR\x04node\x12\x18\n" +
+	"\aupdated\x18\x0f \x01(\bR\aupdated\x12%\n" +
+	"\x0eneeds_decision\x18\x10 \x01(\bR\rneedsDecision\"Z\n" +
 	"\x15GetTaskHistoryRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
@@ -4330,7 +4787,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x13TOOL_POLICY_DEFAULT\x10\x01\x12\x15\n" +
 	"\x11TOOL_POLICY_ALLOW\x10\x02\x12 \n" +
 	"\x1cTOOL_POLICY_REQUIRE_APPROVAL\x10\x03\x12\x14\n" +
-	"\x10TOOL_POLICY_DENY\x10\x042\xf2\x05\n" +
+	"\x10TOOL_POLICY_DENY\x10\x042\xde\x06\n" +
 	"\vTaskService\x12e\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.agentmesh.v1.SubmitTaskRequest\x1a .agentmesh.v1.SubmitTaskResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/tasks\x12^\n" +
@@ -4338,7 +4795,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tListTasks\x12\x1e.agentmesh.v1.ListTasksRequest\x1a\x1f.agentmesh.v1.ListTasksResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tasks\x12q\n" +
 	"\n" +
 	"CancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/tasks/{id}/cancel\x12m\n" +
-	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/tasks/{id}/events0\x01\x12{\n" +
+	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/tasks/{id}/events0\x01\x12j\n" +
+	"\n" +
+	"WatchTasks\x12\x1f.agentmesh.v1.WatchTasksRequest\x1a .agentmesh.v1.WatchTasksResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/tasks:watch0\x01\x12{\n" +
 	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/tasks/{id}/history\x12\\\n" +
 	"\bGetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/usageBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
@@ -4355,7 +4814,7 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
@@ -4377,154 +4836,172 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*ToolCall)(nil),               // 17: agentmesh.v1.ToolCall
 	(*Step)(nil),                   // 18: agentmesh.v1.Step
 	(*TaskEvent)(nil),              // 19: agentmesh.v1.TaskEvent
-	(*DependencyResult)(nil),       // 20: agentmesh.v1.DependencyResult
-	(*TaskUpdate)(nil),             // 21: agentmesh.v1.TaskUpdate
-	(*SubmitTaskRequest)(nil),      // 22: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 23: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 24: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 25: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 26: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 27: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 28: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 29: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 30: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 31: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 32: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 33: agentmesh.v1.GetTaskHistoryResponse
-	(*GetUsageRequest)(nil),        // 34: agentmesh.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 35: agentmesh.v1.GetUsageResponse
-	(*ModelSettings)(nil),          // 36: agentmesh.v1.ModelSettings
-	(*McpServer)(nil),              // 37: agentmesh.v1.McpServer
-	(*Agent)(nil),                  // 38: agentmesh.v1.Agent
-	(*RetryPolicy)(nil),            // 39: agentmesh.v1.RetryPolicy
-	nil,                            // 40: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 41: agentmesh.v1.TaskUpdate.MetadataEntry
-	nil,                            // 42: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 43: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 44: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
-	(*Routing)(nil),                // 47: agentmesh.v1.Routing
-	(*SubtaskWait)(nil),            // 48: agentmesh.v1.SubtaskWait
-	(*AppliedSkill)(nil),           // 49: agentmesh.v1.AppliedSkill
+	(*TaskCreated)(nil),            // 20: agentmesh.v1.TaskCreated
+	(*DependencyResult)(nil),       // 21: agentmesh.v1.DependencyResult
+	(*TaskUpdate)(nil),             // 22: agentmesh.v1.TaskUpdate
+	(*SubmitTaskRequest)(nil),      // 23: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 24: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 25: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 26: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 27: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 28: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 29: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 30: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 31: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 32: agentmesh.v1.WatchTaskResponse
+	(*WatchTasksRequest)(nil),      // 33: agentmesh.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),     // 34: agentmesh.v1.WatchTasksResponse
+	(*TaskChange)(nil),             // 35: agentmesh.v1.TaskChange
+	(*GetTaskHistoryRequest)(nil),  // 36: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 37: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 38: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 39: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 40: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 41: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 42: agentmesh.v1.Agent
+	(*RetryPolicy)(nil),            // 43: agentmesh.v1.RetryPolicy
+	nil,                            // 44: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 45: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 46: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 47: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 48: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 49: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
+	(*Routing)(nil),                // 51: agentmesh.v1.Routing
+	(*SubtaskWait)(nil),            // 52: agentmesh.v1.SubtaskWait
+	(*AppliedSkill)(nil),           // 53: agentmesh.v1.AppliedSkill
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	45,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	49,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,   // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	46,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	46,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	50,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	50,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,   // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	40,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	44,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,   // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	46,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	46,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	46,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	50,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	50,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	50,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	11,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	38,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	42,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
 	12,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
 	13,  // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
 	2,   // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
 	8,   // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
 	9,   // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
-	46,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
-	45,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
-	45,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
-	20,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	39,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
-	46,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	50,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	49,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	49,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	21,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	43,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	49,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	50,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
 	2,   // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
-	47,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
+	51,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
 	11,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
 	15,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
-	48,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	52,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
 	5,   // 31: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
-	38,  // 32: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
-	46,  // 33: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 34: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
+	42,  // 32: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
+	50,  // 33: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 34: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
 	0,   // 35: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	11,  // 36: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
 	11,  // 37: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
 	6,   // 38: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
 	17,  // 39: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
 	11,  // 40: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	45,  // 41: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	49,  // 41: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
 	3,   // 42: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
 	7,   // 43: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	46,  // 44: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	50,  // 44: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
 	0,   // 45: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
 	0,   // 46: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	18,  // 47: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
 	13,  // 48: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
 	2,   // 49: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	20,  // 50: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	21,  // 51: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	21,  // 50: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	22,  // 51: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
 	1,   // 52: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	46,  // 53: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	45,  // 54: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	50,  // 53: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	49,  // 54: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
 	16,  // 55: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
 	15,  // 56: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	48,  // 57: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
-	0,   // 58: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 59: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	41,  // 60: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	20,  // 61: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 62: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	42,  // 63: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	12,  // 64: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	8,   // 65: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	39,  // 66: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 67: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	14,  // 68: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	14,  // 69: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 70: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	46,  // 71: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 72: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 73: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	14,  // 74: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	14,  // 75: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	19,  // 76: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 77: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	19,  // 78: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	46,  // 79: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	46,  // 80: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	11,  // 81: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	43,  // 82: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	36,  // 83: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	46,  // 84: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 85: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	12,  // 86: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	37,  // 87: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	44,  // 88: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	45,  // 89: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	39,  // 90: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	45,  // 91: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	49,  // 92: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
-	45,  // 93: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	45,  // 94: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 95: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	10,  // 96: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	22,  // 97: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	24,  // 98: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	26,  // 99: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	28,  // 100: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	30,  // 101: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	32,  // 102: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	34,  // 103: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	23,  // 104: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	25,  // 105: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	27,  // 106: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	29,  // 107: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	31,  // 108: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	33,  // 109: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	35,  // 110: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	104, // [104:111] is the sub-list for method output_type
-	97,  // [97:104] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	52,  // 57: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	20,  // 58: agentmesh.v1.TaskEvent.created:type_name -> agentmesh.v1.TaskCreated
+	0,   // 59: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 60: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	45,  // 61: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	21,  // 62: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 63: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	46,  // 64: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	12,  // 65: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	8,   // 66: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	43,  // 67: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	49,  // 68: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	14,  // 69: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	14,  // 70: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 71: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	50,  // 72: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	50,  // 73: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 74: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	14,  // 75: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	14,  // 76: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	19,  // 77: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 78: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 79: agentmesh.v1.WatchTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	1,   // 80: agentmesh.v1.WatchTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	35,  // 81: agentmesh.v1.WatchTasksResponse.changes:type_name -> agentmesh.v1.TaskChange
+	0,   // 82: agentmesh.v1.TaskChange.status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 83: agentmesh.v1.TaskChange.from_status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 84: agentmesh.v1.TaskChange.priority:type_name -> agentmesh.v1.Priority
+	50,  // 85: agentmesh.v1.TaskChange.time:type_name -> google.protobuf.Timestamp
+	20,  // 86: agentmesh.v1.TaskChange.created:type_name -> agentmesh.v1.TaskCreated
+	50,  // 87: agentmesh.v1.TaskChange.created_at:type_name -> google.protobuf.Timestamp
+	11,  // 88: agentmesh.v1.TaskChange.usage:type_name -> agentmesh.v1.Usage
+	2,   // 89: agentmesh.v1.TaskChange.failure_kind:type_name -> agentmesh.v1.FailureKind
+	19,  // 90: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	50,  // 91: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	50,  // 92: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	11,  // 93: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	47,  // 94: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	40,  // 95: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	50,  // 96: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 97: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	12,  // 98: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	41,  // 99: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	48,  // 100: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	49,  // 101: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	43,  // 102: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	49,  // 103: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	53,  // 104: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
+	49,  // 105: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	49,  // 106: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 107: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	10,  // 108: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	23,  // 109: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	25,  // 110: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	27,  // 111: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	29,  // 112: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	31,  // 113: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	33,  // 114: agentmesh.v1.TaskService.WatchTasks:input_type -> agentmesh.v1.WatchTasksRequest
+	36,  // 115: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	38,  // 116: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	24,  // 117: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	26,  // 118: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	28,  // 119: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	30,  // 120: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	32,  // 121: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	34,  // 122: agentmesh.v1.TaskService.WatchTasks:output_type -> agentmesh.v1.WatchTasksResponse
+	37,  // 123: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	39,  // 124: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	117, // [117:125] is the sub-list for method output_type
+	109, // [109:117] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4535,14 +5012,14 @@ func file_agentmesh_v1_task_proto_init() {
 	file_agentmesh_v1_delegation_proto_init()
 	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_skill_proto_init()
-	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
+	file_agentmesh_v1_task_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
