@@ -491,6 +491,10 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	uiCfg, err := s.dashboardConfig()
+	if err != nil {
+		return err
+	}
 	script, err := loadScript(s.str("AGENTMESH_SCRIPT"))
 	if err != nil {
 		return err
@@ -553,6 +557,14 @@ func runDevTo(ctx context.Context, args []string, w io.Writer) error {
 	fmt.Fprintf(w, "\nagentmesh dev: gRPC API on %s, NATS on %s\n  try: amctl submit --wait \"hello\"\n", st.Addr(), st.NATSURL())
 	if h := st.HTTPAddr(); h != "" {
 		fmt.Fprintf(w, "agentmesh dev: REST API and SSE on http://%s/v1/ (OpenAPI: /v1/openapi.json)\n  try: curl -s -X POST http://%s/v1/tasks -d '{\"input\": \"hello\"}'\n", h, h)
+	}
+	dash, err := mountDashboard(st.Router(), uiCfg, rCfg.TLSCert != "", true, log)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	if dash != "" {
+		fmt.Fprintf(w, "agentmesh dev: dashboard on %s\n  sign in with %s\n", dash, devSignIn(rCfg))
 	}
 	printTaps(w, st.NATSURL(), auth, taps)
 	return st.Run(ctx)
@@ -740,9 +752,20 @@ func runService(ctx context.Context, name string, args []string) error {
 		}
 		run = svc.Run
 	case "router":
+		uiCfg, err := s.dashboardConfig()
+		if err != nil {
+			return err
+		}
 		svc, err := router.New(ctx, rCfg, router.Deps{NC: nc, Log: log})
 		if err != nil {
 			return err
+		}
+		dash, err := mountDashboard(svc, uiCfg, rCfg.TLSCert != "", false, log)
+		if err != nil {
+			return err
+		}
+		if dash != "" {
+			log.Info("router serving the dashboard", "url", dash)
 		}
 		log.Info("router serving gRPC", "addr", svc.Addr(), "http", svc.HTTPAddr())
 		run = svc.Run

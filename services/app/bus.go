@@ -99,10 +99,14 @@ func devAuth(dataDir, prefix string, rcfg router.Config, log *slog.Logger) (*bus
 	}
 	orgs := []string{router.DefaultOrg}
 	if len(rcfg.APIKeys) > 0 {
+		keys, err := router.EnvKeys(rcfg.APIKeys) // values are "org" or "org:role"
+		if err != nil {
+			return nil, nil, usageError{fmt.Errorf("AGENTMESH_API_KEYS: %w", err)}
+		}
 		orgs = orgs[:0]
-		for _, org := range rcfg.APIKeys {
-			if !slices.Contains(orgs, org) {
-				orgs = append(orgs, org)
+		for _, k := range keys {
+			if k.Org != "" && !slices.Contains(orgs, k.Org) { // a platform key has none
+				orgs = append(orgs, k.Org)
 			}
 		}
 		slices.Sort(orgs)
