@@ -353,4 +353,3 @@ func TestPlatformReadsAnOrg(t *testing.T) {
 		t.Errorf("a bad org name: %v, want InvalidArgument", err)
 	}
 }
-
