@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"sort"
 	"strings"
 	"time"
 )
@@ -19,10 +20,14 @@ import (
 //go:embed static templates
 var embedded embed.FS
 
-// assets serves static/ at /ui/static/ with a strong ETag per file (its
-// SHA-256), so a browser revalidates and gets 304 until the binary changes.
+// assets serves static/ at /ui/static/<version>/ (version: a hash of all
+// the files) as immutable — a browser that has a file never asks for it
+// again, and a new binary's pages name a new version — and at /ui/static/
+// with a strong ETag per file (revalidated: 304 until the file changes).
 type assets struct {
-	files map[string]asset // by path under static/
+	files   map[string]asset // by path under static/
+	version string
+	modules []string // the ES modules, for the shell's modulepreload links
 }
 
 type asset struct {
@@ -54,11 +59,35 @@ func newAssets() (*assets, error) {
 		a.files[strings.TrimPrefix(p, "static/")] = asset{body: b, etag: `"` + hex.EncodeToString(sum[:12]) + `"`, ctype: ct}
 		return nil
 	})
-	return a, err
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(a.files))
+	for n := range a.files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	all := sha256.New()
+	for _, n := range names {
+		all.Write([]byte(n + "\x00" + a.files[n].etag + "\x00"))
+		if strings.HasSuffix(n, ".js") {
+			a.modules = append(a.modules, n)
+		}
+	}
+	a.version = hex.EncodeToString(all.Sum(nil))[:12]
+	return a, nil
 }
 
+// base is where the pages load the current files from.
+func (a *assets) base() string { return "/ui/static/" + a.version }
+
 func (a *assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f, ok := a.files[strings.TrimPrefix(r.URL.Path, "/ui/static/")]
+	name := strings.TrimPrefix(r.URL.Path, "/ui/static/")
+	cache := "no-cache"
+	if v, rest, ok := strings.Cut(name, "/"); ok && v == a.version {
+		name, cache = rest, "public, max-age=31536000, immutable"
+	}
+	f, ok := a.files[name]
 	if !ok {
 		http.NotFound(w, r)
 		return
@@ -66,6 +95,6 @@ func (a *assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", f.ctype)
 	h.Set("ETag", f.etag)
-	h.Set("Cache-Control", "no-cache")
+	h.Set("Cache-Control", cache)
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
 }

@@ -61,7 +61,7 @@ var browserKeys = map[string]string{
 
 // chromium returns the browser to drive: a missing one skips the test,
 // or fails it under CI=true (CI never skips silently).
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -84,9 +84,17 @@ type dash struct {
 	browser context.Context
 }
 
-func startDash(t *testing.T) *dash {
+func startDash(t testing.TB) *dash {
 	t.Helper()
 	exe := chromium(t)
+	d := startStack(t)
+	d.startBrowser(t, exe)
+	return d
+}
+
+// startStack starts a stack with the dashboard (no browser).
+func startStack(t testing.TB) *dash {
+	t.Helper()
 	dir := t.TempDir()
 	script, err := scriptedmodel.ParseScript([]byte(browserScript))
 	if err != nil {
@@ -131,6 +139,12 @@ func startDash(t *testing.T) *dash {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	return &dash{url: "http://" + st.HTTPAddr(), grpc: st.Addr(), conn: conn, st: st}
+}
+
+// startBrowser starts headless Chromium (exe) for the dashboard.
+func (d *dash) startBrowser(t testing.TB, exe string) {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 		chromedp.WindowSize(1366, 860), chromedp.Flag("disable-dev-shm-usage", true), chromedp.Flag("disable-gpu", true))
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -140,12 +154,12 @@ func startDash(t *testing.T) *dash {
 	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start %s: %v", exe, err)
 	}
-	return &dash{url: "http://" + st.HTTPAddr(), grpc: st.Addr(), conn: conn, st: st, browser: bctx}
+	d.browser = bctx
 }
 
 // tab is a fresh browser profile (its own cookies) with a deadline; the
 // page's uncaught exceptions fail the test.
-func (d *dash) tab(t *testing.T) context.Context {
+func (d *dash) tab(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(d.browser, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
@@ -169,7 +183,7 @@ func (d *dash) tab(t *testing.T) context.Context {
 }
 
 // signIn signs key in through the sign-in form and waits for the task list.
-func (d *dash) signIn(t *testing.T, ctx context.Context, key string) {
+func (d *dash) signIn(t testing.TB, ctx context.Context, key string) {
 	t.Helper()
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(d.url+"/ui/"),
@@ -183,7 +197,7 @@ func (d *dash) signIn(t *testing.T, ctx context.Context, key string) {
 }
 
 // eval evaluates a JavaScript expression in the page.
-func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+func eval[T any](t testing.TB, ctx context.Context, expr string) T {
 	t.Helper()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
 	if err != nil {
@@ -193,7 +207,7 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 }
 
 // waitFor polls a JavaScript condition until it holds.
-func waitFor(t *testing.T, ctx context.Context, what, cond string) {
+func waitFor(t testing.TB, ctx context.Context, what, cond string) {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
@@ -240,7 +254,7 @@ func (d *dash) amctl(t *testing.T, key string, args ...string) string {
 }
 
 // submit submits a task over the gRPC API as key.
-func (d *dash) submit(t *testing.T, key string, req *agentmeshv1.SubmitTaskRequest) *agentmeshv1.Task {
+func (d *dash) submit(t testing.TB, key string, req *agentmeshv1.SubmitTaskRequest) *agentmeshv1.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), 20*time.Second)
 	defer cancel()
@@ -369,9 +383,7 @@ func browserApprove(t *testing.T, d *dash) {
 		t.Fatal(err)
 	}
 	waitFor(t, tab, "the approved task's end", "document.querySelector('#task-status .st-completed')")
-	if text := eval[string](t, tab, "document.querySelector('ol.timeline').innerText"); !strings.Contains(text, "approved") {
-		t.Errorf("the timeline does not show the approval:\n%s", text)
-	}
+	waitFor(t, tab, "the approval and the end in the timeline", "document.querySelector('ol.timeline li:last-child .st-completed') && document.querySelector('ol.timeline').innerText.includes('approved')")
 }
 
 // Markup in a task's title, input and tool result is shown as text: no

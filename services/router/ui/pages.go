@@ -26,6 +26,8 @@ type pageData struct {
 	Role    string
 	Status  int // the HTTP status the shell is served with
 	Nav     []navItem
+	Static  string   // where the current front end is (versioned, immutable)
+	Modules []string // the ES modules the shell preloads
 }
 
 type navItem struct {
@@ -41,6 +43,7 @@ var templates = template.Must(template.New("").ParseFS(embedded, "templates/*.ht
 
 // page renders template name with data, answering code.
 func (d *Dashboard) page(w http.ResponseWriter, code int, name string, data pageData) {
+	data.Static = d.assets.base()
 	var b bytes.Buffer
 	if err := templates.ExecuteTemplate(&b, name+".html", data); err != nil {
 		d.log.Error("dashboard: render", "page", name, "err", err)
@@ -159,7 +162,7 @@ func (d *Dashboard) serveShell(w http.ResponseWriter, r *http.Request, code int)
 	}
 	d.page(w, code, "shell", pageData{
 		Title: page, Page: page, CSRF: si.s.CSRF, KeyName: si.caller.KeyName, Org: org,
-		Role: si.caller.Role.String(), Status: code, Nav: navigation,
+		Role: si.caller.Role.String(), Status: code, Nav: navigation, Modules: d.assets.modules,
 	})
 }
 

@@ -58,6 +58,7 @@ type Dashboard struct {
 	keys    *sealer
 	signins *rate.Limiter // failed sign-ins, all clients together
 	mux     *http.ServeMux
+	assets  *assets
 	now     func() time.Time
 }
 
@@ -106,6 +107,7 @@ func (d *Dashboard) routes() error {
 	if err != nil {
 		return err
 	}
+	d.assets = assets
 	m := http.NewServeMux()
 	m.Handle("GET /ui/static/", assets)
 	m.HandleFunc("GET /ui/signin", d.signinPage)

@@ -398,7 +398,18 @@ func TestAssets(t *testing.T) {
 	if resp := h.do(t, "GET", "/ui/static/js/app.js", "", map[string]string{"If-None-Match": etag}, nil); resp.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidation: %d, want 304", resp.StatusCode)
 	}
-	for _, p := range []string{"/ui/static/nope.js", "/ui/static/../ui.go"} {
+	// The pages load the versioned, immutable copy.
+	v := h.d.assets.base() + "/js/app.js"
+	resp = h.do(t, "GET", v, "", nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") || resp.Header.Get("ETag") != etag {
+		t.Errorf("%s: %d %v, want the same file, immutable", v, resp.StatusCode, resp.Header)
+	}
+	c, _ := h.signIn(t, "k-admin")
+	if b := body(t, h.do(t, "GET", "/ui/tasks", "", nil, c)); !strings.Contains(b, `<script type="module" src="`+v+`">`) ||
+		!strings.Contains(b, `rel="modulepreload" href="`+h.d.assets.base()+`/js/tasks.js"`) {
+		t.Errorf("the shell does not load %s (and preload the modules):\n%s", v, b)
+	}
+	for _, p := range []string{"/ui/static/nope.js", "/ui/static/../ui.go", "/ui/static/000000000000/js/app.js/x"} {
 		if resp := h.do(t, "GET", p, "", nil, nil); resp.StatusCode == http.StatusOK {
 			t.Errorf("%s: %d, want not found", p, resp.StatusCode)
 		}

@@ -1,9 +1,13 @@
-// tasks.js: the task list, live. It opens the org's change stream
-// (WatchTasks, /v1/tasks:watch) first, lists the newest tasks once the
-// stream is ready, then applies each change newer than the row it has:
-// status, agent, cost and steps move as they happen, new tasks appear on
-// top, and nothing is fetched again unless the stream says it may have
-// missed something (reset).
+// tasks.js: the task list, live. It lists the newest tasks and opens the
+// org's change stream (WatchTasks, /v1/tasks:watch) at once; when the
+// stream says it stands ("ready") it lists again, so that nothing that
+// happened between the first list and the stream is missed (the first
+// list draws the page without waiting for the stream). Then it applies
+// each change newer than the row it has: status, agent, cost and steps
+// move as they happen, new tasks appear on top, and nothing is fetched
+// again unless the stream says it may have missed something (reset).
+// Changes that come while a list is on its way are held and applied to
+// the rows it brings.
 
 import {h, replace, taskLink, statusBadge, priorityName, chips, age, money, num, announce} from './dom.js';
 import {get, query, stream} from './api.js';
@@ -84,17 +88,28 @@ export async function tasksPage(main) {
     while (body.rows.length > PAGE) { const last = body.rows[body.rows.length - 1]; rows.delete(last.dataset.id); last.remove(); }
   };
 
+  let listing = 0, gen = 0;
+  let held = [];
   async function list() {
+    listing++;
+    const mine = ++gen;
     try {
       const resp = await get('/v1/tasks' + query(listParams));
+      if (mine !== gen) { listing--; return; } // a newer list is on its way
       rows.clear();
       const tasks = resp.tasks || [];
       for (const t of tasks) rows.set(t.id, t);
       body.replaceChildren(...tasks.map(row));
+      if (--listing === 0) {
+        const changes = held;
+        held = [];
+        changes.forEach(apply);
+      }
       if (tasks.length === 0) announce('No tasks match.');
       else announce('');
       replace(more, resp.next_page_token ? h('a', {href: '/ui/tasks' + query({status: f.status, agent: f.agent, tag: f.tag, priority: f.priority, page_token: resp.next_page_token})}, 'Older tasks →') : '');
     } catch (err) {
+      listing = Math.max(0, listing - 1);
       announce('Could not list tasks: ' + err.message, true);
     }
   }
@@ -109,6 +124,7 @@ export async function tasksPage(main) {
   }
 
   function apply(c) {
+    if (listing > 0) { held.push(c); return; }
     const seq = num(c.seq);
     let t = rows.get(c.task_id);
     if (t && seq <= num(t.last_event_seq)) return;
@@ -140,6 +156,7 @@ export async function tasksPage(main) {
     live.textContent = '';
     return list();
   }
+  list();
   const watch = {statuses: listParams.statuses, agent: f.agent, priorities: listParams.priorities};
   stream('/v1/tasks:watch' + query(watch), {
     ready: () => list(),
