@@ -86,10 +86,7 @@ func (f *orgFeed) fold(ev *agentmeshv1.TaskEvent) {
 			if c.Usage == nil {
 				c.Usage = &agentmeshv1.Usage{}
 			}
-			c.Usage.PromptTokens += u.PromptTokens
-			c.Usage.CompletionTokens += u.CompletionTokens
-			c.Usage.TotalTokens += u.TotalTokens
-			c.Usage.CostUsd += u.CostUsd
+			taskstate.AddUsage(c.Usage, u)
 		}
 	case agentmeshv1.EventType_EVENT_TYPE_UPDATED:
 		c.Updated = true
@@ -198,11 +195,8 @@ func (w *listWatcher) take() ([]*agentmeshv1.WatchTasksResponse, bool) {
 func (h *hub) addFeed(w *listWatcher) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.started {
-		if err := h.start(); err != nil {
-			return err
-		}
-		h.started = true
+	if err := h.ensureStarted(); err != nil {
+		return err
 	}
 	f := h.feeds[w.org]
 	if f == nil {

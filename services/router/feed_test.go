@@ -9,7 +9,6 @@ import (
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
-	"github.com/agentmesh/agentmesh/services/router/rest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -230,39 +229,6 @@ func TestHTTPWatchTasks(t *testing.T) {
 	wantStatus(t, bad, 400, codes.InvalidArgument, "unknown value", "statuses")
 	bad = c.Do(t, "GET", "/v1/tasks:watch?colour=red", nil)
 	wantStatus(t, bad, 400, codes.InvalidArgument, "unknown parameter", "colour")
-}
-
-// FuzzParseWatchTasks: any query is parsed or refused with an
-// InvalidArgument naming a parameter; what is parsed holds only known,
-// specified enum values.
-func FuzzParseWatchTasks(f *testing.F) {
-	for _, s := range []string{"statuses=queued", "statuses=TASK_STATUS_RUNNING,7", "priorities=high&agent=a", "statuses=0", "x=1", "statuses=", "agent=a&agent=b", "priorities=-1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		q := map[string][]string{}
-		for _, kv := range strings.Split(raw, "&") {
-			k, v, _ := strings.Cut(kv, "=")
-			q[k] = append(q[k], v)
-		}
-		req, err := rest.ParseWatchTasks(q)
-		if err != nil {
-			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() == "" {
-				t.Fatalf("%q: %v, want InvalidArgument", raw, err)
-			}
-			return
-		}
-		for _, s := range req.Statuses {
-			if _, ok := agentmeshv1.TaskStatus_name[int32(s)]; !ok || s == agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
-				t.Fatalf("%q: status %d", raw, s)
-			}
-		}
-		for _, p := range req.Priorities {
-			if _, ok := agentmeshv1.Priority_name[int32(p)]; !ok || p == 0 {
-				t.Fatalf("%q: priority %d", raw, p)
-			}
-		}
-	})
 }
 
 // ListExecutors: the nodes from their heartbeats; an admin sees capacity

@@ -75,11 +75,8 @@ func newHub(s *Service) *hub {
 func (h *hub) add(w *watcher) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.started {
-		if err := h.start(); err != nil {
-			return err
-		}
-		h.started = true
+	if err := h.ensureStarted(); err != nil {
+		return err
 	}
 	ws := h.watchers[w.id]
 	if ws == nil {
@@ -99,6 +96,18 @@ func (h *hub) remove(w *watcher) {
 			delete(h.watchers, w.id)
 		}
 	}
+}
+
+// ensureStarted subscribes the first time (h.mu held).
+func (h *hub) ensureStarted() error {
+	if h.started {
+		return nil
+	}
+	if err := h.start(); err != nil {
+		return err
+	}
+	h.started = true
+	return nil
 }
 
 // start subscribes (h.mu held).

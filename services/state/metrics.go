@@ -241,7 +241,7 @@ func (c *calc) addTo(x *acc, t *agentmeshv1.Task) {
 		if t.RunTime != nil {
 			x.runs = append(x.runs, t.RunTime.AsDuration())
 		}
-		addUsage(&x.usage, t.Usage)
+		taskstate.AddUsage(&x.usage, t.Usage)
 	}
 	if x.series != nil {
 		x.series.add(t, c.now)

@@ -93,6 +93,8 @@ func TestMetricsSeries(t *testing.T) {
 		{Agent: "b", Status: taskstate.Failed, CreatedAt: at(2), QueuedAt: at(2), QueueWait: durationpb.New(0), StartedAt: at(2), FinishedAt: at(3), RunTime: mins(1)},
 		// Queued since 8 at high priority, still queued at the end (now = end).
 		{Agent: "a", Status: taskstate.Queued, CreatedAt: at(8), QueuedAt: at(8), Priority: agentmeshv1.Priority_PRIORITY_HIGH},
+		// Ran 6-7, blocked on an approval since: not running after 7.
+		{Agent: "c", Status: taskstate.Blocked, CreatedAt: at(6), QueuedAt: at(6), QueueWait: durationpb.New(0), StartedAt: at(6), UpdatedAt: at(7)},
 	}
 	c := newCalc(start, end, end)
 	c.withSeries(5 * time.Minute)
@@ -103,12 +105,13 @@ func TestMetricsSeries(t *testing.T) {
 	if len(s) != 2 || !s[0].Start.AsTime().Equal(start) || !s[1].Start.AsTime().Equal(start.Add(5*time.Minute)) {
 		t.Fatalf("buckets: %v, want two of 5 minutes from the start", s)
 	}
-	if s[0].Submitted != 2 || s[0].Completed != 0 || s[0].Failed != 1 || s[1].Submitted != 1 || s[1].Completed != 1 {
+	if s[0].Submitted != 2 || s[0].Completed != 0 || s[0].Failed != 1 || s[1].Submitted != 2 || s[1].Completed != 1 {
 		t.Errorf("counts: %v / %v", s[0], s[1])
 	}
-	// Bucket 0: task 1 ran 2-5 (3 min) + task 2 ran 2-3 (1 min) = 4 of 5 min; bucket 1: 5-6 = 1 of 5.
-	if s[0].AverageRunning != 0.8 || s[1].AverageRunning != 0.2 {
-		t.Errorf("average running %v, %v, want 0.8, 0.2", s[0].AverageRunning, s[1].AverageRunning)
+	// Bucket 0: task 1 ran 2-5 (3 min) + task 2 ran 2-3 (1 min) = 4 of 5 min; bucket 1: 5-6
+	// and the blocked task's 6-7 = 2 of 5.
+	if s[0].AverageRunning != 0.8 || s[1].AverageRunning != 0.4 {
+		t.Errorf("average running %v, %v, want 0.8, 0.4", s[0].AverageRunning, s[1].AverageRunning)
 	}
 	// Queued: bucket 0 holds task 1's minute (normal), bucket 1 task 3's two minutes (high).
 	if len(s[0].Queued) != 1 || s[0].Queued[0].Priority != agentmeshv1.Priority_PRIORITY_NORMAL || s[0].Queued[0].Average != 0.2 {

@@ -111,7 +111,7 @@ func (s *series) add(t *agentmeshv1.Task, now time.Time) {
 			if t.RunTime != nil {
 				b.runs = append(b.runs, t.RunTime.AsDuration())
 			}
-			addUsage(&b.usage, t.Usage)
+			taskstate.AddUsage(&b.usage, t.Usage)
 		}
 	}
 	if from, to, ok := runSpan(t, now); ok {
@@ -123,15 +123,21 @@ func (s *series) add(t *agentmeshv1.Task, now time.Time) {
 	}
 }
 
-// runSpan is when the task ran: from its first start until it finished
-// (or now).
+// runSpan is when the task ran: from its first start until it finished,
+// or until now while it runs, or until its last change while it is
+// blocked (waiting for an approval, sub-tasks or a proposal holds no
+// slot). The task records no more than that: a task blocked and resumed
+// counts its wait as running time.
 func runSpan(t *agentmeshv1.Task, now time.Time) (time.Time, time.Time, bool) {
 	if t.StartedAt == nil || t.Status == taskstate.Queued || t.Status == taskstate.Assigned {
 		return time.Time{}, time.Time{}, false
 	}
 	to := now
-	if taskstate.Terminal(t.Status) && t.FinishedAt != nil {
+	switch {
+	case taskstate.Terminal(t.Status) && t.FinishedAt != nil:
 		to = t.FinishedAt.AsTime()
+	case t.Status == taskstate.Blocked && t.UpdatedAt != nil:
+		to = t.UpdatedAt.AsTime()
 	}
 	return t.StartedAt.AsTime(), to, true
 }
@@ -152,16 +158,6 @@ func queueSpan(t *agentmeshv1.Task, now time.Time) (time.Time, time.Time, bool) 
 		return from, from.Add(t.QueueWait.AsDuration()), true
 	}
 	return time.Time{}, time.Time{}, false
-}
-
-func addUsage(dst, u *agentmeshv1.Usage) {
-	if u == nil {
-		return
-	}
-	dst.PromptTokens += u.PromptTokens
-	dst.CompletionTokens += u.CompletionTokens
-	dst.TotalTokens += u.TotalTokens
-	dst.CostUsd += u.CostUsd
 }
 
 // result is the series as the API answers it; limit is the agent's

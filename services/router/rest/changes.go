@@ -3,7 +3,6 @@ package rest
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -42,18 +41,7 @@ func ConnTasksWatcher(conn grpc.ClientConnInterface) TasksWatcher {
 		if err != nil {
 			return err
 		}
-		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := s.Send(resp); err != nil {
-				return err
-			}
-		}
+		return relay(stream.Recv, s.Send)
 	}
 }
 

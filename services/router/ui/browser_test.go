@@ -92,8 +92,9 @@ func startDash(t testing.TB) *dash {
 	return d
 }
 
-// startStack starts a stack with the dashboard (no browser).
-func startStack(t testing.TB) *dash {
+// startStack starts a stack with the dashboard (no browser); tweak, when
+// given, changes its configuration first.
+func startStack(t testing.TB, tweak ...func(*stack.Config)) *dash {
 	t.Helper()
 	dir := t.TempDir()
 	script, err := scriptedmodel.ParseScript([]byte(browserScript))
@@ -113,6 +114,9 @@ func startStack(t testing.TB) *dash {
 	cfg.Executor.ChildCommand = []string{os.Args[0]}
 	cfg.Executor.WallTime = time.Minute
 	cfg.Executor.DrainGrace = time.Second
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {
@@ -211,7 +215,7 @@ func waitFor(t testing.TB, ctx context.Context, what, cond string) {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
-		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!(" + cond + ")")); err == nil && ok {
+		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+cond+")")); err == nil && ok {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
