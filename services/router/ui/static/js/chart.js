@@ -8,11 +8,16 @@ const W = 640, H = 220, L = 52, R = 12, T = 12, B = 28;
 
 export const palette = ['#1d4ed8', '#b91c1c', '#047857', '#b45309', '#6d28d9', '#0e7490', '#be185d', '#4d7c0f'];
 
-function niceMax(v) {
-  if (!(v > 0)) return 1;
-  const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
+// scale picks the y axis for values up to v: a step of 1, 2 or 5 × 10^k
+// and at most five steps.
+function scale(v) {
+  if (!(v > 0)) return {max: 1, step: 0.25};
+  for (let p = Math.pow(10, Math.floor(Math.log10(v)) - 1); ; p *= 10) {
+    for (const m of [1, 2, 5]) {
+      const step = m * p;
+      if (v / step <= 5) return {max: Math.ceil(v / step - 1e-9) * step, step};
+    }
+  }
 }
 
 function timeLabel(t, spanMs) {
@@ -21,17 +26,19 @@ function timeLabel(t, spanMs) {
   return spanMs > 36 * 3600e3 ? d.toLocaleDateString('en-GB', {day: '2-digit', month: 'short'}) + ' ' + hm : hm;
 }
 
-// number shows v with as many decimals as a scale up to max needs, and
-// its unit ('%', '$' or 's').
-export function number(v, max, unit) {
-  const d = max >= 10 ? 0 : max >= 1 ? 1 : max >= 0.1 ? 2 : 3;
+// number shows v with as many decimals as ticks of step need, and its
+// unit ('%', '$' or 's').
+export function number(v, step, unit) {
+  let d = 0;
+  while (d < 4 && Math.abs(step * 10 ** d - Math.round(step * 10 ** d)) > 1e-9) d++;
   const t = (Math.round(v * 10 ** d) / 10 ** d).toFixed(d);
   return unit === '$' ? '$' + t : unit ? t + unit : t;
 }
 
 // chart draws series over shared times. opts: {title, times: [ms...],
 // series: [{name, values: [...], color}], kind: 'line'|'bars' (stacked),
-// unit: '' | '%' | '$' | 's'}.
+// unit: '' | '%' | '$' | 's'}. A null value is a gap in a line (a bucket
+// with nothing to say).
 export function chart(opts) {
   const {title, times, series, kind = 'line', unit = ''} = opts;
   const n = times.length;
@@ -43,16 +50,21 @@ export function chart(opts) {
   } else {
     for (const se of series) for (const v of se.values) max = Math.max(max, v || 0);
   }
-  max = niceMax(max);
-  const fmt = (v) => number(v, max, unit);
-  const exact = (v) => { const t = String(+Number(v || 0).toPrecision(4)); return unit === '$' ? '$' + t : t + unit; };
+  const sc = scale(max);
+  max = sc.max;
+  const fmt = (v) => number(v, sc.step, unit);
+  const exact = (v) => {
+    if (v === null || v === undefined) return '–';
+    const t = String(+Number(v).toPrecision(4));
+    return unit === '$' ? '$' + t : t + unit;
+  };
   const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - R)) / (kind === 'bars' ? n : n - 1));
   const y = (v) => T + (H - T - B) * (1 - (v || 0) / max);
   const svg = s('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: chart`, class: 'chart', preserveAspectRatio: 'xMidYMid meet'});
   svg.append(s('title', null, title));
   // Grid and y axis.
-  for (let k = 0; k <= 4; k++) {
-    const v = (max * k) / 4, yy = y(v);
+  for (let k = 0; k * sc.step <= max + 1e-9; k++) {
+    const v = k * sc.step, yy = y(v);
     svg.append(s('line', {x1: L, x2: W - R, y1: yy, y2: yy, class: 'grid'}));
     svg.append(s('text', {x: L - 6, y: yy + 4, 'text-anchor': 'end', class: 'tick'}, fmt(v)));
   }
@@ -78,9 +90,15 @@ export function chart(opts) {
   } else {
     series.forEach((se, si) => {
       const color = se.color || palette[si % palette.length];
-      const pts = se.values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
-      svg.append(s('polyline', {points: pts, fill: 'none', stroke: color, 'stroke-width': 2, 'stroke-linejoin': 'round'}));
-      if (n === 1) svg.append(s('circle', {cx: x(0), cy: y(se.values[0]), r: 3, fill: color}));
+      // One polyline per run of values; a lone value is a dot.
+      let run = [];
+      const flush = () => {
+        if (run.length === 1) svg.append(s('circle', {cx: x(run[0]), cy: y(se.values[run[0]]), r: 2.5, fill: color}));
+        else if (run.length > 1) svg.append(s('polyline', {points: run.map((i) => `${x(i).toFixed(1)},${y(se.values[i]).toFixed(1)}`).join(' '), fill: 'none', stroke: color, 'stroke-width': 2, 'stroke-linejoin': 'round'}));
+        run = [];
+      };
+      se.values.forEach((v, i) => { if (v === null || v === undefined) flush(); else run.push(i); });
+      flush();
     });
   }
   svg.append(s('line', {x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis'}));

@@ -8,7 +8,7 @@ import {h, replace, section, num, money, dur, durSeconds, announce, priorityName
 import {get, query, stream} from './api.js';
 import {chart} from './chart.js';
 
-const windows = {'1h': [3600, 60], '6h': [21600, 300], '24h': [86400, 900], '7d': [604800, 3600 * 3]};
+const windows = {'5m': [300, 5], '15m': [900, 15], '1h': [3600, 60], '6h': [21600, 300], '24h': [86400, 900], '7d': [604800, 3600 * 3]};
 
 export async function metricsPage(main) {
   const q = new URLSearchParams(location.search);
@@ -45,6 +45,11 @@ export async function metricsPage(main) {
   });
 }
 
+// pct is a bucket's percentile in seconds, null when nothing finished.
+function pct(p, which) {
+  return p && num(p.count) > 0 ? durSeconds(p[which]) : null;
+}
+
 function card(label, value) {
   return h('div', {class: 'stat'}, h('div', {class: 'stat-value'}, value), h('div', {class: 'stat-label'}, label));
 }
@@ -70,13 +75,13 @@ function draw(m) {
       {name: 'failed', values: pick((b) => num(b.failed)), color: '#b91c1c'},
       {name: 'cancelled', values: pick((b) => num(b.cancelled)), color: '#6b7280'}]}),
     chart({title: 'Failure rate', times, unit: '%', series: [
-      {name: 'failed / finished', values: pick((b) => { const d = num(b.completed) + num(b.failed) + num(b.cancelled); return d ? (100 * num(b.failed)) / d : 0; }), color: '#b91c1c'}]}),
+      {name: 'failed / finished', values: pick((b) => { const d = num(b.completed) + num(b.failed) + num(b.cancelled); return d ? (100 * num(b.failed)) / d : null; }), color: '#b91c1c'}]}),
     chart({title: 'Queue depth by priority (average queued)', times, series: queued.length ? queued : [{name: 'queued', values: pick(() => 0)}]}),
     chart({title: 'Durations p50 / p90', times, unit: 's', series: [
-      {name: 'run time p50', values: pick((b) => durSeconds((b.run_time || {}).p50))},
-      {name: 'run time p90', values: pick((b) => durSeconds((b.run_time || {}).p90))},
-      {name: 'queue wait p50', values: pick((b) => durSeconds((b.queue_wait || {}).p50))},
-      {name: 'queue wait p90', values: pick((b) => durSeconds((b.queue_wait || {}).p90))}]}),
+      {name: 'run time p50', values: pick((b) => pct(b.run_time, 'p50'))},
+      {name: 'run time p90', values: pick((b) => pct(b.run_time, 'p90'))},
+      {name: 'queue wait p50', values: pick((b) => pct(b.queue_wait, 'p50'))},
+      {name: 'queue wait p90', values: pick((b) => pct(b.queue_wait, 'p90'))}]}),
     chart({title: 'Running on average, per agent', times, series: agents.length ? agents.map((a) => ({name: a.agent, values: (a.series || []).map((b) => num(b.average_running))}))
       : [{name: 'all', values: pick((b) => num(b.average_running))}]}),
     chart({title: 'Cost per agent (USD per bucket)', kind: 'bars', times, unit: '$',
