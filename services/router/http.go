@@ -329,9 +329,17 @@ func RequestKey(r *http.Request) string { return rest.RequestKey(r) }
 // authentication off every request is an admin of org "default". It takes
 // no rate token and checks no role: the calls the door then makes through
 // Conn do both. For a door that must know its caller first (an agent card
-// of the caller's org, a session bound to a key).
+// of the caller's org, a session bound to a key). A valid key marks the
+// request's connection authenticated for the connection cap, as a REST
+// request's own key does: a door whose requests carry its own credential
+// (the dashboard's session cookie) and a key it holds keeps its
+// connections past AuthTimeout.
 func (s *Service) Authenticate(r *http.Request) (Caller, error) {
-	return s.callerOf(rest.RequestKey(r))
+	c, err := s.callerOf(rest.RequestKey(r))
+	if err == nil && s.doors != nil {
+		s.doors.conns.authenticated(r.RemoteAddr)
+	}
+	return c, err
 }
 
 // RequireKey wraps h so that a request without a valid key is answered 401

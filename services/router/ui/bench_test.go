@@ -19,6 +19,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc/metadata"
 )
@@ -43,9 +44,11 @@ func keyCtx(key string, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), d)
 }
 
-// seed puts n tasks in acme: a parent that waits for an approval, and n-1
-// tasks that depend on it (blocked, so nothing runs them), created through
-// the public API in graphs of 4,000 (the bus takes about 1 MB a request).
+// seed puts n tasks in acme through the public API: SubmitTask from 32
+// clients at once (the state service commits them in groups), every
+// thousand waiting on a task of their own that waits for an approval — so
+// they stay blocked and nothing runs them. The stack's org rate limit must
+// be off (unlimitedRate).
 func (d *dash) seed(b testing.TB, n int) {
 	b.Helper()
 	ctx, cancel := keyCtx("k-acme", time.Minute)
@@ -57,29 +60,39 @@ func (d *dash) seed(b testing.TB, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	parent := d.submit(b, "k-acme", &agentmeshv1.SubmitTaskRequest{Agent: "gate", Title: "the gate", Input: "hold"})
-	graphs := agentmeshv1.NewTaskGraphServiceClient(d.conn)
+	var gates []string
+	for range (n + 999) / 1000 {
+		gates = append(gates, d.submit(b, "k-acme", &agentmeshv1.SubmitTaskRequest{Agent: "gate", Title: "a gate", Input: "hold"}).Id)
+	}
+	tasks := agentmeshv1.NewTaskServiceClient(d.conn)
 	start := time.Now()
-	for done := 1; done < n; {
-		batch := min(4_000, n-done)
-		req := &agentmeshv1.SubmitTasksRequest{}
-		for i := range batch {
-			k := done + i
-			req.Tasks = append(req.Tasks, &agentmeshv1.GraphTask{Ref: "t" + strconv.Itoa(k), Task: &agentmeshv1.SubmitTaskRequest{
-				Agent: "assistant", Title: fmt.Sprintf("seeded task %d", k), Input: "waits for the gate", DependsOn: []string{parent.Id},
-				Tags: []string{"seed", "batch-" + strconv.Itoa(k/10_000)}, Priority: agentmeshv1.Priority(1 + k%5),
-			}})
-		}
-		ctx, cancel := keyCtx("k-acme", 5*time.Minute)
-		_, err := graphs.SubmitTasks(ctx, req)
-		cancel()
-		if err != nil {
-			b.Fatalf("seed tasks %d-%d: %v", done, done+batch, err)
-		}
-		done += batch
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for k := int(next.Add(1)); k <= n-len(gates); k = int(next.Add(1)) {
+				ctx, cancel := keyCtx("k-acme", time.Minute)
+				_, err := tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{
+					Agent: "assistant", Title: fmt.Sprintf("seeded task %d", k), Input: "waits for the gate", DependsOn: []string{gates[k/1000]},
+					Tags: []string{"seed", "batch-" + strconv.Itoa(k/10_000)}, Priority: agentmeshv1.Priority(1 + k%5),
+				})
+				cancel()
+				if err != nil {
+					b.Errorf("seed task %d: %v", k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
 	}
 	b.Logf("seeded %d tasks in %s", n, time.Since(start).Round(time.Millisecond))
 }
+
+// unlimitedRate turns the org rate limit off (seeding).
+func unlimitedRate(c *stack.Config) { c.Router.OrgRate = -1 }
 
 // httpSession signs key in with a plain HTTP client and returns it.
 func (d *dash) httpSession(b testing.TB, key string) *http.Client {
@@ -132,7 +145,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // navigation's start to 50 rows drawn (cold: the first visit; warm: the
 // scripts revalidated from the browser's cache).
 func BenchmarkFirstPage(b *testing.B) {
-	d := startStack(b)
+	d := startStack(b, unlimitedRate)
 	d.seed(b, envInt("AGENTMESH_BENCH_TASKS", 100_000))
 	c := d.httpSession(b, "k-acme")
 	var lat []time.Duration

@@ -483,3 +483,29 @@ func browserPages(t *testing.T, d *dash) {
 		waitFor(t, ctx, p.path, p.ready)
 	}
 }
+
+// A signed-in browser's connection counts as authenticated for the
+// listener's connection cap (its requests carry a session, not a key): its
+// event stream is not cut when the cap's deadline to authenticate passes.
+func TestSessionConnectionStays(t *testing.T) {
+	d := startStack(t, func(c *stack.Config) { c.Router.AuthTimeout = 500 * time.Millisecond })
+	c := d.httpSession(t, "k-acme")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", d.url+"/ui/api/v1/tasks:watch", nil)
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("open the stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		t.Fatalf("the stream ended after the auth deadline: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+}
