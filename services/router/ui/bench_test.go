@@ -19,9 +19,12 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // The dashboard's speed targets (docs/benchmarks.md):
@@ -44,8 +47,8 @@ func keyCtx(key string, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), d)
 }
 
-// seed puts n tasks in acme through the public API: SubmitTask from 32
-// clients at once (the state service commits them in groups), every
+// seed puts n tasks in acme through the public API: SubmitTask from
+// AGENTMESH_BENCH_SEEDERS (default 8) clients at once (the state service commits them in groups), every
 // thousand waiting on a task of their own that waits for an approval — so
 // they stay blocked and nothing runs them. The stack's org rate limit must
 // be off (unlimitedRate).
@@ -66,17 +69,31 @@ func (d *dash) seed(b testing.TB, n int) {
 	}
 	tasks := agentmeshv1.NewTaskServiceClient(d.conn)
 	start := time.Now()
-	var next atomic.Int64
+	var next, retries atomic.Int64
 	var wg sync.WaitGroup
-	for range 32 {
+	for range envInt("AGENTMESH_BENCH_SEEDERS", 8) {
 		wg.Go(func() {
 			for k := int(next.Add(1)); k <= n-len(gates); k = int(next.Add(1)) {
-				ctx, cancel := keyCtx("k-acme", time.Minute)
-				_, err := tasks.SubmitTask(ctx, &agentmeshv1.SubmitTaskRequest{
+				req := &agentmeshv1.SubmitTaskRequest{
 					Agent: "assistant", Title: fmt.Sprintf("seeded task %d", k), Input: "waits for the gate", DependsOn: []string{gates[k/1000]},
 					Tags: []string{"seed", "batch-" + strconv.Itoa(k/10_000)}, Priority: agentmeshv1.Priority(1 + k%5),
-				})
-				cancel()
+					IdempotencyKey: "seed-" + strconv.Itoa(k),
+				}
+				// The embedded store stalls now and then for longer than the
+				// bus timeout under the shared machine's load (docs/
+				// benchmarks.md): a timed-out submit is sent again with its
+				// idempotency key, so it is recorded once.
+				var err error
+				for try := 0; try < 20; try++ {
+					ctx, cancel := keyCtx("k-acme", time.Minute)
+					_, err = tasks.SubmitTask(ctx, req)
+					cancel()
+					if status.Code(err) != codes.Unavailable {
+						break
+					}
+					retries.Add(1)
+					time.Sleep(time.Second)
+				}
 				if err != nil {
 					b.Errorf("seed task %d: %v", k, err)
 					return
@@ -88,7 +105,7 @@ func (d *dash) seed(b testing.TB, n int) {
 	if b.Failed() {
 		b.FailNow()
 	}
-	b.Logf("seeded %d tasks in %s", n, time.Since(start).Round(time.Millisecond))
+	b.Logf("seeded %d tasks in %s (%d submits sent again after a timeout)", n, time.Since(start).Round(time.Millisecond), retries.Load())
 }
 
 // unlimitedRate turns the org rate limit off (seeding).
@@ -145,7 +162,18 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // navigation's start to 50 rows drawn (cold: the first visit; warm: the
 // scripts revalidated from the browser's cache).
 func BenchmarkFirstPage(b *testing.B) {
-	d := startStack(b, unlimitedRate)
+	for _, st := range []string{"postgres", "embedded"} {
+		b.Run("store="+st, func(b *testing.B) { benchFirstPage(b, st) })
+	}
+}
+
+func benchFirstPage(b *testing.B, storeKind string) {
+	tweaks := []func(*stack.Config){unlimitedRate}
+	if storeKind == "postgres" {
+		url := pgtest.NewDatabase(b)
+		tweaks = append(tweaks, func(c *stack.Config) { c.PostgresURL = url })
+	}
+	d := startStack(b, tweaks...)
 	d.seed(b, envInt("AGENTMESH_BENCH_TASKS", 100_000))
 	c := d.httpSession(b, "k-acme")
 	var lat []time.Duration

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/pgtest"
 	"github.com/agentmesh/agentmesh/pkg/scriptedmodel"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/router/ui"
@@ -33,7 +34,7 @@ import (
 
 func TestMain(m *testing.M) {
 	child.RunIfChild()
-	os.Exit(m.Run())
+	pgtest.Main(m) // a throwaway Postgres for the benchmarks that ask for one
 }
 
 // browserScript drives the scripted model:
