@@ -159,6 +159,10 @@ bench: build ## build, then run the load generator (BENCH_ARGS) against bin/agen
 bench-scheduler: ## the scheduler alone (real NATS and store; an acking consumer for executors); AGENTMESH_BENCH_DEPTH=100000 adds the deep-queue case
 	go test -run '^$$' -bench 'Dispatch|SlotFree|ModelMemory|StateCeiling' -benchtime 5000x -timeout 30m ./services/scheduler/
 
+.PHONY: screenshots
+screenshots: ## take the dashboard's pictures into docs/images (headless Chromium against a stack with a few tasks)
+	AGENTMESH_UI_SCREENSHOTS=$(CURDIR)/docs/images go test -count=1 -timeout 15m -run TestScreenshots ./services/router/ui/
+
 .PHONY: dev
 dev: ## run everything in one process: embedded NATS + store, scripted model, gRPC API on :7400
 	go run ./services/cmd/agentmesh dev $(DEV_ARGS)

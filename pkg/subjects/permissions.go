@@ -145,10 +145,11 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Pub = append(p.Pub, streamReader(limits)...)
 	case ServiceRouter:
 		// The gRPC edge: requests to state and the registry on behalf of an
-		// authenticated org, and the event subjects WatchTask follows. It
-		// loads the keys kept by state and follows their changes with an
-		// ordered consumer of the events stream.
-		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll()}
+		// authenticated org, the event subjects WatchTask and WatchTasks
+		// follow, and the executors' heartbeats (ListExecutors). It loads
+		// the keys kept by state and follows their changes with an ordered
+		// consumer of the events stream.
+		p.Sub = []string{inbox, n.TaskEventsAll(), n.TokensAll(), n.Heartbeats()}
 		p.Pub = append(state(StateCreateTask, StateGetTask, StateListTasks, StateHistory, StateHistoryBatch,
 			StateUsage, StateCancel, StateDecide, StateCreateTap,
 			StateApproveProposal, StateRejectProposal,

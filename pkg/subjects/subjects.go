@@ -328,6 +328,22 @@ func (n Names) ParseEvent(subject string) (EventSubject, bool) {
 	return EventSubject{}, false
 }
 
+// OrgTaskOf is TaskOf that also returns the subject's org token
+// (<p>.evt.<org>.task.<id>.<type>, <p>.live.<org>.task.<id>.token).
+func OrgTaskOf(subject string) (org, id string, ok bool) {
+	id, ok = TaskOf(subject)
+	if !ok {
+		return "", "", false
+	}
+	rest, _, _ := cutLast(subject) // ….<org>.task.<id>
+	rest, _, _ = cutLast(rest)     // ….<org>.task
+	rest, _, _ = cutLast(rest)     // ….<org>
+	if _, org, ok = cutLast(rest); !ok || org == "" {
+		return "", "", false
+	}
+	return org, id, true
+}
+
 // cutLast splits s at its last '.'.
 func cutLast(s string) (before, last string, ok bool) {
 	i := strings.LastIndexByte(s, '.')

@@ -84,10 +84,16 @@ func TestTaskOf(t *testing.T) {
 			if id, ok := TaskOf(subj); !ok || id != "T1" {
 				t.Errorf("TaskOf(%q) = %q, %v; want T1", subj, id, ok)
 			}
+			if org, id, ok := OrgTaskOf(subj); !ok || id != "T1" || (org != "acme" && org != NoOrg) {
+				t.Errorf("OrgTaskOf(%q) = %q, %q, %v; want acme (or %s), T1", subj, org, id, ok, NoOrg)
+			}
 		}
 		for _, subj := range []string{n.AgentEvent("acme", "writer"), n.Events(), "task", "a.task..queued", ""} {
 			if id, ok := TaskOf(subj); ok {
 				t.Errorf("TaskOf(%q) = %q, want not a task's subject", subj, id)
+			}
+			if org, id, ok := OrgTaskOf(subj); ok {
+				t.Errorf("OrgTaskOf(%q) = %q, %q, want not a task's subject", subj, org, id)
 			}
 		}
 	}

@@ -156,16 +156,24 @@ func Apply(task *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) *agentmeshv1.Task 
 			if t.Usage == nil {
 				t.Usage = &agentmeshv1.Usage{}
 			}
-			t.Usage.PromptTokens += u.PromptTokens
-			t.Usage.CompletionTokens += u.CompletionTokens
-			t.Usage.TotalTokens += u.TotalTokens
-			t.Usage.CostUsd += u.CostUsd
+			AddUsage(t.Usage, u)
 		}
 	}
 	applyProposal(t, ev)
 	applyGraph(t, ev)
 	applySubtask(t, ev)
 	return t
+}
+
+// AddUsage adds u (nil: nothing) to sum.
+func AddUsage(sum, u *agentmeshv1.Usage) {
+	if u == nil {
+		return
+	}
+	sum.PromptTokens += u.PromptTokens
+	sum.CompletionTokens += u.CompletionTokens
+	sum.TotalTokens += u.TotalTokens
+	sum.CostUsd += u.CostUsd
 }
 
 // ApprovalID is the id of the approval a task asks for with the event of

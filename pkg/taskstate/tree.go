@@ -65,8 +65,5 @@ func applySubtask(t *agentmeshv1.Task, ev *agentmeshv1.TaskEvent) {
 	if t.SubtreeUsage == nil {
 		t.SubtreeUsage = &agentmeshv1.Usage{}
 	}
-	t.SubtreeUsage.PromptTokens += u.PromptTokens
-	t.SubtreeUsage.CompletionTokens += u.CompletionTokens
-	t.SubtreeUsage.TotalTokens += u.TotalTokens
-	t.SubtreeUsage.CostUsd += u.CostUsd
+	AddUsage(t.SubtreeUsage, u)
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/router"
+	"github.com/agentmesh/agentmesh/services/router/ui"
 	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/nats-io/nats.go"
 )
@@ -301,15 +302,25 @@ func (s *settings) runDev(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	uiCfg, err := s.dashboardConfig()
+	if err != nil {
+		return err
+	}
 	st, err := stack.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	closeDoors, err := mountDoors(st, log)
 	if err != nil {
+		st.Close()
 		return err
 	}
 	defer closeDoors()
+	dash, err := mountDashboard(st.Router(), uiCfg, cfg.Router.TLSCert != "", true, log)
+	if err != nil {
+		st.Close()
+		return err
+	}
 	storeKind := "embedded JetStream store in " + filepath.Dir(cfg.DataDir)
 	if cfg.PostgresURL != "" {
 		storeKind = "Postgres"
@@ -324,6 +335,9 @@ func (s *settings) runDev(ctx context.Context, w io.Writer) error {
 	if h := st.HTTPAddr(); h != "" {
 		fmt.Fprintf(w, "agentmesh dev: REST API and SSE on http://%s/v1/ (OpenAPI: /v1/openapi.json)\n  try: curl -s -X POST http://%s/v1/tasks -d '{\"input\": \"hello\"}'\n", h, h)
 		fmt.Fprintf(w, "agentmesh dev: MCP server on http://%s/mcp, A2A on http://%s/a2a (agent card: /.well-known/agent-card.json)\n", h, h)
+	}
+	if dash != "" {
+		fmt.Fprintf(w, "agentmesh dev: dashboard on %s\n  sign in with %s\n", dash, devSignIn(cfg.Router))
 	}
 	printTaps(w, st.NATSURL(), cfg.Auth, taps)
 	return st.Run(ctx)
@@ -412,6 +426,12 @@ func (s *settings) runService(ctx context.Context) error {
 		return err
 	}
 	defer closeTools()
+	var uiCfg ui.Config
+	if name == subjects.ServiceRouter {
+		if uiCfg, err = s.dashboardConfig(); err != nil {
+			return err
+		}
+	}
 	creds, err := s.busCreds(name, log)
 	if err != nil {
 		return err
@@ -433,9 +453,20 @@ func (s *settings) runService(ctx context.Context) error {
 	}
 	closeDoors, err := mountDoors(st, log)
 	if err != nil {
+		st.Close()
 		return err
 	}
 	defer closeDoors()
+	if name == subjects.ServiceRouter {
+		dash, err := mountDashboard(st.Router(), uiCfg, cfg.Router.TLSCert != "", false, log)
+		if err != nil {
+			st.Close()
+			return err
+		}
+		if dash != "" {
+			log.Info("router serving the dashboard", "url", dash)
+		}
+	}
 	log.Info("agentmesh "+name+" started", "nats", st.NATSURL(), "http", st.HTTPAddr(), "version", Version)
 	return st.Run(ctx)
 }

@@ -110,6 +110,10 @@ func EnvVars() []Env {
 		{"AGENTMESH_MAX_WATCHES_PER_ORG", "256", []string{"dev", "router"}, "WatchTask streams an org may hold open at once (SSE event streams count too)"},
 		{"AGENTMESH_HTTP_LISTEN", "", []string{"dev", "router"}, "HTTP listen address of the REST/JSON API, SSE event streams and the other HTTP doors (same keys, roles, TLS, limits as gRPC); empty = 127.0.0.1:7480 for dev, none for router; off = none"},
 		{"AGENTMESH_HTTP_CORS_ORIGINS", "", []string{"dev", "router"}, "origins browsers may call the HTTP API from (http(s)://host[:port], comma-separated, or *); empty = no CORS headers (browsers refuse cross-origin calls)"},
+		{"AGENTMESH_UI", "on", []string{"dev", "router"}, "the web dashboard at /ui/ of the HTTP listener (sign in with an API key): on or off"},
+		{"AGENTMESH_UI_SECRET", "", []string{"dev", "router"}, "secret (at least 32 bytes, e.g. openssl rand -base64 32) that seals the dashboard's session cookies (AES-256-GCM); give every router replica the same one; empty = a random one per process (sessions end with it and hold on that replica only)"},
+		{"AGENTMESH_UI_SESSION_IDLE", "30m", []string{"dev", "router"}, "a dashboard session unused this long ends (at least 1m)"},
+		{"AGENTMESH_UI_SESSION_MAX", "12h", []string{"dev", "router"}, "a dashboard session ends this long after sign-in, used or not (at least 1m)"},
 	}
 }
 

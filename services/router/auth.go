@@ -31,6 +31,9 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if err != nil {
 		return nil, err
 	}
+	if c, err = actingIn(c, orgHeader(ctx)); err != nil {
+		return nil, err
+	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		s.conns.authenticated(p.Addr.String())
 	}
@@ -65,6 +68,38 @@ func (s *Service) callerOf(key string) (Caller, error) {
 		return Caller{}, status.Errorf(codes.Unauthenticated, "API key %q expired at %s", k.Name, k.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return Caller{KeyName: k.Name, Org: k.Org, Role: k.Role}, nil
+}
+
+// OrgHeader is the metadata (and HTTP header) with which a platform key
+// names the org it reads as a reader (the dashboard's org switch). A key of
+// an org may send its own org, no other.
+const OrgHeader = "x-agentmesh-org"
+
+// actingIn returns the caller a request that names org (OrgHeader) acts
+// as: a platform key becomes a reader of that org — it may look at an
+// org's tasks, approvals, agents and metrics, and change nothing of it;
+// another key must name its own org. No org named: c as it is.
+func actingIn(c Caller, org string) (Caller, error) {
+	switch {
+	case org == "":
+		return c, nil
+	case !ValidOrg(org):
+		return Caller{}, status.Errorf(codes.InvalidArgument, "%s: org %q must be 1-63 lower-case letters and digits with single hyphens between", OrgHeader, org)
+	case c.Role == RolePlatform:
+		return Caller{KeyName: c.KeyName, Org: org, Role: RoleReader}, nil
+	case org != c.Org:
+		return Caller{}, status.Errorf(codes.PermissionDenied, "%s: key %q belongs to org %q and may not act in org %q (only a platform key may read another org)", OrgHeader, c.KeyName, c.Org, org)
+	}
+	return c, nil
+}
+
+// orgHeader returns the org the caller names (OrgHeader), if any.
+func orgHeader(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(OrgHeader); len(v) > 0 {
+		return strings.TrimSpace(v[0])
+	}
+	return ""
 }
 
 // apiKey returns the key the caller presented, if any.

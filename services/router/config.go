@@ -76,6 +76,9 @@ type Config struct {
 	WatchRefetch time.Duration
 	// StopTimeout bounds the graceful stop; default 10 s.
 	StopTimeout time.Duration
+	// WatchTasksInterval is how often WatchTasks streams get the changes
+	// gathered since the last time (feed.go); default 250 ms.
+	WatchTasksInterval time.Duration
 
 	// HTTPListen is the address of the HTTP listener (http.go;
 	// AGENTMESH_HTTP_LISTEN, "off" or empty: none): REST/JSON and SSE
@@ -200,7 +203,7 @@ func (c Config) withDefaults() Config {
 		p   *time.Duration
 		def time.Duration
 	}{
-		{&c.WatchRefetch, DefaultWatchRefetch}, {&c.StopTimeout, DefaultStopTimeout}, {&c.KeysReload, DefaultKeysReload},
+		{&c.WatchRefetch, DefaultWatchRefetch}, {&c.StopTimeout, DefaultStopTimeout}, {&c.WatchTasksInterval, DefaultWatchTasksInterval}, {&c.KeysReload, DefaultKeysReload},
 		{&c.HandshakeTimeout, DefaultHandshakeTimeout}, {&c.AuthTimeout, DefaultAuthTimeout}, {&c.IdleTimeout, DefaultIdleTimeout},
 	} {
 		if *d.p <= 0 {

@@ -54,6 +54,7 @@ type httpDoors struct {
 	direct *directConn // unary calls in the caller's goroutine (inproc.go)
 
 	// nil without HTTPListen:
+	api   http.Handler // package rest's handler, served at "/"
 	srv   *http.Server
 	lis   net.Listener
 	conns *connLimiter
@@ -87,10 +88,11 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 			return fmt.Errorf("HTTPCORSOrigins: %w", rest.ErrBadOrigin)
 		}
 	}
-	api, err := rest.New(rest.Options{Conn: d.direct, Log: s.log, Watch: s.WatchHTTP})
+	api, err := rest.New(rest.Options{Conn: d.direct, Log: s.log, Watch: s.WatchHTTP, WatchTasks: s.watchTasksHTTP})
 	if err != nil {
 		return err
 	}
+	d.api = api
 	d.mux = http.NewServeMux()
 	d.mux.Handle("/", api)
 	edge, err := rest.Edge(d.mux, rest.EdgeOptions{MaxBodyBytes: int64(s.cfg.MaxRequestBytes), CORSOrigins: s.cfg.HTTPCORSOrigins})
@@ -213,6 +215,18 @@ func OutgoingContext(ctx context.Context, r *http.Request) context.Context {
 	return rest.OutgoingContext(ctx, r)
 }
 
+// REST returns the REST/JSON and SSE handler the listener serves at "/"
+// (nil without an HTTP listener). A door that turns its own requests into
+// REST calls — the dashboard, with the key its session holds — serves them
+// through it, and so through the same gRPC calls, checks and event streams
+// as any REST client.
+func (s *Service) REST() http.Handler {
+	if s.doors == nil {
+		return nil
+	}
+	return s.doors.api
+}
+
 // RequestKey returns the API key an HTTP request presents, "" when none.
 func RequestKey(r *http.Request) string { return rest.RequestKey(r) }
 
@@ -222,9 +236,17 @@ func RequestKey(r *http.Request) string { return rest.RequestKey(r) }
 // authentication off every request is an admin of org "default". It takes
 // no rate token and checks no role: the calls the door then makes through
 // Conn do both. For a door that must know its caller first (an agent card
-// of the caller's org, a session bound to a key).
+// of the caller's org, a session bound to a key). A valid key marks the
+// request's connection authenticated for the connection cap, as a REST
+// request's own key does: a door whose requests carry its own credential
+// (the dashboard's session cookie) and a key it holds keeps its
+// connections past AuthTimeout.
 func (s *Service) Authenticate(r *http.Request) (Caller, error) {
-	return s.callerOf(rest.RequestKey(r))
+	c, err := s.callerOf(rest.RequestKey(r))
+	if err == nil && s.doors != nil {
+		s.doors.conns.authenticated(r.RemoteAddr)
+	}
+	return c, err
 }
 
 // RequireKey wraps h so that a request without a valid key is answered 401

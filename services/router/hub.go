@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,13 +57,16 @@ type hub struct {
 	started  bool
 	subs     []*nats.Subscription
 	watchers map[string]map[*watcher]struct{} // task id → its watchers
+	feeds    map[string]*orgFeed              // org token → its WatchTasks feed (feed.go)
+
+	flushOnce sync.Once
 
 	calls     chan *historyCall
 	startOnce sync.Once
 }
 
 func newHub(s *Service) *hub {
-	return &hub{s: s, watchers: map[string]map[*watcher]struct{}{}, calls: make(chan *historyCall, maxHistoryBatch)}
+	return &hub{s: s, watchers: map[string]map[*watcher]struct{}{}, feeds: map[string]*orgFeed{}, calls: make(chan *historyCall, maxHistoryBatch)}
 }
 
 // add registers w for its task's live events. When it returns, the hub's
@@ -71,11 +75,8 @@ func newHub(s *Service) *hub {
 func (h *hub) add(w *watcher) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.started {
-		if err := h.start(); err != nil {
-			return err
-		}
-		h.started = true
+	if err := h.ensureStarted(); err != nil {
+		return err
 	}
 	ws := h.watchers[w.id]
 	if ws == nil {
@@ -95,6 +96,18 @@ func (h *hub) remove(w *watcher) {
 			delete(h.watchers, w.id)
 		}
 	}
+}
+
+// ensureStarted subscribes the first time (h.mu held).
+func (h *hub) ensureStarted() error {
+	if h.started {
+		return nil
+	}
+	if err := h.start(); err != nil {
+		return err
+	}
+	h.started = true
+	return nil
 }
 
 // start subscribes (h.mu held).
@@ -124,16 +137,21 @@ func (h *hub) unsubscribe() {
 	h.subs = nil
 }
 
-// deliver hands one message to the watchers of its task.
+// deliver hands one message to the watchers of its task, and to its
+// org's feed (WatchTasks) when the org has one.
 func (h *hub) deliver(m *nats.Msg) {
-	// Most events are of tasks nobody here watches: pass them over
-	// undecoded (the router sees every event of every task). A watcher
-	// that registers just after this reads the history after registering.
-	if id, ok := subjects.TaskOf(m.Subject); ok {
+	// Most events are of tasks nobody here watches, of orgs nobody here
+	// follows: pass them over undecoded (the router sees every event of
+	// every task). A watcher that registers just after this reads the
+	// history after registering.
+	org, id, ok := subjects.OrgTaskOf(m.Subject)
+	live := strings.HasPrefix(m.Subject, h.s.names.Prefix()+".live.") // a token: not an event of the record
+	if ok {
 		h.mu.Lock()
 		watched := len(h.watchers[id]) > 0
+		fed := !live && h.feeds[org] != nil
 		h.mu.Unlock()
-		if !watched {
+		if !watched && !fed {
 			return
 		}
 	}
@@ -143,6 +161,9 @@ func (h *hub) deliver(m *nats.Msg) {
 		return
 	}
 	h.mu.Lock()
+	if f := h.feeds[org]; ok && !live && f != nil && subjects.OrgToken(ev.GetOrg()) == org {
+		f.fold(ev)
+	}
 	for w := range h.watchers[ev.TaskId] {
 		if ev.GetOrg() != "" && ev.GetOrg() != w.org {
 			continue // another org's task of the same id: never shown
@@ -194,6 +215,9 @@ func (h *hub) watch() {
 						}
 					}
 				}
+			}
+			if lost {
+				h.feedsLost()
 			}
 			h.mu.Unlock()
 			if lost {

@@ -137,9 +137,6 @@ func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInte
 	}
 }
 
-// watchMethod is WatchTask's full method name.
-var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask")
-
 // WatchHTTP runs WatchTask as the caller of an HTTP request, in the
 // request's own goroutine: the gRPC servers' stream interceptors
 // (authentication, role, org, rate) and WatchTask's generated handler, over
@@ -151,13 +148,44 @@ var watchMethod = method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "Watch
 // returns when the task has ended (nil), the request's context ends, or
 // with the router's status; out.Accepted comes once the watch stands.
 func (s *Service) WatchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, out rest.WatchStream) error {
+	return s.streamHTTP(r, "WatchTask", req, &directStream{
+		req:    req,
+		header: out.Accepted,
+		send: func(m any) error {
+			resp, ok := m.(*agentmeshv1.WatchTaskResponse)
+			if !ok {
+				return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
+			}
+			return out.Send(resp)
+		},
+	})
+}
+
+// watchTasksHTTP runs WatchTasks for an SSE stream the same way.
+func (s *Service) watchTasksHTTP(r *http.Request, req *agentmeshv1.WatchTasksRequest, out rest.TasksStream) error {
+	return s.streamHTTP(r, "WatchTasks", req, &directStream{
+		req:    req,
+		header: func() error { return nil },
+		send: func(m any) error {
+			resp, ok := m.(*agentmeshv1.WatchTasksResponse)
+			if !ok {
+				return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
+			}
+			return out.Send(resp)
+		},
+	})
+}
+
+// streamHTTP runs the TaskService stream rpc over ds in this goroutine,
+// through the stream interceptors, as the caller of r.
+func (s *Service) streamHTTP(r *http.Request, rpc string, req proto.Message, ds *directStream) error {
 	md, _ := metadata.FromOutgoingContext(rest.OutgoingContext(context.Background(), r))
 	ctx := bus.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ss := &directStream{ctx: metadata.NewIncomingContext(ctx, md), req: req, out: out}
-	info := &grpc.StreamServerInfo{FullMethod: watchMethod, IsServerStream: true}
+	ds.ctx = metadata.NewIncomingContext(ctx, md)
+	info := &grpc.StreamServerInfo{FullMethod: method(agentmeshv1.TaskService_ServiceDesc.ServiceName, rpc), IsServerStream: true}
 	var handler grpc.StreamHandler
 	for _, sd := range agentmeshv1.TaskService_ServiceDesc.Streams {
-		if sd.StreamName == "WatchTask" {
+		if sd.StreamName == rpc {
 			handler = sd.Handler
 		}
 	}
@@ -169,30 +197,24 @@ func (s *Service) WatchHTTP(r *http.Request, req *agentmeshv1.WatchTaskRequest, 
 		}
 		return func(srv any, ss grpc.ServerStream) error { return chain[i](srv, ss, info, next(i+1)) }
 	}
-	return next(0)(&taskServer{s: s}, ss)
+	return next(0)(&taskServer{s: s}, ds)
 }
 
 // directStream is a server stream in process: its one request is req, its
-// header and answers go to out.
+// header goes to header and its answers to send.
 type directStream struct {
 	ctx      context.Context
-	req      *agentmeshv1.WatchTaskRequest
-	out      rest.WatchStream
+	req      proto.Message
+	header   func() error
+	send     func(any) error
 	received bool
 }
 
 func (d *directStream) Context() context.Context     { return d.ctx }
 func (d *directStream) SetHeader(metadata.MD) error  { return nil }
-func (d *directStream) SendHeader(metadata.MD) error { return d.out.Accepted() }
+func (d *directStream) SendHeader(metadata.MD) error { return d.header() }
 func (d *directStream) SetTrailer(metadata.MD)       {}
-
-func (d *directStream) SendMsg(m any) error {
-	resp, ok := m.(*agentmeshv1.WatchTaskResponse)
-	if !ok {
-		return status.Errorf(codes.Internal, "in-process stream: unexpected %T", m)
-	}
-	return d.out.Send(resp)
-}
+func (d *directStream) SendMsg(m any) error          { return d.send(m) }
 
 func (d *directStream) RecvMsg(m any) error {
 	if d.received {

@@ -66,6 +66,7 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTask"):        RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "ListTasks"):      RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTask"):      RoleReader,
+	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "WatchTasks"):     RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetTaskHistory"): RoleReader,
 	method(agentmeshv1.TaskService_ServiceDesc.ServiceName, "GetUsage"):       RoleReader,
 
@@ -108,10 +109,12 @@ var MethodRoles = map[string]Role{
 	method(agentmeshv1.RunService_ServiceDesc.ServiceName, "CancelRun"): RoleOperator,
 
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"): RoleReader,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"):      RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):       RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"):      RoleAdmin,
-	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"):      RoleAdmin,
+
+	method(agentmeshv1.ExecutorService_ServiceDesc.ServiceName, "ListExecutors"): RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"):          RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):           RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RevokeKey"):          RoleAdmin,
+	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "RotateKey"):          RoleAdmin,
 
 	// A schedule submits tasks later: changing one needs the right to
 	// submit (its runs get no more than its creator's role; state checks).
@@ -165,6 +168,7 @@ var platformMethods = map[string]bool{
 	method(agentmeshv1.SkillService_ServiceDesc.ServiceName, "ListSkills"):        true,
 	method(agentmeshv1.ToolService_ServiceDesc.ServiceName, "ListTools"):          true,
 	method(agentmeshv1.VersionService_ServiceDesc.ServiceName, "GetVersion"):      true,
+	method(agentmeshv1.ExecutorService_ServiceDesc.ServiceName, "ListExecutors"):  true,
 	// Every org's API keys (the platform key names the org).
 	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "CreateKey"): true,
 	method(agentmeshv1.KeyService_ServiceDesc.ServiceName, "ListKeys"):  true,

@@ -5,10 +5,13 @@
 // RPCs served (proto/agentmesh/v1):
 //
 //	agentmesh.v1.TaskService   SubmitTask, GetTask, ListTasks, CancelTask,
-//	                           WatchTask (server stream), GetTaskHistory
+//	                           WatchTask (server stream), GetTaskHistory,
+//	                           WatchTasks (server stream, feed.go)
 //	agentmesh.v1.TaskGraphService  SubmitTasks, UpdateTask, DeleteTask,
 //	                           CancelTasks (graph.go)
 //	agentmesh.v1.MetricsService    GetMetrics (graph.go)
+//	agentmesh.v1.ExecutorService   ListExecutors (executors.go, from the
+//	                           executors' heartbeats)
 //	agentmesh.v1.AgentService  CreateAgent, GetAgent, ListAgents,
 //	                           UpdateAgent, DeleteAgent
 //	agentmesh.v1.RunService    StartRun, GetRun, CancelRun: seed 004's
@@ -51,10 +54,12 @@
 //	<p>.state.key.*, schedule.*, webhook.*   bus.v1 ops.proto (KeyService,
 //	                                ScheduleService, WebhookService)
 //
-// Subjects it subscribes to (core NATS, one subscription per WatchTask
-// stream):
+// Subjects it subscribes to (core NATS, one subscription each for all
+// streams, hub.go):
 //
-//	<p>.evt.task.<id>.>             agentmeshv1.TaskEvent
+//	<p>.evt.*.task.>                agentmeshv1.TaskEvent (WatchTask, WatchTasks)
+//	<p>.live.*.task.*.token         agentmeshv1.TaskEvent (WatchTask's tokens)
+//	<p>.exec.heartbeat.*            busv1.ExecutorHeartbeat (ListExecutors)
 //
 // and it follows <p>.evt.*.key.* (the key changes) with an ordered consumer
 // of the events stream.
@@ -115,7 +120,9 @@ type Service struct {
 	stopOnce sync.Once
 	stopping chan struct{} // closed when Run begins to stop
 
-	hub *hub // feeds the WatchTask streams (hub.go)
+	hub *hub // feeds the WatchTask and WatchTasks streams (hub.go, feed.go)
+
+	executors executorTable // the nodes' last heartbeats (executors.go)
 
 	doors *httpDoors // the in-process API and the HTTP listener (http.go)
 	// js follows the key events (apikeys.go); guard is the address policy
@@ -183,6 +190,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		guard:    guard,
 	}
 	s.hub = newHub(s)
+	if err := s.executors.start(s); err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	opts := append(s.interceptors(),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
@@ -201,6 +212,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 	if err := s.newHTTP(ctx, tlsConf); err != nil { // http.go
+		s.executors.stop()
 		_ = lis.Close()
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -222,6 +234,7 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 	agentmeshv1.RegisterMetricsServiceServer(srv, &metricsServer{s: s})
 	agentmeshv1.RegisterRunServiceServer(srv, &runServer{s: s})
 	agentmeshv1.RegisterVersionServiceServer(srv, &versionServer{s: s})
+	agentmeshv1.RegisterExecutorServiceServer(srv, &executorServer{s: s})
 	agentmeshv1.RegisterKeyServiceServer(srv, &keyServer{s: s})
 	agentmeshv1.RegisterScheduleServiceServer(srv, &scheduleServer{s: s})
 	agentmeshv1.RegisterWebhookServiceServer(srv, &webhookServer{s: s})
@@ -316,6 +329,7 @@ func (s *Service) Run(ctx context.Context) error {
 		<-stopped
 	}
 	<-errc
+	s.executors.stop()
 	if serveErr != nil {
 		return serveErr
 	}

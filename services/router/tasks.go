@@ -52,6 +52,10 @@ func (t *taskServer) WatchTask(req *agentmeshv1.WatchTaskRequest, stream agentme
 	return toStatus(t.s.log, "WatchTask", t.s.watch(req, stream))
 }
 
+func (t *taskServer) WatchTasks(req *agentmeshv1.WatchTasksRequest, stream agentmeshv1.TaskService_WatchTasksServer) error {
+	return toStatus(t.s.log, "WatchTasks", t.s.watchTasks(req, stream))
+}
+
 func (s *Service) submit(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
 	return s.submitWith(ctx, req, nil)
 }

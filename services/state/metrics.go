@@ -114,6 +114,15 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 	}
 	now := time.Now()
 	c := newCalc(start, end, now)
+	if st := q.GetStep(); st != nil {
+		if err := st.CheckValid(); err != nil {
+			return nil, bus.FieldError("step", "%v", err)
+		}
+		if err := checkStep(st.AsDuration(), end.Sub(start)); err != nil {
+			return nil, err
+		}
+		c.withSeries(st.AsDuration())
+	}
 	dl := newDelegations(start, end)
 	err := s.store.ScanTasks(ctx, store.TaskQuery{Org: req.Org, Agent: q.GetAgent(), LiveOrFinishedAfter: start}, func(t *agentmeshv1.Task) bool {
 		c.add(t)
@@ -128,6 +137,7 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 	}
 	resp := &agentmeshv1.GetMetricsResponse{
 		Org: req.Org, Start: timestamppb.New(start), End: timestamppb.New(end), Overall: c.overall.result(c.window, 0),
+		Series: c.overall.seriesResult(0),
 	}
 	names := make([]string, 0, len(c.agents))
 	for n := range c.agents {
@@ -139,7 +149,7 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 		if a, err := s.getAgent(ctx, &busv1.GetAgentRequest{Org: req.Org, Name: n}); err == nil {
 			limit = a.GetAgent().GetMaxConcurrency()
 		}
-		resp.Agents = append(resp.Agents, &agentmeshv1.AgentMetrics{Agent: n, MaxConcurrency: limit, Metrics: c.agents[n].result(c.window, limit)})
+		resp.Agents = append(resp.Agents, &agentmeshv1.AgentMetrics{Agent: n, MaxConcurrency: limit, Metrics: c.agents[n].result(c.window, limit), Series: c.agents[n].seriesResult(limit)})
 	}
 	resp.Delegations = dl.result(ctx, s.store.GetTask)
 	return &busv1.MetricsResponse{Metrics: resp}, nil
@@ -149,6 +159,7 @@ func (s *Service) metrics(ctx context.Context, req *busv1.MetricsRequest) (*busv
 type calc struct {
 	start, end, now time.Time
 	window          time.Duration
+	step            time.Duration // of the series; 0: none
 	overall         *acc
 	agents          map[string]*acc
 }
@@ -159,6 +170,8 @@ type acc struct {
 	depth                                   map[agentmeshv1.Priority]int64
 	waits, runs                             []time.Duration
 	busy                                    time.Duration
+	usage                                   agentmeshv1.Usage
+	series                                  *series // nil without a step
 }
 
 func newCalc(start, end, now time.Time) *calc {
@@ -167,10 +180,33 @@ func newCalc(start, end, now time.Time) *calc {
 
 func newAcc() *acc { return &acc{depth: map[agentmeshv1.Priority]int64{}} }
 
+// withSeries makes the calc keep a series of buckets of step (before the
+// first add).
+func (c *calc) withSeries(step time.Duration) {
+	c.step = step
+	c.overall.series = newSeries(c.start, c.end, step)
+}
+
+func (c *calc) newAcc() *acc {
+	a := newAcc()
+	if c.step > 0 {
+		a.series = newSeries(c.start, c.end, c.step)
+	}
+	return a
+}
+
+// seriesResult is the acc's series (nil without a step).
+func (x *acc) seriesResult(limit int32) []*agentmeshv1.MetricsBucket {
+	if x.series == nil {
+		return nil
+	}
+	return x.series.result(limit)
+}
+
 func (c *calc) add(t *agentmeshv1.Task) {
 	a := c.agents[t.Agent]
 	if a == nil {
-		a = newAcc()
+		a = c.newAcc()
 		c.agents[t.Agent] = a
 	}
 	for _, x := range []*acc{c.overall, a} {
@@ -205,6 +241,10 @@ func (c *calc) addTo(x *acc, t *agentmeshv1.Task) {
 		if t.RunTime != nil {
 			x.runs = append(x.runs, t.RunTime.AsDuration())
 		}
+		taskstate.AddUsage(&x.usage, t.Usage)
+	}
+	if x.series != nil {
+		x.series.add(t, c.now)
 	}
 	switch t.Status {
 	case taskstate.Queued:
@@ -218,12 +258,7 @@ func (c *calc) addTo(x *acc, t *agentmeshv1.Task) {
 		x.created++
 	}
 	// Run time inside the window.
-	if t.StartedAt != nil && t.Status != taskstate.Queued && t.Status != taskstate.Assigned {
-		from := t.StartedAt.AsTime()
-		to := c.now
-		if taskstate.Terminal(t.Status) && t.FinishedAt != nil {
-			to = t.FinishedAt.AsTime()
-		}
+	if from, to, ok := runSpan(t, c.now); ok {
 		from, to = later(from, c.start), earlier(to, c.end)
 		if to.After(from) {
 			x.busy += to.Sub(from)
@@ -249,7 +284,7 @@ func (x *acc) result(window time.Duration, limit int32) *agentmeshv1.TaskMetrics
 	m := &agentmeshv1.TaskMetrics{
 		Completed: x.completed, Failed: x.failed, Cancelled: x.cancelled, Submitted: x.submitted,
 		Queued: x.queued, Running: x.running, Blocked: x.blocked, Backlog: x.queued + x.blocked + x.created,
-		QueueWait: percentiles(x.waits), RunTime: percentiles(x.runs),
+		QueueWait: percentiles(x.waits), RunTime: percentiles(x.runs), Usage: usageCopy(&x.usage),
 	}
 	if done := x.completed + x.failed + x.cancelled; done > 0 {
 		m.CompletionRate = float64(x.completed) / float64(done)

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,88 @@ func TestMetricsCalc(t *testing.T) {
 	}
 	if p := percentiles(nil); p.Count != 0 || p.P50 != nil {
 		t.Errorf("no samples: %v", p)
+	}
+}
+
+// A series cuts the window into buckets: each task counts where it was
+// created, finished, ran and waited queued; cost goes to the bucket it
+// finished in.
+func TestMetricsSeries(t *testing.T) {
+	start := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	end := start.Add(10 * time.Minute)
+	at := func(m float64) *timestamppb.Timestamp {
+		return timestamppb.New(start.Add(time.Duration(m * float64(time.Minute))))
+	}
+	mins := func(m int) *durationpb.Duration { return durationpb.New(time.Duration(m) * time.Minute) }
+	tasks := []*agentmeshv1.Task{
+		// Created at 1, queued 1-2, ran 2-6 (across both buckets), completed at 6 for $0.50.
+		{Agent: "a", Status: taskstate.Completed, CreatedAt: at(1), QueuedAt: at(1), QueueWait: mins(1), StartedAt: at(2), FinishedAt: at(6),
+			RunTime: mins(4), Usage: &agentmeshv1.Usage{TotalTokens: 100, CostUsd: 0.5}},
+		// Failed at 3 after running 2-3.
+		{Agent: "b", Status: taskstate.Failed, CreatedAt: at(2), QueuedAt: at(2), QueueWait: durationpb.New(0), StartedAt: at(2), FinishedAt: at(3), RunTime: mins(1)},
+		// Queued since 8 at high priority, still queued at the end (now = end).
+		{Agent: "a", Status: taskstate.Queued, CreatedAt: at(8), QueuedAt: at(8), Priority: agentmeshv1.Priority_PRIORITY_HIGH},
+		// Ran 6-7, blocked on an approval since: not running after 7.
+		{Agent: "c", Status: taskstate.Blocked, CreatedAt: at(6), QueuedAt: at(6), QueueWait: durationpb.New(0), StartedAt: at(6), UpdatedAt: at(7)},
+	}
+	c := newCalc(start, end, end)
+	c.withSeries(5 * time.Minute)
+	for _, task := range tasks {
+		c.add(task)
+	}
+	s := c.overall.seriesResult(0)
+	if len(s) != 2 || !s[0].Start.AsTime().Equal(start) || !s[1].Start.AsTime().Equal(start.Add(5*time.Minute)) {
+		t.Fatalf("buckets: %v, want two of 5 minutes from the start", s)
+	}
+	if s[0].Submitted != 2 || s[0].Completed != 0 || s[0].Failed != 1 || s[1].Submitted != 2 || s[1].Completed != 1 {
+		t.Errorf("counts: %v / %v", s[0], s[1])
+	}
+	// Bucket 0: task 1 ran 2-5 (3 min) + task 2 ran 2-3 (1 min) = 4 of 5 min; bucket 1: 5-6
+	// and the blocked task's 6-7 = 2 of 5.
+	if s[0].AverageRunning != 0.8 || s[1].AverageRunning != 0.4 {
+		t.Errorf("average running %v, %v, want 0.8, 0.4", s[0].AverageRunning, s[1].AverageRunning)
+	}
+	// Queued: bucket 0 holds task 1's minute (normal), bucket 1 task 3's two minutes (high).
+	if len(s[0].Queued) != 1 || s[0].Queued[0].Priority != agentmeshv1.Priority_PRIORITY_NORMAL || s[0].Queued[0].Average != 0.2 {
+		t.Errorf("bucket 0 queued: %v, want normal 0.2", s[0].Queued)
+	}
+	if len(s[1].Queued) != 1 || s[1].Queued[0].Priority != agentmeshv1.Priority_PRIORITY_HIGH || s[1].Queued[0].Average != 0.4 {
+		t.Errorf("bucket 1 queued: %v, want high 0.4", s[1].Queued)
+	}
+	if s[0].Usage.GetCostUsd() != 0 || s[1].Usage.GetCostUsd() != 0.5 || s[1].Usage.GetTotalTokens() != 100 {
+		t.Errorf("usage: %v, %v, want the cost in the bucket it finished in", s[0].Usage, s[1].Usage)
+	}
+	if s[1].RunTime.GetCount() != 1 || s[1].RunTime.P50.AsDuration() != 4*time.Minute {
+		t.Errorf("run time of bucket 1: %v", s[1].RunTime)
+	}
+	if u := c.overall.result(c.window, 0).Usage; u.GetCostUsd() != 0.5 {
+		t.Errorf("window usage %v, want the finished task's $0.50", u)
+	}
+	a := c.agents["a"].seriesResult(2)
+	if len(a) != 2 || a[0].Utilization != 0.3 {
+		t.Errorf("agent a's series: %v, want 3 of 5 minutes running of 2 → 0.3", a)
+	}
+}
+
+// A step shorter than a second or one that cuts the window into more than
+// MaxSeriesBuckets is refused, naming the field.
+func TestMetricsSeriesStepBounds(t *testing.T) {
+	for _, tc := range []struct {
+		step, window time.Duration
+		ok           bool
+	}{
+		{time.Minute, time.Hour, true},
+		{time.Second, 500 * time.Second, true},
+		{time.Second, 501 * time.Second, false},
+		{time.Millisecond, time.Minute, false},
+		{0, time.Minute, false},
+	} {
+		err := checkStep(tc.step, tc.window)
+		if (err == nil) != tc.ok {
+			t.Errorf("step %s over %s: err %v, want ok %v", tc.step, tc.window, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "step") {
+			t.Errorf("error %v does not name the field step", err)
+		}
 	}
 }

@@ -13,6 +13,8 @@
 //	                        generated into pkg/api (*.pb.gw.go)
 //	GET /v1/tasks/{id}/events  a task's events as text/event-stream, built
 //	                        on WatchTask (sse.go; Options.Watch runs it)
+//	GET /v1/tasks:watch     the org's task changes as text/event-stream,
+//	                        built on WatchTasks (changes.go)
 //	GET /v1/openapi.json    the OpenAPI (Swagger 2.0) document generated
 //	                        from the proto (openapi/, `make generate`)
 //
@@ -63,6 +65,9 @@ type Options struct {
 	// The router passes one that runs the gRPC server's own interceptors
 	// and handler in the stream's goroutine (no gRPC transport between).
 	Watch Watcher
+	// WatchTasks runs the org-wide change streams (GET /v1/tasks:watch);
+	// default ConnTasksWatcher(Conn).
+	WatchTasks TasksWatcher
 }
 
 // ErrNoConn is returned by New without Options.Conn.
@@ -93,6 +98,7 @@ var registrations = []registration{
 	handlers(agentmeshv1.RegisterTapServiceHandlerClient, agentmeshv1.NewTapServiceClient),
 	handlers(agentmeshv1.RegisterRunServiceHandlerClient, agentmeshv1.NewRunServiceClient),
 	handlers(agentmeshv1.RegisterVersionServiceHandlerClient, agentmeshv1.NewVersionServiceClient),
+	handlers(agentmeshv1.RegisterExecutorServiceHandlerClient, agentmeshv1.NewExecutorServiceClient),
 	handlers(agentmeshv1.RegisterKeyServiceHandlerClient, agentmeshv1.NewKeyServiceClient),
 	handlers(agentmeshv1.RegisterScheduleServiceHandlerClient, agentmeshv1.NewScheduleServiceClient),
 	handlers(agentmeshv1.RegisterWebhookServiceHandlerClient, agentmeshv1.NewWebhookServiceClient),
@@ -120,6 +126,9 @@ func New(o Options) (http.Handler, error) {
 	if o.Watch == nil {
 		o.Watch = ConnWatcher(o.Conn)
 	}
+	if o.WatchTasks == nil {
+		o.WatchTasks = ConnTasksWatcher(o.Conn)
+	}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
@@ -138,6 +147,7 @@ func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/", jsonBody(gw))
 	mux.Handle("GET /v1/tasks/{id}/events", &events{watch: o.Watch, log: o.Log, keepAlive: o.KeepAlive})
+	mux.Handle("GET /v1/tasks:watch", &changes{watch: o.WatchTasks, log: o.Log, keepAlive: o.KeepAlive})
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return mux, nil
 }
@@ -182,11 +192,14 @@ func jsonSyntax(body []byte) string {
 
 // forwarded are the request headers, besides Authorization (which the
 // gateway always forwards), that reach the gRPC API as metadata: the other
-// form of the API key and the W3C trace context (invariant 5).
+// form of the API key, the org a platform key reads and the W3C trace
+// context (invariant 5).
 var forwarded = map[string]string{
-	"X-Api-Key":   "x-api-key",
-	"Traceparent": "traceparent",
-	"Tracestate":  "tracestate",
+	"X-Api-Key": "x-api-key",
+	// A platform key's choice of the org it reads (router.OrgHeader).
+	"X-Agentmesh-Org": "x-agentmesh-org",
+	"Traceparent":     "traceparent",
+	"Tracestate":      "tracestate",
 }
 
 func forwardHeader(key string) (string, bool) {

@@ -155,7 +155,42 @@ func TestOpenAPIMatchesProto(t *testing.T) {
 // stub is a TaskService of a test: it answers what the door sent it.
 type stub struct {
 	agentmeshv1.UnimplementedTaskServiceServer
-	watch func(*agentmeshv1.WatchTaskRequest, grpc.ServerStreamingServer[agentmeshv1.WatchTaskResponse]) error
+	watch      func(*agentmeshv1.WatchTaskRequest, grpc.ServerStreamingServer[agentmeshv1.WatchTaskResponse]) error
+	watchTasks func(*agentmeshv1.WatchTasksRequest, grpc.ServerStreamingServer[agentmeshv1.WatchTasksResponse]) error
+}
+
+func (s *stub) WatchTasks(req *agentmeshv1.WatchTasksRequest, stream grpc.ServerStreamingServer[agentmeshv1.WatchTasksResponse]) error {
+	return s.watchTasks(req, stream)
+}
+
+// GET /v1/tasks:watch through a gRPC connection (ConnTasksWatcher): the
+// filters reach the RPC; the empty first response is "ready", a batch
+// "changes", a reset "reset", and an error after the start an "error"
+// event with the status.
+func TestChangesEvents(t *testing.T) {
+	s := &stub{watchTasks: func(req *agentmeshv1.WatchTasksRequest, stream grpc.ServerStreamingServer[agentmeshv1.WatchTasksResponse]) error {
+		if len(req.Statuses) != 2 || req.Statuses[1] != agentmeshv1.TaskStatus_TASK_STATUS_FAILED || req.Agent != "writer" {
+			return status.Errorf(codes.InvalidArgument, "filters not passed on: %v", req)
+		}
+		for _, r := range []*agentmeshv1.WatchTasksResponse{{}, {Changes: []*agentmeshv1.TaskChange{{TaskId: "T1", Seq: 3}}}, {Reset_: true}} {
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+		return status.Error(codes.Unavailable, "agentmesh router is shutting down")
+	}}
+	ts := serveStub(t, s, time.Minute)
+	st, r, err := resttest.New(ts.URL, "k").Events(context.Background(), "/v1/tasks:watch?statuses=queued,TASK_STATUS_FAILED&agent=writer", "")
+	if err != nil || st == nil {
+		t.Fatalf("open: %v %d %s", err, r.Code, r.Body)
+	}
+	defer st.Close()
+	for _, want := range []struct{ name, data string }{{"ready", "{}"}, {"changes", `"task_id":"T1"`}, {"reset", `"reset":true`}, {"error", `"code":14`}} {
+		ev, err := st.Next()
+		if err != nil || ev.Name != want.name || ev.ID != "" || !strings.Contains(ev.Data, want.data) {
+			t.Fatalf("event %+v %v, want %s with %s", ev, err, want.name, want.data)
+		}
+	}
 }
 
 func (s *stub) SubmitTask(ctx context.Context, req *agentmeshv1.SubmitTaskRequest) (*agentmeshv1.SubmitTaskResponse, error) {
@@ -338,6 +373,39 @@ func FuzzSubmitBody(f *testing.F) {
 			}
 		default:
 			t.Fatalf("HTTP %d %s for body %q", r.Code, r.Body, body)
+		}
+	})
+}
+
+// FuzzParseWatchTasks: any query is parsed or refused with an
+// InvalidArgument naming a parameter; what is parsed holds only known,
+// specified enum values.
+func FuzzParseWatchTasks(f *testing.F) {
+	for _, s := range []string{"statuses=queued", "statuses=TASK_STATUS_RUNNING,7", "priorities=high&agent=a", "statuses=0", "x=1", "statuses=", "agent=a&agent=b", "priorities=-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q := map[string][]string{}
+		for _, kv := range strings.Split(raw, "&") {
+			k, v, _ := strings.Cut(kv, "=")
+			q[k] = append(q[k], v)
+		}
+		req, err := ParseWatchTasks(q)
+		if err != nil {
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() == "" {
+				t.Fatalf("%q: %v, want InvalidArgument", raw, err)
+			}
+			return
+		}
+		for _, s := range req.Statuses {
+			if _, ok := agentmeshv1.TaskStatus_name[int32(s)]; !ok || s == agentmeshv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
+				t.Fatalf("%q: status %d", raw, s)
+			}
+		}
+		for _, p := range req.Priorities {
+			if _, ok := agentmeshv1.Priority_name[int32(p)]; !ok || p == 0 {
+				t.Fatalf("%q: priority %d", raw, p)
+			}
 		}
 	})
 }

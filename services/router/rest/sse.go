@@ -116,17 +116,23 @@ func ConnWatcher(conn grpc.ClientConnInterface) Watcher {
 		if err := s.Accepted(); err != nil {
 			return err
 		}
-		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := s.Send(resp); err != nil {
-				return err
-			}
+		return relay(stream.Recv, s.Send)
+	}
+}
+
+// relay hands what recv gives to send until the stream ends (nil) or
+// either fails.
+func relay[T any](recv func() (T, error), send func(T) error) error {
+	for {
+		m, err := recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := send(m); err != nil {
+			return err
 		}
 	}
 }

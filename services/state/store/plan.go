@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 	created := &agentmeshv1.TaskEvent{
 		TaskId: task.Id, Seq: 1, Type: agentmeshv1.EventType_EVENT_TYPE_CREATED,
 		Time: ts, Status: taskstate.Created, Org: task.Org,
+		Created: createdSummary(task),
 	}
 	task = taskstate.Apply(task, created)
 	queued := &agentmeshv1.TaskEvent{
@@ -64,6 +66,21 @@ func PlanCreate(t *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, []*agent
 	taskstate.StampStatusEvent(queued, task)
 	task = taskstate.Apply(task, queued)
 	return task, []*agentmeshv1.TaskEvent{created, queued}
+}
+
+// createdSummary is what the created event tells a live task list of the
+// new task (WatchTasks, taps), so it need not read the task. A root task's
+// root_task_id is left empty: it is its own (its id may still change,
+// setID).
+func createdSummary(t *agentmeshv1.Task) *agentmeshv1.TaskCreated {
+	c := &agentmeshv1.TaskCreated{
+		Title: t.Title, Tags: slices.Clone(t.Tags), ParentTaskId: t.ParentTaskId, Depth: t.Depth,
+		CreatedBy: t.CreatedBy, DependsOn: slices.Clone(t.DependsOn),
+	}
+	if t.ParentTaskId != "" {
+		c.RootTaskId = t.RootTaskId
+	}
+	return c
 }
 
 // PlanTransition validates tr against the task's current state and returns

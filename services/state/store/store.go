@@ -14,6 +14,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/pkg/taskstate"
 )
 
 // MaxPageSize bounds every list and history page.
@@ -174,15 +175,7 @@ func PageSize(n int) int {
 }
 
 // AddUsage adds u to sum.
-func AddUsage(sum, u *agentmeshv1.Usage) {
-	if u == nil {
-		return
-	}
-	sum.PromptTokens += u.PromptTokens
-	sum.CompletionTokens += u.CompletionTokens
-	sum.TotalTokens += u.TotalTokens
-	sum.CostUsd += u.CostUsd
-}
+func AddUsage(sum, u *agentmeshv1.Usage) { taskstate.AddUsage(sum, u) }
 
 // AgentPos is an agent's position in ListAgents' order, as a page token
 // holds it: the name, a NUL, the org.

@@ -30,7 +30,11 @@ type GetMetricsRequest struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
 	End   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
 	// Only this agent's tasks.
-	Agent         string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Also split the window into buckets of this length and answer each
+	// one's figures (GetMetricsResponse.series, AgentMetrics.series): at
+	// least 1s, at most 500 buckets in the window. Unset: no series.
+	Step          *durationpb.Duration `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,6 +88,13 @@ func (x *GetMetricsRequest) GetAgent() string {
 		return x.Agent
 	}
 	return ""
+}
+
+func (x *GetMetricsRequest) GetStep() *durationpb.Duration {
+	if x != nil {
+		return x.Step
+	}
+	return nil
 }
 
 // Percentiles of a duration.
@@ -246,7 +257,10 @@ type TaskMetrics struct {
 	// (per agent only; 0 when the agent has no limit).
 	Utilization float64 `protobuf:"fixed64,15,opt,name=utilization,proto3" json:"utilization,omitempty"`
 	// Tasks created in the window.
-	Submitted     int64 `protobuf:"varint,16,opt,name=submitted,proto3" json:"submitted,omitempty"`
+	Submitted int64 `protobuf:"varint,16,opt,name=submitted,proto3" json:"submitted,omitempty"`
+	// Tokens and cost of the tasks that finished in the window (each
+	// task's own model turns).
+	Usage         *Usage `protobuf:"bytes,17,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,18 +407,214 @@ func (x *TaskMetrics) GetSubmitted() int64 {
 	return 0
 }
 
+func (x *TaskMetrics) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// MetricsBucket holds the figures of one step of a series: tasks created
+// and finished in it, the average running and queued, the durations and
+// the cost of the tasks that finished in it.
+type MetricsBucket struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Start     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	Submitted int64                  `protobuf:"varint,2,opt,name=submitted,proto3" json:"submitted,omitempty"`
+	Completed int64                  `protobuf:"varint,3,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed    int64                  `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled int64                  `protobuf:"varint,5,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// Average number of tasks running (run seconds in the bucket / its
+	// seconds).
+	AverageRunning float64 `protobuf:"fixed64,6,opt,name=average_running,json=averageRunning,proto3" json:"average_running,omitempty"`
+	// Average number of tasks queued in the bucket by priority (highest
+	// first), reconstructed from each task's queue wait: a task is counted
+	// from when it last entered queued until it started (or now).
+	Queued    []*QueueLevel        `protobuf:"bytes,7,rep,name=queued,proto3" json:"queued,omitempty"`
+	QueueWait *DurationPercentiles `protobuf:"bytes,8,opt,name=queue_wait,json=queueWait,proto3" json:"queue_wait,omitempty"`
+	RunTime   *DurationPercentiles `protobuf:"bytes,9,opt,name=run_time,json=runTime,proto3" json:"run_time,omitempty"`
+	Usage     *Usage               `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// average_running / the agent's max_concurrency (per agent only).
+	Utilization   float64 `protobuf:"fixed64,11,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsBucket) Reset() {
+	*x = MetricsBucket{}
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsBucket) ProtoMessage() {}
+
+func (x *MetricsBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsBucket.ProtoReflect.Descriptor instead.
+func (*MetricsBucket) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MetricsBucket) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MetricsBucket) GetSubmitted() int64 {
+	if x != nil {
+		return x.Submitted
+	}
+	return 0
+}
+
+func (x *MetricsBucket) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *MetricsBucket) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *MetricsBucket) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *MetricsBucket) GetAverageRunning() float64 {
+	if x != nil {
+		return x.AverageRunning
+	}
+	return 0
+}
+
+func (x *MetricsBucket) GetQueued() []*QueueLevel {
+	if x != nil {
+		return x.Queued
+	}
+	return nil
+}
+
+func (x *MetricsBucket) GetQueueWait() *DurationPercentiles {
+	if x != nil {
+		return x.QueueWait
+	}
+	return nil
+}
+
+func (x *MetricsBucket) GetRunTime() *DurationPercentiles {
+	if x != nil {
+		return x.RunTime
+	}
+	return nil
+}
+
+func (x *MetricsBucket) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *MetricsBucket) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
+}
+
+// QueueLevel is the average number of tasks of one priority queued over
+// a bucket.
+type QueueLevel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Priority      Priority               `protobuf:"varint,1,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	Average       float64                `protobuf:"fixed64,2,opt,name=average,proto3" json:"average,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLevel) Reset() {
+	*x = QueueLevel{}
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLevel) ProtoMessage() {}
+
+func (x *QueueLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLevel.ProtoReflect.Descriptor instead.
+func (*QueueLevel) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QueueLevel) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *QueueLevel) GetAverage() float64 {
+	if x != nil {
+		return x.Average
+	}
+	return 0
+}
+
 type AgentMetrics struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Agent          string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	MaxConcurrency int32                  `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	Metrics        *TaskMetrics           `protobuf:"bytes,3,opt,name=metrics,proto3" json:"metrics,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent's series (with GetMetricsRequest.step).
+	Series        []*MetricsBucket `protobuf:"bytes,4,rep,name=series,proto3" json:"series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentMetrics) Reset() {
 	*x = AgentMetrics{}
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +626,7 @@ func (x *AgentMetrics) String() string {
 func (*AgentMetrics) ProtoMessage() {}
 
 func (x *AgentMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[4]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +639,7 @@ func (x *AgentMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMetrics.ProtoReflect.Descriptor instead.
 func (*AgentMetrics) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{4}
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentMetrics) GetAgent() string {
@@ -453,6 +663,13 @@ func (x *AgentMetrics) GetMetrics() *TaskMetrics {
 	return nil
 }
 
+func (x *AgentMetrics) GetSeries() []*MetricsBucket {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
 type GetMetricsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Org   string                 `protobuf:"bytes,1,opt,name=org,proto3" json:"org,omitempty"`
@@ -462,6 +679,9 @@ type GetMetricsResponse struct {
 	Overall *TaskMetrics `protobuf:"bytes,4,opt,name=overall,proto3" json:"overall,omitempty"`
 	// Per agent, by name.
 	Agents []*AgentMetrics `protobuf:"bytes,5,rep,name=agents,proto3" json:"agents,omitempty"`
+	// The whole org's (or the agent's) series, oldest bucket first (with
+	// GetMetricsRequest.step).
+	Series []*MetricsBucket `protobuf:"bytes,6,rep,name=series,proto3" json:"series,omitempty"`
 	// Delegations: sub-tasks (tasks with a parent) by (parent agent, child
 	// agent), ordered by parent then child agent.
 	Delegations   []*DelegationMetrics `protobuf:"bytes,140,rep,name=delegations,proto3" json:"delegations,omitempty"`
@@ -471,7 +691,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +703,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[5]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +716,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{5}
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetMetricsResponse) GetOrg() string {
@@ -534,6 +754,13 @@ func (x *GetMetricsResponse) GetAgents() []*AgentMetrics {
 	return nil
 }
 
+func (x *GetMetricsResponse) GetSeries() []*MetricsBucket {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
 func (x *GetMetricsResponse) GetDelegations() []*DelegationMetrics {
 	if x != nil {
 		return x.Delegations
@@ -559,7 +786,7 @@ type DelegationMetrics struct {
 
 func (x *DelegationMetrics) Reset() {
 	*x = DelegationMetrics{}
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +798,7 @@ func (x *DelegationMetrics) String() string {
 func (*DelegationMetrics) ProtoMessage() {}
 
 func (x *DelegationMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_metrics_proto_msgTypes[6]
+	mi := &file_agentmesh_v1_metrics_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +811,7 @@ func (x *DelegationMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegationMetrics.ProtoReflect.Descriptor instead.
 func (*DelegationMetrics) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{6}
+	return file_agentmesh_v1_metrics_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DelegationMetrics) GetParentAgent() string {
@@ -640,11 +867,12 @@ var File_agentmesh_v1_metrics_proto protoreflect.FileDescriptor
 
 const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentmesh/v1/metrics.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n" +
+	"\x1aagentmesh/v1/metrics.proto\x12\fagentmesh.v1\x1a\x17agentmesh/v1/task.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
 	"\x11GetMetricsRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x14\n" +
-	"\x05agent\x18\x03 \x01(\tR\x05agent\"\xdf\x01\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12-\n" +
+	"\x04step\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04step\"\xdf\x01\n" +
 	"\x13DurationPercentiles\x12+\n" +
 	"\x03p50\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03p50\x12+\n" +
 	"\x03p90\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03p90\x12+\n" +
@@ -654,7 +882,7 @@ const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\n" +
 	"QueueDepth\x122\n" +
 	"\bpriority\x18\x01 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x03R\x06queued\"\xeb\x04\n" +
+	"\x06queued\x18\x02 \x01(\x03R\x06queued\"\x96\x05\n" +
 	"\vTaskMetrics\x12\x1c\n" +
 	"\tcompleted\x18\x01 \x01(\x03R\tcompleted\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x1c\n" +
@@ -674,17 +902,38 @@ const file_agentmesh_v1_metrics_proto_rawDesc = "" +
 	"\abacklog\x18\r \x01(\x03R\abacklog\x12'\n" +
 	"\x0faverage_running\x18\x0e \x01(\x01R\x0eaverageRunning\x12 \n" +
 	"\vutilization\x18\x0f \x01(\x01R\vutilization\x12\x1c\n" +
-	"\tsubmitted\x18\x10 \x01(\x03R\tsubmitted\"\x82\x01\n" +
+	"\tsubmitted\x18\x10 \x01(\x03R\tsubmitted\x12)\n" +
+	"\x05usage\x18\x11 \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\"\xdb\x03\n" +
+	"\rMetricsBucket\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1c\n" +
+	"\tsubmitted\x18\x02 \x01(\x03R\tsubmitted\x12\x1c\n" +
+	"\tcompleted\x18\x03 \x01(\x03R\tcompleted\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x03R\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\x05 \x01(\x03R\tcancelled\x12'\n" +
+	"\x0faverage_running\x18\x06 \x01(\x01R\x0eaverageRunning\x120\n" +
+	"\x06queued\x18\a \x03(\v2\x18.agentmesh.v1.QueueLevelR\x06queued\x12@\n" +
+	"\n" +
+	"queue_wait\x18\b \x01(\v2!.agentmesh.v1.DurationPercentilesR\tqueueWait\x12<\n" +
+	"\brun_time\x18\t \x01(\v2!.agentmesh.v1.DurationPercentilesR\arunTime\x12)\n" +
+	"\x05usage\x18\n" +
+	" \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12 \n" +
+	"\vutilization\x18\v \x01(\x01R\vutilization\"Z\n" +
+	"\n" +
+	"QueueLevel\x122\n" +
+	"\bpriority\x18\x01 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12\x18\n" +
+	"\aaverage\x18\x02 \x01(\x01R\aaverage\"\xb7\x01\n" +
 	"\fAgentMetrics\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x123\n" +
-	"\ametrics\x18\x03 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\ametrics\"\xb3\x02\n" +
+	"\ametrics\x18\x03 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\ametrics\x123\n" +
+	"\x06series\x18\x04 \x03(\v2\x1b.agentmesh.v1.MetricsBucketR\x06series\"\xe8\x02\n" +
 	"\x12GetMetricsResponse\x12\x10\n" +
 	"\x03org\x18\x01 \x01(\tR\x03org\x120\n" +
 	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x123\n" +
 	"\aoverall\x18\x04 \x01(\v2\x19.agentmesh.v1.TaskMetricsR\aoverall\x122\n" +
-	"\x06agents\x18\x05 \x03(\v2\x1a.agentmesh.v1.AgentMetricsR\x06agents\x12B\n" +
+	"\x06agents\x18\x05 \x03(\v2\x1a.agentmesh.v1.AgentMetricsR\x06agents\x123\n" +
+	"\x06series\x18\x06 \x03(\v2\x1b.agentmesh.v1.MetricsBucketR\x06series\x12B\n" +
 	"\vdelegations\x18\x8c\x01 \x03(\v2\x1f.agentmesh.v1.DelegationMetricsR\vdelegations\"\xec\x01\n" +
 	"\x11DelegationMetrics\x12!\n" +
 	"\fparent_agent\x18\x01 \x01(\tR\vparentAgent\x12\x1f\n" +
@@ -711,43 +960,56 @@ func file_agentmesh_v1_metrics_proto_rawDescGZIP() []byte {
 	return file_agentmesh_v1_metrics_proto_rawDescData
 }
 
-var file_agentmesh_v1_metrics_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_agentmesh_v1_metrics_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_agentmesh_v1_metrics_proto_goTypes = []any{
 	(*GetMetricsRequest)(nil),     // 0: agentmesh.v1.GetMetricsRequest
 	(*DurationPercentiles)(nil),   // 1: agentmesh.v1.DurationPercentiles
 	(*QueueDepth)(nil),            // 2: agentmesh.v1.QueueDepth
 	(*TaskMetrics)(nil),           // 3: agentmesh.v1.TaskMetrics
-	(*AgentMetrics)(nil),          // 4: agentmesh.v1.AgentMetrics
-	(*GetMetricsResponse)(nil),    // 5: agentmesh.v1.GetMetricsResponse
-	(*DelegationMetrics)(nil),     // 6: agentmesh.v1.DelegationMetrics
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
-	(Priority)(0),                 // 9: agentmesh.v1.Priority
+	(*MetricsBucket)(nil),         // 4: agentmesh.v1.MetricsBucket
+	(*QueueLevel)(nil),            // 5: agentmesh.v1.QueueLevel
+	(*AgentMetrics)(nil),          // 6: agentmesh.v1.AgentMetrics
+	(*GetMetricsResponse)(nil),    // 7: agentmesh.v1.GetMetricsResponse
+	(*DelegationMetrics)(nil),     // 8: agentmesh.v1.DelegationMetrics
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(Priority)(0),                 // 11: agentmesh.v1.Priority
+	(*Usage)(nil),                 // 12: agentmesh.v1.Usage
 }
 var file_agentmesh_v1_metrics_proto_depIdxs = []int32{
-	7,  // 0: agentmesh.v1.GetMetricsRequest.start:type_name -> google.protobuf.Timestamp
-	7,  // 1: agentmesh.v1.GetMetricsRequest.end:type_name -> google.protobuf.Timestamp
-	8,  // 2: agentmesh.v1.DurationPercentiles.p50:type_name -> google.protobuf.Duration
-	8,  // 3: agentmesh.v1.DurationPercentiles.p90:type_name -> google.protobuf.Duration
-	8,  // 4: agentmesh.v1.DurationPercentiles.p99:type_name -> google.protobuf.Duration
-	8,  // 5: agentmesh.v1.DurationPercentiles.max:type_name -> google.protobuf.Duration
-	9,  // 6: agentmesh.v1.QueueDepth.priority:type_name -> agentmesh.v1.Priority
-	1,  // 7: agentmesh.v1.TaskMetrics.queue_wait:type_name -> agentmesh.v1.DurationPercentiles
-	1,  // 8: agentmesh.v1.TaskMetrics.run_time:type_name -> agentmesh.v1.DurationPercentiles
-	2,  // 9: agentmesh.v1.TaskMetrics.queue_depth:type_name -> agentmesh.v1.QueueDepth
-	3,  // 10: agentmesh.v1.AgentMetrics.metrics:type_name -> agentmesh.v1.TaskMetrics
-	7,  // 11: agentmesh.v1.GetMetricsResponse.start:type_name -> google.protobuf.Timestamp
-	7,  // 12: agentmesh.v1.GetMetricsResponse.end:type_name -> google.protobuf.Timestamp
-	3,  // 13: agentmesh.v1.GetMetricsResponse.overall:type_name -> agentmesh.v1.TaskMetrics
-	4,  // 14: agentmesh.v1.GetMetricsResponse.agents:type_name -> agentmesh.v1.AgentMetrics
-	6,  // 15: agentmesh.v1.GetMetricsResponse.delegations:type_name -> agentmesh.v1.DelegationMetrics
-	0,  // 16: agentmesh.v1.MetricsService.GetMetrics:input_type -> agentmesh.v1.GetMetricsRequest
-	5,  // 17: agentmesh.v1.MetricsService.GetMetrics:output_type -> agentmesh.v1.GetMetricsResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	9,  // 0: agentmesh.v1.GetMetricsRequest.start:type_name -> google.protobuf.Timestamp
+	9,  // 1: agentmesh.v1.GetMetricsRequest.end:type_name -> google.protobuf.Timestamp
+	10, // 2: agentmesh.v1.GetMetricsRequest.step:type_name -> google.protobuf.Duration
+	10, // 3: agentmesh.v1.DurationPercentiles.p50:type_name -> google.protobuf.Duration
+	10, // 4: agentmesh.v1.DurationPercentiles.p90:type_name -> google.protobuf.Duration
+	10, // 5: agentmesh.v1.DurationPercentiles.p99:type_name -> google.protobuf.Duration
+	10, // 6: agentmesh.v1.DurationPercentiles.max:type_name -> google.protobuf.Duration
+	11, // 7: agentmesh.v1.QueueDepth.priority:type_name -> agentmesh.v1.Priority
+	1,  // 8: agentmesh.v1.TaskMetrics.queue_wait:type_name -> agentmesh.v1.DurationPercentiles
+	1,  // 9: agentmesh.v1.TaskMetrics.run_time:type_name -> agentmesh.v1.DurationPercentiles
+	2,  // 10: agentmesh.v1.TaskMetrics.queue_depth:type_name -> agentmesh.v1.QueueDepth
+	12, // 11: agentmesh.v1.TaskMetrics.usage:type_name -> agentmesh.v1.Usage
+	9,  // 12: agentmesh.v1.MetricsBucket.start:type_name -> google.protobuf.Timestamp
+	5,  // 13: agentmesh.v1.MetricsBucket.queued:type_name -> agentmesh.v1.QueueLevel
+	1,  // 14: agentmesh.v1.MetricsBucket.queue_wait:type_name -> agentmesh.v1.DurationPercentiles
+	1,  // 15: agentmesh.v1.MetricsBucket.run_time:type_name -> agentmesh.v1.DurationPercentiles
+	12, // 16: agentmesh.v1.MetricsBucket.usage:type_name -> agentmesh.v1.Usage
+	11, // 17: agentmesh.v1.QueueLevel.priority:type_name -> agentmesh.v1.Priority
+	3,  // 18: agentmesh.v1.AgentMetrics.metrics:type_name -> agentmesh.v1.TaskMetrics
+	4,  // 19: agentmesh.v1.AgentMetrics.series:type_name -> agentmesh.v1.MetricsBucket
+	9,  // 20: agentmesh.v1.GetMetricsResponse.start:type_name -> google.protobuf.Timestamp
+	9,  // 21: agentmesh.v1.GetMetricsResponse.end:type_name -> google.protobuf.Timestamp
+	3,  // 22: agentmesh.v1.GetMetricsResponse.overall:type_name -> agentmesh.v1.TaskMetrics
+	6,  // 23: agentmesh.v1.GetMetricsResponse.agents:type_name -> agentmesh.v1.AgentMetrics
+	4,  // 24: agentmesh.v1.GetMetricsResponse.series:type_name -> agentmesh.v1.MetricsBucket
+	8,  // 25: agentmesh.v1.GetMetricsResponse.delegations:type_name -> agentmesh.v1.DelegationMetrics
+	0,  // 26: agentmesh.v1.MetricsService.GetMetrics:input_type -> agentmesh.v1.GetMetricsRequest
+	7,  // 27: agentmesh.v1.MetricsService.GetMetrics:output_type -> agentmesh.v1.GetMetricsResponse
+	27, // [27:28] is the sub-list for method output_type
+	26, // [26:27] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_metrics_proto_init() }
@@ -762,7 +1024,7 @@ func file_agentmesh_v1_metrics_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_metrics_proto_rawDesc), len(file_agentmesh_v1_metrics_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

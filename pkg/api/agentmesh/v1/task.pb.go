@@ -2285,7 +2285,10 @@ type TaskEvent struct {
 	SubtaskWait *SubtaskWait `protobuf:"bytes,130,opt,name=subtask_wait,json=subtaskWait,proto3" json:"subtask_wait,omitempty"`
 	// A task answered from the result cache: the completed task whose
 	// result it took (on its completed event).
-	CachedFrom    string `protobuf:"bytes,300,opt,name=cached_from,json=cachedFrom,proto3" json:"cached_from,omitempty"`
+	CachedFrom string `protobuf:"bytes,300,opt,name=cached_from,json=cachedFrom,proto3" json:"cached_from,omitempty"`
+	// EVENT_TYPE_CREATED: what a list shows of the new task, so a live list
+	// (WatchTasks, a tap) shows it without reading the task.
+	Created       *TaskCreated `protobuf:"bytes,150,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2516,6 +2519,108 @@ func (x *TaskEvent) GetCachedFrom() string {
 	return ""
 }
 
+func (x *TaskEvent) GetCreated() *TaskCreated {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+// TaskCreated is what a task list shows of a new task (its created event
+// carries it). Its agent and priority are on the status event that
+// follows (seq 2, committed with it).
+type TaskCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Title         string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	Tags          []string               `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty"`
+	ParentTaskId  string                 `protobuf:"bytes,3,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	RootTaskId    string                 `protobuf:"bytes,4,opt,name=root_task_id,json=rootTaskId,proto3" json:"root_task_id,omitempty"`
+	Depth         int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	DependsOn     []string               `protobuf:"bytes,7,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCreated) Reset() {
+	*x = TaskCreated{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCreated) ProtoMessage() {}
+
+func (x *TaskCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCreated.ProtoReflect.Descriptor instead.
+func (*TaskCreated) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TaskCreated) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskCreated) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetRootTaskId() string {
+	if x != nil {
+		return x.RootTaskId
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *TaskCreated) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *TaskCreated) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
 // DependencyResult is a parent's outcome as its dependent saw it.
 type DependencyResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2531,7 +2636,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2648,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[9]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2661,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DependencyResult) GetTaskId() string {
@@ -2614,7 +2719,7 @@ type TaskUpdate struct {
 
 func (x *TaskUpdate) Reset() {
 	*x = TaskUpdate{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2731,7 @@ func (x *TaskUpdate) String() string {
 func (*TaskUpdate) ProtoMessage() {}
 
 func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[10]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2744,7 @@ func (x *TaskUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUpdate.ProtoReflect.Descriptor instead.
 func (*TaskUpdate) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskUpdate) GetMask() []string {
@@ -2744,7 +2849,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2861,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[11]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2874,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitTaskRequest) GetTitle() string {
@@ -2909,7 +3014,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3026,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[12]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3039,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -2960,7 +3065,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3077,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[13]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3090,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -3004,7 +3109,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3121,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[14]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3134,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3062,7 +3167,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3179,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[15]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3192,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTasksRequest) GetStatuses() []TaskStatus {
@@ -3170,7 +3275,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3287,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[16]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3300,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -3222,7 +3327,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3339,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[17]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3352,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -3273,7 +3378,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3390,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[18]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3403,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -3319,7 +3424,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3436,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[19]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3449,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -3372,7 +3477,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3489,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[20]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3502,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchTaskResponse) GetEvent() *TaskEvent {
@@ -3414,6 +3519,315 @@ func (x *WatchTaskResponse) GetStatus() TaskStatus {
 	return TaskStatus_TASK_STATUS_UNSPECIFIED
 }
 
+type WatchTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only tasks in these statuses: a change is sent when the task is in one
+	// of them after it, or was before it (so a task leaving them is seen).
+	Statuses []TaskStatus `protobuf:"varint,1,rep,packed,name=statuses,proto3,enum=agentmesh.v1.TaskStatus" json:"statuses,omitempty"`
+	// Only tasks of this agent.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Only tasks of these priorities.
+	Priorities    []Priority `protobuf:"varint,3,rep,packed,name=priorities,proto3,enum=agentmesh.v1.Priority" json:"priorities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchTasksRequest) GetStatuses() []TaskStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *WatchTasksRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *WatchTasksRequest) GetPriorities() []Priority {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
+type WatchTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per task that changed since the last response, oldest first.
+	Changes []*TaskChange `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	// Changes may have been missed (the router's subscription lost messages,
+	// or this stream fell behind): list the tasks again.
+	Reset_        bool `protobuf:"varint,2,opt,name=reset,proto3" json:"reset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksResponse) Reset() {
+	*x = WatchTasksResponse{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksResponse) ProtoMessage() {}
+
+func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
+func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WatchTasksResponse) GetChanges() []*TaskChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *WatchTasksResponse) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
+// TaskChange is what happened to one task since the last response of a
+// WatchTasks stream: its events in that time folded into one.
+type TaskChange struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Seq of the newest event folded in. A client applies a change only to
+	// a task it holds with a lower last_event_seq.
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The status after the change; unspecified when none of the events
+	// changed it (steps only).
+	Status TaskStatus `protobuf:"varint,3,opt,name=status,proto3,enum=agentmesh.v1.TaskStatus" json:"status,omitempty"`
+	// The status before the first status change folded in (unspecified
+	// when there was none, or the task is new).
+	FromStatus TaskStatus `protobuf:"varint,4,opt,name=from_status,json=fromStatus,proto3,enum=agentmesh.v1.TaskStatus" json:"from_status,omitempty"`
+	Agent      string     `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	Priority   Priority   `protobuf:"varint,6,opt,name=priority,proto3,enum=agentmesh.v1.Priority" json:"priority,omitempty"`
+	// Time of the newest event folded in.
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// Set when the task was created in this time: its title, tags, parent,
+	// and when (created_at).
+	Created   *TaskCreated           `protobuf:"bytes,8,opt,name=created,proto3" json:"created,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tokens and cost of the steps recorded in this time (add them to the
+	// task's usage) and how many steps (add them to step_count).
+	Usage *Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Steps int32  `protobuf:"varint,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	// The newest status event's reason, failure kind, attempt and node.
+	Reason      string      `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	FailureKind FailureKind `protobuf:"varint,12,opt,name=failure_kind,json=failureKind,proto3,enum=agentmesh.v1.FailureKind" json:"failure_kind,omitempty"`
+	Attempt     int32       `protobuf:"varint,13,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node        string      `protobuf:"bytes,14,opt,name=node,proto3" json:"node,omitempty"`
+	// UpdateTask changed the task's title, priority, tags or parents: read
+	// it again for them.
+	Updated bool `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
+	// The task asks for a person's decision (blocked on an approval or a
+	// proposal).
+	NeedsDecision bool `protobuf:"varint,16,opt,name=needs_decision,json=needsDecision,proto3" json:"needs_decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskChange) Reset() {
+	*x = TaskChange{}
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskChange) ProtoMessage() {}
+
+func (x *TaskChange) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
+func (*TaskChange) Descriptor() ([]byte, []int) {
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TaskChange) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskChange) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TaskChange) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *TaskChange) GetFromStatus() TaskStatus {
+	if x != nil {
+		return x.FromStatus
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
+func (x *TaskChange) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *TaskChange) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskChange) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *TaskChange) GetCreated() *TaskCreated {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *TaskChange) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TaskChange) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *TaskChange) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *TaskChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TaskChange) GetFailureKind() FailureKind {
+	if x != nil {
+		return x.FailureKind
+	}
+	return FailureKind_FAILURE_KIND_UNSPECIFIED
+}
+
+func (x *TaskChange) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TaskChange) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *TaskChange) GetUpdated() bool {
+	if x != nil {
+		return x.Updated
+	}
+	return false
+}
+
+func (x *TaskChange) GetNeedsDecision() bool {
+	if x != nil {
+		return x.NeedsDecision
+	}
+	return false
+}
+
 type GetTaskHistoryRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3426,7 +3840,7 @@ type GetTaskHistoryRequest struct {
 
 func (x *GetTaskHistoryRequest) Reset() {
 	*x = GetTaskHistoryRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3852,7 @@ func (x *GetTaskHistoryRequest) String() string {
 func (*GetTaskHistoryRequest) ProtoMessage() {}
 
 func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[21]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3865,7 @@ func (x *GetTaskHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTaskHistoryRequest) GetId() string {
@@ -3484,7 +3898,7 @@ type GetTaskHistoryResponse struct {
 
 func (x *GetTaskHistoryResponse) Reset() {
 	*x = GetTaskHistoryResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3910,7 @@ func (x *GetTaskHistoryResponse) String() string {
 func (*GetTaskHistoryResponse) ProtoMessage() {}
 
 func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[22]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3923,7 @@ func (x *GetTaskHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTaskHistoryResponse) GetEvents() []*TaskEvent {
@@ -3531,7 +3945,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3957,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[23]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3970,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetUsageRequest) GetCreatedAfter() *timestamppb.Timestamp {
@@ -3590,7 +4004,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +4016,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[24]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +4029,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetUsageResponse) GetUsage() *Usage {
@@ -3679,7 +4093,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +4105,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[25]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +4118,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelSettings) GetBaseUrl() string {
@@ -3810,7 +4224,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4236,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[26]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4249,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *McpServer) GetName() string {
@@ -3931,7 +4345,7 @@ type Agent struct {
 
 func (x *Agent) Reset() {
 	*x = Agent{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4357,7 @@ func (x *Agent) String() string {
 func (*Agent) ProtoMessage() {}
 
 func (x *Agent) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[27]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4370,7 @@ func (x *Agent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Agent.ProtoReflect.Descriptor instead.
 func (*Agent) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Agent) GetName() string {
@@ -4153,7 +4567,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4579,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_agentmesh_v1_task_proto_msgTypes[28]
+	mi := &file_agentmesh_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4592,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_agentmesh_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -4399,7 +4813,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"approvalId\x12\x12\n" +
 	"\x04risk\x18\x14 \x01(\tR\x04risk\x12%\n" +
 	"\x0emodel_provider\x18\x15 \x01(\tR\rmodelProvider\x12%\n" +
-	"\x0emodel_fallback\x18\x16 \x01(\tR\rmodelFallback\"\xfe\b\n" +
+	"\x0emodel_fallback\x18\x16 \x01(\tR\rmodelFallback\"\xb4\t\n" +
 	"\tTaskEvent\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12+\n" +
@@ -4435,7 +4849,19 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\bproposal\x18y \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\x12=\n" +
 	"\fsubtask_wait\x18\x82\x01 \x01(\v2\x19.agentmesh.v1.SubtaskWaitR\vsubtaskWait\x12 \n" +
 	"\vcached_from\x18\xac\x02 \x01(\tR\n" +
-	"cachedFrom\"\xa1\x01\n" +
+	"cachedFrom\x124\n" +
+	"\acreated\x18\x96\x01 \x01(\v2\x19.agentmesh.v1.TaskCreatedR\acreated\"\xd3\x01\n" +
+	"\vTaskCreated\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\x12\x12\n" +
+	"\x04tags\x18\x02 \x03(\tR\x04tags\x12$\n" +
+	"\x0eparent_task_id\x18\x03 \x01(\tR\fparentTaskId\x12 \n" +
+	"\froot_task_id\x18\x04 \x01(\tR\n" +
+	"rootTaskId\x12\x14\n" +
+	"\x05depth\x18\x05 \x01(\x05R\x05depth\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\a \x03(\tR\tdependsOn\"\xa1\x01\n" +
 	"\x10DependencyResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x120\n" +
@@ -4515,7 +4941,38 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"t\n" +
 	"\x11WatchTaskResponse\x12-\n" +
 	"\x05event\x18\x01 \x01(\v2\x17.agentmesh.v1.TaskEventR\x05event\x120\n" +
-	"\x06status\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\"Z\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\"\x97\x01\n" +
+	"\x11WatchTasksRequest\x124\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x18.agentmesh.v1.TaskStatusR\bstatuses\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x126\n" +
+	"\n" +
+	"priorities\x18\x03 \x03(\x0e2\x16.agentmesh.v1.PriorityR\n" +
+	"priorities\"^\n" +
+	"\x12WatchTasksResponse\x122\n" +
+	"\achanges\x18\x01 \x03(\v2\x18.agentmesh.v1.TaskChangeR\achanges\x12\x14\n" +
+	"\x05reset\x18\x02 \x01(\bR\x05reset\"\x94\x05\n" +
+	"\n" +
+	"TaskChange\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x120\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\x06status\x129\n" +
+	"\vfrom_status\x18\x04 \x01(\x0e2\x18.agentmesh.v1.TaskStatusR\n" +
+	"fromStatus\x12\x14\n" +
+	"\x05agent\x18\x05 \x01(\tR\x05agent\x122\n" +
+	"\bpriority\x18\x06 \x01(\x0e2\x16.agentmesh.v1.PriorityR\bpriority\x12.\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x123\n" +
+	"\acreated\x18\b \x01(\v2\x19.agentmesh.v1.TaskCreatedR\acreated\x129\n" +
+	"\n" +
+	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
+	"\x05usage\x18\t \x01(\v2\x13.agentmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05steps\x18\n" +
+	" \x01(\x05R\x05steps\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12<\n" +
+	"\ffailure_kind\x18\f \x01(\x0e2\x19.agentmesh.v1.FailureKindR\vfailureKind\x12\x18\n" +
+	"\aattempt\x18\r \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x0e \x01(\tR\x04node\x12\x18\n" +
+	"\aupdated\x18\x0f \x01(\bR\aupdated\x12%\n" +
+	"\x0eneeds_decision\x18\x10 \x01(\bR\rneedsDecision\"Z\n" +
 	"\x15GetTaskHistoryRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
@@ -4684,7 +5141,7 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\x13TOOL_POLICY_DEFAULT\x10\x01\x12\x15\n" +
 	"\x11TOOL_POLICY_ALLOW\x10\x02\x12 \n" +
 	"\x1cTOOL_POLICY_REQUIRE_APPROVAL\x10\x03\x12\x14\n" +
-	"\x10TOOL_POLICY_DENY\x10\x042\xf2\x05\n" +
+	"\x10TOOL_POLICY_DENY\x10\x042\xde\x06\n" +
 	"\vTaskService\x12e\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.agentmesh.v1.SubmitTaskRequest\x1a .agentmesh.v1.SubmitTaskResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/tasks\x12^\n" +
@@ -4692,7 +5149,9 @@ const file_agentmesh_v1_task_proto_rawDesc = "" +
 	"\tListTasks\x12\x1e.agentmesh.v1.ListTasksRequest\x1a\x1f.agentmesh.v1.ListTasksResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tasks\x12q\n" +
 	"\n" +
 	"CancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/tasks/{id}/cancel\x12m\n" +
-	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/tasks/{id}/events0\x01\x12{\n" +
+	"\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/tasks/{id}/events0\x01\x12j\n" +
+	"\n" +
+	"WatchTasks\x12\x1f.agentmesh.v1.WatchTasksRequest\x1a .agentmesh.v1.WatchTasksResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/tasks:watch0\x01\x12{\n" +
 	"\x0eGetTaskHistory\x12#.agentmesh.v1.GetTaskHistoryRequest\x1a$.agentmesh.v1.GetTaskHistoryResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/tasks/{id}/history\x12\\\n" +
 	"\bGetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/usageBAZ?github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1;agentmeshv1b\x06proto3"
 
@@ -4709,7 +5168,7 @@ func file_agentmesh_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_agentmesh_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_agentmesh_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agentmesh_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                // 0: agentmesh.v1.TaskStatus
 	(Priority)(0),                  // 1: agentmesh.v1.Priority
@@ -4732,160 +5191,178 @@ var file_agentmesh_v1_task_proto_goTypes = []any{
 	(*ToolCall)(nil),               // 18: agentmesh.v1.ToolCall
 	(*Step)(nil),                   // 19: agentmesh.v1.Step
 	(*TaskEvent)(nil),              // 20: agentmesh.v1.TaskEvent
-	(*DependencyResult)(nil),       // 21: agentmesh.v1.DependencyResult
-	(*TaskUpdate)(nil),             // 22: agentmesh.v1.TaskUpdate
-	(*SubmitTaskRequest)(nil),      // 23: agentmesh.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 24: agentmesh.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 25: agentmesh.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 26: agentmesh.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 27: agentmesh.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 28: agentmesh.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),      // 29: agentmesh.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),     // 30: agentmesh.v1.CancelTaskResponse
-	(*WatchTaskRequest)(nil),       // 31: agentmesh.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),      // 32: agentmesh.v1.WatchTaskResponse
-	(*GetTaskHistoryRequest)(nil),  // 33: agentmesh.v1.GetTaskHistoryRequest
-	(*GetTaskHistoryResponse)(nil), // 34: agentmesh.v1.GetTaskHistoryResponse
-	(*GetUsageRequest)(nil),        // 35: agentmesh.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 36: agentmesh.v1.GetUsageResponse
-	(*ModelSettings)(nil),          // 37: agentmesh.v1.ModelSettings
-	(*McpServer)(nil),              // 38: agentmesh.v1.McpServer
-	(*Agent)(nil),                  // 39: agentmesh.v1.Agent
-	(*RetryPolicy)(nil),            // 40: agentmesh.v1.RetryPolicy
-	nil,                            // 41: agentmesh.v1.Task.MetadataEntry
-	nil,                            // 42: agentmesh.v1.TaskUpdate.MetadataEntry
-	nil,                            // 43: agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	nil,                            // 44: agentmesh.v1.McpServer.EnvEntry
-	nil,                            // 45: agentmesh.v1.Agent.ToolPoliciesEntry
-	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
-	(*Routing)(nil),                // 48: agentmesh.v1.Routing
-	(*SubtaskWait)(nil),            // 49: agentmesh.v1.SubtaskWait
-	(*AppliedSkill)(nil),           // 50: agentmesh.v1.AppliedSkill
-	(*CachePolicy)(nil),            // 51: agentmesh.v1.CachePolicy
-	(*MemoryPolicy)(nil),           // 52: agentmesh.v1.MemoryPolicy
+	(*TaskCreated)(nil),            // 21: agentmesh.v1.TaskCreated
+	(*DependencyResult)(nil),       // 22: agentmesh.v1.DependencyResult
+	(*TaskUpdate)(nil),             // 23: agentmesh.v1.TaskUpdate
+	(*SubmitTaskRequest)(nil),      // 24: agentmesh.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 25: agentmesh.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 26: agentmesh.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 27: agentmesh.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 28: agentmesh.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 29: agentmesh.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 30: agentmesh.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 31: agentmesh.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),       // 32: agentmesh.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),      // 33: agentmesh.v1.WatchTaskResponse
+	(*WatchTasksRequest)(nil),      // 34: agentmesh.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),     // 35: agentmesh.v1.WatchTasksResponse
+	(*TaskChange)(nil),             // 36: agentmesh.v1.TaskChange
+	(*GetTaskHistoryRequest)(nil),  // 37: agentmesh.v1.GetTaskHistoryRequest
+	(*GetTaskHistoryResponse)(nil), // 38: agentmesh.v1.GetTaskHistoryResponse
+	(*GetUsageRequest)(nil),        // 39: agentmesh.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),       // 40: agentmesh.v1.GetUsageResponse
+	(*ModelSettings)(nil),          // 41: agentmesh.v1.ModelSettings
+	(*McpServer)(nil),              // 42: agentmesh.v1.McpServer
+	(*Agent)(nil),                  // 43: agentmesh.v1.Agent
+	(*RetryPolicy)(nil),            // 44: agentmesh.v1.RetryPolicy
+	nil,                            // 45: agentmesh.v1.Task.MetadataEntry
+	nil,                            // 46: agentmesh.v1.TaskUpdate.MetadataEntry
+	nil,                            // 47: agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	nil,                            // 48: agentmesh.v1.McpServer.EnvEntry
+	nil,                            // 49: agentmesh.v1.Agent.ToolPoliciesEntry
+	(*durationpb.Duration)(nil),    // 50: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
+	(*Routing)(nil),                // 52: agentmesh.v1.Routing
+	(*SubtaskWait)(nil),            // 53: agentmesh.v1.SubtaskWait
+	(*AppliedSkill)(nil),           // 54: agentmesh.v1.AppliedSkill
+	(*CachePolicy)(nil),            // 55: agentmesh.v1.CachePolicy
+	(*MemoryPolicy)(nil),           // 56: agentmesh.v1.MemoryPolicy
 }
 var file_agentmesh_v1_task_proto_depIdxs = []int32{
-	46,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
+	50,  // 0: agentmesh.v1.Budget.max_wall_time:type_name -> google.protobuf.Duration
 	4,   // 1: agentmesh.v1.Approval.status:type_name -> agentmesh.v1.ApprovalStatus
-	47,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	47,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	47,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	51,  // 2: agentmesh.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	51,  // 3: agentmesh.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	51,  // 4: agentmesh.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	1,   // 5: agentmesh.v1.Task.priority:type_name -> agentmesh.v1.Priority
-	41,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
+	45,  // 6: agentmesh.v1.Task.metadata:type_name -> agentmesh.v1.Task.MetadataEntry
 	0,   // 7: agentmesh.v1.Task.status:type_name -> agentmesh.v1.TaskStatus
-	47,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	47,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	47,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	47,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	51,  // 8: agentmesh.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	51,  // 9: agentmesh.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	51,  // 10: agentmesh.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	51,  // 11: agentmesh.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	12,  // 12: agentmesh.v1.Task.usage:type_name -> agentmesh.v1.Usage
-	39,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
+	43,  // 13: agentmesh.v1.Task.agent_spec:type_name -> agentmesh.v1.Agent
 	13,  // 14: agentmesh.v1.Task.budget:type_name -> agentmesh.v1.Budget
 	14,  // 15: agentmesh.v1.Task.pending_approval:type_name -> agentmesh.v1.Approval
 	2,   // 16: agentmesh.v1.Task.failure_kind:type_name -> agentmesh.v1.FailureKind
 	9,   // 17: agentmesh.v1.Task.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
 	10,  // 18: agentmesh.v1.Task.blocked_on:type_name -> agentmesh.v1.BlockedOn
-	47,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
-	46,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
-	46,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
-	21,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	40,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	46,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
-	47,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
+	51,  // 19: agentmesh.v1.Task.queued_at:type_name -> google.protobuf.Timestamp
+	50,  // 20: agentmesh.v1.Task.queue_wait:type_name -> google.protobuf.Duration
+	50,  // 21: agentmesh.v1.Task.run_time:type_name -> google.protobuf.Duration
+	22,  // 22: agentmesh.v1.Task.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	44,  // 23: agentmesh.v1.Task.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	50,  // 24: agentmesh.v1.Task.queue_timeout:type_name -> google.protobuf.Duration
+	51,  // 25: agentmesh.v1.Task.next_retry_at:type_name -> google.protobuf.Timestamp
 	2,   // 26: agentmesh.v1.Task.last_failure_kind:type_name -> agentmesh.v1.FailureKind
-	48,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
+	52,  // 27: agentmesh.v1.Task.routing:type_name -> agentmesh.v1.Routing
 	12,  // 28: agentmesh.v1.Task.subtree_usage:type_name -> agentmesh.v1.Usage
 	16,  // 29: agentmesh.v1.Task.pending_proposal:type_name -> agentmesh.v1.Proposal
-	49,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	53,  // 30: agentmesh.v1.Task.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
 	5,   // 31: agentmesh.v1.Task.thread_policy:type_name -> agentmesh.v1.ThreadPolicy
 	6,   // 32: agentmesh.v1.Proposal.status:type_name -> agentmesh.v1.ProposalStatus
-	39,  // 33: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
-	47,  // 34: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
-	47,  // 35: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
+	43,  // 33: agentmesh.v1.Proposal.agent:type_name -> agentmesh.v1.Agent
+	51,  // 34: agentmesh.v1.Proposal.created_at:type_name -> google.protobuf.Timestamp
+	51,  // 35: agentmesh.v1.Proposal.decided_at:type_name -> google.protobuf.Timestamp
 	0,   // 36: agentmesh.v1.SubtaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	12,  // 37: agentmesh.v1.SubtaskEvent.usage:type_name -> agentmesh.v1.Usage
 	12,  // 38: agentmesh.v1.SubtaskEvent.own_usage:type_name -> agentmesh.v1.Usage
 	7,   // 39: agentmesh.v1.Step.kind:type_name -> agentmesh.v1.StepKind
 	18,  // 40: agentmesh.v1.Step.tool_calls:type_name -> agentmesh.v1.ToolCall
 	12,  // 41: agentmesh.v1.Step.usage:type_name -> agentmesh.v1.Usage
-	46,  // 42: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
+	50,  // 42: agentmesh.v1.Step.duration:type_name -> google.protobuf.Duration
 	3,   // 43: agentmesh.v1.Step.decision:type_name -> agentmesh.v1.ToolDecision
 	8,   // 44: agentmesh.v1.TaskEvent.type:type_name -> agentmesh.v1.EventType
-	47,  // 45: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	51,  // 45: agentmesh.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
 	0,   // 46: agentmesh.v1.TaskEvent.from_status:type_name -> agentmesh.v1.TaskStatus
 	0,   // 47: agentmesh.v1.TaskEvent.status:type_name -> agentmesh.v1.TaskStatus
 	19,  // 48: agentmesh.v1.TaskEvent.step:type_name -> agentmesh.v1.Step
 	14,  // 49: agentmesh.v1.TaskEvent.approval:type_name -> agentmesh.v1.Approval
 	2,   // 50: agentmesh.v1.TaskEvent.failure_kind:type_name -> agentmesh.v1.FailureKind
-	21,  // 51: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
-	22,  // 52: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
+	22,  // 51: agentmesh.v1.TaskEvent.dependency:type_name -> agentmesh.v1.DependencyResult
+	23,  // 52: agentmesh.v1.TaskEvent.update:type_name -> agentmesh.v1.TaskUpdate
 	1,   // 53: agentmesh.v1.TaskEvent.priority:type_name -> agentmesh.v1.Priority
-	47,  // 54: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
-	46,  // 55: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
+	51,  // 54: agentmesh.v1.TaskEvent.not_before:type_name -> google.protobuf.Timestamp
+	50,  // 55: agentmesh.v1.TaskEvent.queue_timeout:type_name -> google.protobuf.Duration
 	17,  // 56: agentmesh.v1.TaskEvent.subtask:type_name -> agentmesh.v1.SubtaskEvent
 	16,  // 57: agentmesh.v1.TaskEvent.proposal:type_name -> agentmesh.v1.Proposal
-	49,  // 58: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
-	0,   // 59: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
-	1,   // 60: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
-	42,  // 61: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
-	21,  // 62: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
-	1,   // 63: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
-	43,  // 64: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
-	13,  // 65: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
-	9,   // 66: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
-	40,  // 67: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	46,  // 68: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
-	5,   // 69: agentmesh.v1.SubmitTaskRequest.thread_policy:type_name -> agentmesh.v1.ThreadPolicy
-	15,  // 70: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
-	15,  // 71: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	0,   // 72: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	47,  // 73: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	47,  // 74: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,   // 75: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	15,  // 76: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	15,  // 77: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
-	20,  // 78: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
-	0,   // 79: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
-	20,  // 80: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	47,  // 81: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	47,  // 82: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	12,  // 83: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
-	44,  // 84: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
-	37,  // 85: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
-	47,  // 86: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	47,  // 87: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
-	13,  // 88: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
-	38,  // 89: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
-	45,  // 90: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
-	46,  // 91: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
-	40,  // 92: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
-	46,  // 93: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
-	50,  // 94: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
-	51,  // 95: agentmesh.v1.Agent.cache:type_name -> agentmesh.v1.CachePolicy
-	52,  // 96: agentmesh.v1.Agent.memory:type_name -> agentmesh.v1.MemoryPolicy
-	46,  // 97: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	46,  // 98: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	2,   // 99: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
-	11,  // 100: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
-	23,  // 101: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
-	25,  // 102: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
-	27,  // 103: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
-	29,  // 104: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
-	31,  // 105: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
-	33,  // 106: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
-	35,  // 107: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
-	24,  // 108: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
-	26,  // 109: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
-	28,  // 110: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
-	30,  // 111: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
-	32,  // 112: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
-	34,  // 113: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
-	36,  // 114: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
-	108, // [108:115] is the sub-list for method output_type
-	101, // [101:108] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	53,  // 58: agentmesh.v1.TaskEvent.subtask_wait:type_name -> agentmesh.v1.SubtaskWait
+	21,  // 59: agentmesh.v1.TaskEvent.created:type_name -> agentmesh.v1.TaskCreated
+	0,   // 60: agentmesh.v1.DependencyResult.status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 61: agentmesh.v1.TaskUpdate.priority:type_name -> agentmesh.v1.Priority
+	46,  // 62: agentmesh.v1.TaskUpdate.metadata:type_name -> agentmesh.v1.TaskUpdate.MetadataEntry
+	22,  // 63: agentmesh.v1.TaskUpdate.dependency_results:type_name -> agentmesh.v1.DependencyResult
+	1,   // 64: agentmesh.v1.SubmitTaskRequest.priority:type_name -> agentmesh.v1.Priority
+	47,  // 65: agentmesh.v1.SubmitTaskRequest.metadata:type_name -> agentmesh.v1.SubmitTaskRequest.MetadataEntry
+	13,  // 66: agentmesh.v1.SubmitTaskRequest.budget:type_name -> agentmesh.v1.Budget
+	9,   // 67: agentmesh.v1.SubmitTaskRequest.dependency_policy:type_name -> agentmesh.v1.DependencyPolicy
+	44,  // 68: agentmesh.v1.SubmitTaskRequest.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	50,  // 69: agentmesh.v1.SubmitTaskRequest.queue_timeout:type_name -> google.protobuf.Duration
+	5,   // 70: agentmesh.v1.SubmitTaskRequest.thread_policy:type_name -> agentmesh.v1.ThreadPolicy
+	15,  // 71: agentmesh.v1.SubmitTaskResponse.task:type_name -> agentmesh.v1.Task
+	15,  // 72: agentmesh.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	0,   // 73: agentmesh.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	51,  // 74: agentmesh.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	51,  // 75: agentmesh.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,   // 76: agentmesh.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	15,  // 77: agentmesh.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	15,  // 78: agentmesh.v1.CancelTaskResponse.task:type_name -> agentmesh.v1.Task
+	20,  // 79: agentmesh.v1.WatchTaskResponse.event:type_name -> agentmesh.v1.TaskEvent
+	0,   // 80: agentmesh.v1.WatchTaskResponse.status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 81: agentmesh.v1.WatchTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	1,   // 82: agentmesh.v1.WatchTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	36,  // 83: agentmesh.v1.WatchTasksResponse.changes:type_name -> agentmesh.v1.TaskChange
+	0,   // 84: agentmesh.v1.TaskChange.status:type_name -> agentmesh.v1.TaskStatus
+	0,   // 85: agentmesh.v1.TaskChange.from_status:type_name -> agentmesh.v1.TaskStatus
+	1,   // 86: agentmesh.v1.TaskChange.priority:type_name -> agentmesh.v1.Priority
+	51,  // 87: agentmesh.v1.TaskChange.time:type_name -> google.protobuf.Timestamp
+	21,  // 88: agentmesh.v1.TaskChange.created:type_name -> agentmesh.v1.TaskCreated
+	51,  // 89: agentmesh.v1.TaskChange.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 90: agentmesh.v1.TaskChange.usage:type_name -> agentmesh.v1.Usage
+	2,   // 91: agentmesh.v1.TaskChange.failure_kind:type_name -> agentmesh.v1.FailureKind
+	20,  // 92: agentmesh.v1.GetTaskHistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	51,  // 93: agentmesh.v1.GetUsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	51,  // 94: agentmesh.v1.GetUsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	12,  // 95: agentmesh.v1.GetUsageResponse.usage:type_name -> agentmesh.v1.Usage
+	48,  // 96: agentmesh.v1.McpServer.env:type_name -> agentmesh.v1.McpServer.EnvEntry
+	41,  // 97: agentmesh.v1.Agent.model:type_name -> agentmesh.v1.ModelSettings
+	51,  // 98: agentmesh.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	51,  // 99: agentmesh.v1.Agent.updated_at:type_name -> google.protobuf.Timestamp
+	13,  // 100: agentmesh.v1.Agent.budget:type_name -> agentmesh.v1.Budget
+	42,  // 101: agentmesh.v1.Agent.mcp_servers:type_name -> agentmesh.v1.McpServer
+	49,  // 102: agentmesh.v1.Agent.tool_policies:type_name -> agentmesh.v1.Agent.ToolPoliciesEntry
+	50,  // 103: agentmesh.v1.Agent.approval_timeout:type_name -> google.protobuf.Duration
+	44,  // 104: agentmesh.v1.Agent.retry_policy:type_name -> agentmesh.v1.RetryPolicy
+	50,  // 105: agentmesh.v1.Agent.queue_timeout:type_name -> google.protobuf.Duration
+	54,  // 106: agentmesh.v1.Agent.applied_skills:type_name -> agentmesh.v1.AppliedSkill
+	55,  // 107: agentmesh.v1.Agent.cache:type_name -> agentmesh.v1.CachePolicy
+	56,  // 108: agentmesh.v1.Agent.memory:type_name -> agentmesh.v1.MemoryPolicy
+	50,  // 109: agentmesh.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	50,  // 110: agentmesh.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	2,   // 111: agentmesh.v1.RetryPolicy.retry_on:type_name -> agentmesh.v1.FailureKind
+	11,  // 112: agentmesh.v1.Agent.ToolPoliciesEntry.value:type_name -> agentmesh.v1.ToolPolicy
+	24,  // 113: agentmesh.v1.TaskService.SubmitTask:input_type -> agentmesh.v1.SubmitTaskRequest
+	26,  // 114: agentmesh.v1.TaskService.GetTask:input_type -> agentmesh.v1.GetTaskRequest
+	28,  // 115: agentmesh.v1.TaskService.ListTasks:input_type -> agentmesh.v1.ListTasksRequest
+	30,  // 116: agentmesh.v1.TaskService.CancelTask:input_type -> agentmesh.v1.CancelTaskRequest
+	32,  // 117: agentmesh.v1.TaskService.WatchTask:input_type -> agentmesh.v1.WatchTaskRequest
+	34,  // 118: agentmesh.v1.TaskService.WatchTasks:input_type -> agentmesh.v1.WatchTasksRequest
+	37,  // 119: agentmesh.v1.TaskService.GetTaskHistory:input_type -> agentmesh.v1.GetTaskHistoryRequest
+	39,  // 120: agentmesh.v1.TaskService.GetUsage:input_type -> agentmesh.v1.GetUsageRequest
+	25,  // 121: agentmesh.v1.TaskService.SubmitTask:output_type -> agentmesh.v1.SubmitTaskResponse
+	27,  // 122: agentmesh.v1.TaskService.GetTask:output_type -> agentmesh.v1.GetTaskResponse
+	29,  // 123: agentmesh.v1.TaskService.ListTasks:output_type -> agentmesh.v1.ListTasksResponse
+	31,  // 124: agentmesh.v1.TaskService.CancelTask:output_type -> agentmesh.v1.CancelTaskResponse
+	33,  // 125: agentmesh.v1.TaskService.WatchTask:output_type -> agentmesh.v1.WatchTaskResponse
+	35,  // 126: agentmesh.v1.TaskService.WatchTasks:output_type -> agentmesh.v1.WatchTasksResponse
+	38,  // 127: agentmesh.v1.TaskService.GetTaskHistory:output_type -> agentmesh.v1.GetTaskHistoryResponse
+	40,  // 128: agentmesh.v1.TaskService.GetUsage:output_type -> agentmesh.v1.GetUsageResponse
+	121, // [121:129] is the sub-list for method output_type
+	113, // [113:121] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_v1_task_proto_init() }
@@ -4897,14 +5374,14 @@ func file_agentmesh_v1_task_proto_init() {
 	file_agentmesh_v1_memory_proto_init()
 	file_agentmesh_v1_routing_proto_init()
 	file_agentmesh_v1_skill_proto_init()
-	file_agentmesh_v1_task_proto_msgTypes[25].OneofWrappers = []any{}
+	file_agentmesh_v1_task_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_v1_task_proto_rawDesc), len(file_agentmesh_v1_task_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	TaskService_ListTasks_FullMethodName      = "/agentmesh.v1.TaskService/ListTasks"
 	TaskService_CancelTask_FullMethodName     = "/agentmesh.v1.TaskService/CancelTask"
 	TaskService_WatchTask_FullMethodName      = "/agentmesh.v1.TaskService/WatchTask"
+	TaskService_WatchTasks_FullMethodName     = "/agentmesh.v1.TaskService/WatchTasks"
 	TaskService_GetTaskHistory_FullMethodName = "/agentmesh.v1.TaskService/GetTaskHistory"
 	TaskService_GetUsage_FullMethodName       = "/agentmesh.v1.TaskService/GetUsage"
 )
@@ -52,6 +53,16 @@ type TaskServiceClient interface {
 	// event's id is its seq; the Last-Event-ID header (or ?after=) is the
 	// cursor; ?tokens=true adds the live model output.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
+	// WatchTasks streams what happens to the caller's org's tasks, live:
+	// every task's created, status and step events folded into one change
+	// per task and sent in batches (at most a few a second), filtered by
+	// status, agent and priority. It has no cursor: a client opens it,
+	// lists the tasks, then applies each change whose seq is newer than the
+	// task it holds; a response with reset says changes may have been
+	// missed (list again). It ends only when the client goes away or the
+	// router stops. Over HTTP it is served as Server-Sent Events
+	// (text/event-stream, event "changes" and "reset").
+	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error)
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(ctx context.Context, in *GetTaskHistoryRequest, opts ...grpc.CallOption) (*GetTaskHistoryResponse, error)
 	// GetUsage sums tokens and cost of the caller's org's tasks created in a
@@ -126,6 +137,25 @@ func (c *taskServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_WatchTaskClient = grpc.ServerStreamingClient[WatchTaskResponse]
 
+func (c *taskServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TaskService_ServiceDesc.Streams[1], TaskService_WatchTasks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTasksRequest, WatchTasksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_WatchTasksClient = grpc.ServerStreamingClient[WatchTasksResponse]
+
 func (c *taskServiceClient) GetTaskHistory(ctx context.Context, in *GetTaskHistoryRequest, opts ...grpc.CallOption) (*GetTaskHistoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetTaskHistoryResponse)
@@ -168,6 +198,16 @@ type TaskServiceServer interface {
 	// event's id is its seq; the Last-Event-ID header (or ?after=) is the
 	// cursor; ?tokens=true adds the live model output.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
+	// WatchTasks streams what happens to the caller's org's tasks, live:
+	// every task's created, status and step events folded into one change
+	// per task and sent in batches (at most a few a second), filtered by
+	// status, agent and priority. It has no cursor: a client opens it,
+	// lists the tasks, then applies each change whose seq is newer than the
+	// task it holds; a response with reset says changes may have been
+	// missed (list again). It ends only when the client goes away or the
+	// router stops. Over HTTP it is served as Server-Sent Events
+	// (text/event-stream, event "changes" and "reset").
+	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error
 	// GetTaskHistory returns the task's recorded events in order.
 	GetTaskHistory(context.Context, *GetTaskHistoryRequest) (*GetTaskHistoryResponse, error)
 	// GetUsage sums tokens and cost of the caller's org's tasks created in a
@@ -197,6 +237,9 @@ func (UnimplementedTaskServiceServer) CancelTask(context.Context, *CancelTaskReq
 }
 func (UnimplementedTaskServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTask not implemented")
+}
+func (UnimplementedTaskServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
 }
 func (UnimplementedTaskServiceServer) GetTaskHistory(context.Context, *GetTaskHistoryRequest) (*GetTaskHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTaskHistory not implemented")
@@ -308,6 +351,17 @@ func _TaskService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_WatchTaskServer = grpc.ServerStreamingServer[WatchTaskResponse]
 
+func _TaskService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTasksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TaskServiceServer).WatchTasks(m, &grpc.GenericServerStream[WatchTasksRequest, WatchTasksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_WatchTasksServer = grpc.ServerStreamingServer[WatchTasksResponse]
+
 func _TaskService_GetTaskHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetTaskHistoryRequest)
 	if err := dec(in); err != nil {
@@ -380,6 +434,11 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchTask",
 			Handler:       _TaskService_WatchTask_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTasks",
+			Handler:       _TaskService_WatchTasks_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1895,7 +1895,11 @@ type ExecutorHeartbeat struct {
 	Draining bool `protobuf:"varint,46,opt,name=draining,proto3" json:"draining,omitempty"`
 	// How long the scheduler waits for the next heartbeat before it counts
 	// the node lost (3 × the interval).
-	Ttl           *durationpb.Duration `protobuf:"bytes,47,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,47,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The warm pool: idle sandboxed agent processes ready now, and how many
+	// the executor keeps (AGENTMESH_WARM_POOL). Unset: not reported.
+	WarmIdle      *int32 `protobuf:"varint,48,opt,name=warm_idle,json=warmIdle,proto3,oneof" json:"warm_idle,omitempty"`
+	WarmTarget    *int32 `protobuf:"varint,49,opt,name=warm_target,json=warmTarget,proto3,oneof" json:"warm_target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1984,6 +1988,20 @@ func (x *ExecutorHeartbeat) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *ExecutorHeartbeat) GetWarmIdle() int32 {
+	if x != nil && x.WarmIdle != nil {
+		return *x.WarmIdle
+	}
+	return 0
+}
+
+func (x *ExecutorHeartbeat) GetWarmTarget() int32 {
+	if x != nil && x.WarmTarget != nil {
+		return *x.WarmTarget
+	}
+	return 0
 }
 
 var File_agentmesh_bus_v1_bus_proto protoreflect.FileDescriptor
@@ -2128,7 +2146,7 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\bproposal\x18\xbe\x01 \x01(\v2\x16.agentmesh.v1.ProposalR\bproposal\"L\n" +
 	"\bWorkItem\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.agentmesh.v1.TaskR\x04task\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xff\x02\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\"\xe5\x03\n" +
 	"\x11ExecutorHeartbeat\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x12\x18\n" +
@@ -2137,10 +2155,16 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\rrunning_tasks\x18\x05 \x03(\tR\frunningTasks\x12G\n" +
 	"\x06labels\x18- \x03(\v2/.agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\bdraining\x18. \x01(\bR\bdraining\x12+\n" +
-	"\x03ttl\x18/ \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
+	"\x03ttl\x18/ \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12 \n" +
+	"\twarm_idle\x180 \x01(\x05H\x00R\bwarmIdle\x88\x01\x01\x12$\n" +
+	"\vwarm_target\x181 \x01(\x05H\x01R\n" +
+	"warmTarget\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\n" +
+	"_warm_idleB\x0e\n" +
+	"\f_warm_targetB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
 	file_agentmesh_bus_v1_bus_proto_rawDescOnce sync.Once
@@ -2255,6 +2279,7 @@ func file_agentmesh_bus_v1_bus_proto_init() {
 	if File_agentmesh_bus_v1_bus_proto != nil {
 		return
 	}
+	file_agentmesh_bus_v1_bus_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
