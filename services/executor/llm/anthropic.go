@@ -81,8 +81,17 @@ func (p *anthropic) once(ctx context.Context, ep Endpoint, body []byte, onToken 
 	if ep.Key != "" {
 		h.Set("x-api-key", ep.Key)
 	}
-	return exchange(ctx, p.http, messagesURL(ep.BaseURL), h, body, onToken, readAnthropicWhole, readAnthropicStream)
+	return exchange(ctx, p.http, post{
+		url:     messagesURL(ep.BaseURL),
+		header:  h,
+		body:    body,
+		onToken: onToken,
+		read:    anthropicReaders,
+	})
 }
+
+// anthropicReaders read a Messages answer.
+var anthropicReaders = readers{whole: readAnthropicWhole, stream: readAnthropicStream}
 
 // The Messages request.
 type anRequest struct {

@@ -81,20 +81,44 @@ func (o *openAI) once(ctx context.Context, ep Endpoint, body []byte, onToken fun
 	if ep.Key != "" {
 		h.Set("Authorization", "Bearer "+ep.Key)
 	}
-	return exchange(ctx, o.http, strings.TrimRight(ep.BaseURL, "/")+"/chat/completions", h, body, onToken, readOpenAIWhole, readOpenAIStream)
+	return exchange(ctx, o.http, post{
+		url:     strings.TrimRight(ep.BaseURL, "/") + "/chat/completions",
+		header:  h,
+		body:    body,
+		onToken: onToken,
+		read:    openAIReaders,
+	})
 }
 
-// exchange is one request of either provider: body posted to url with
-// header, the answer read as a stream (or whole, when the server answered
+// readers are a provider's two ways of reading an answer into an assembly.
+type readers struct {
+	whole  func(io.Reader, *assembly) error // the server answered JSON although a stream was asked for
+	stream func(io.Reader, *assembly) error // the answer as a stream of events
+}
+
+// openAIReaders read a Chat Completions answer.
+var openAIReaders = readers{whole: readOpenAIWhole, stream: readOpenAIStream}
+
+// post is one request of either provider: body posted to url with header,
+// each token of the answer passed to onToken, the answer read by read.
+type post struct {
+	url     string
+	header  http.Header
+	body    []byte
+	onToken func(string)
+	read    readers
+}
+
+// exchange is one request of either provider: p.body posted to p.url with
+// p.header, the answer read as a stream (or whole, when the server answered
 // JSON although a stream was asked for) and assembled; an error answer is
 // an *httpError.
-func exchange(ctx context.Context, hc *http.Client, url string, header http.Header, body []byte, onToken func(string),
-	whole, stream func(io.Reader, *assembly) error) (*childv1.ModelResponse, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+func exchange(ctx context.Context, hc *http.Client, p post) (*childv1.ModelResponse, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(p.body))
 	if err != nil {
 		return nil, unparsable("request: %v", err)
 	}
-	hreq.Header = header
+	hreq.Header = p.header
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	hresp, err := hc.Do(hreq)
@@ -105,10 +129,10 @@ func exchange(ctx context.Context, hc *http.Client, url string, header http.Head
 	if hresp.StatusCode >= 300 {
 		return nil, readHTTPError(hresp)
 	}
-	a := &assembly{onToken: onToken}
-	read := stream
+	a := &assembly{onToken: p.onToken}
+	read := p.read.stream
 	if isJSON(hresp.Header.Get("Content-Type")) {
-		read = whole
+		read = p.read.whole
 	}
 	if err := read(hresp.Body, a); err != nil {
 		return nil, err
