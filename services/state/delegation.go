@@ -102,130 +102,227 @@ func (s *Service) runningAt(ctx context.Context, id string, attempt int32) (*age
 	return t, nil
 }
 
+// spawn creates the sub-task one tool call of a running parent asks for,
+// exactly once per (parent, call id): check the request, fence it by the
+// parent's attempt, find the call's sub-task if it was made, check the
+// tree's limits and budget, record it with narrowed rights, reply. The
+// steps run under the tree's lock (treeLock) until the sub-task is
+// recorded.
 func (s *Service) spawn(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*busv1.SpawnSubtaskResponse, error) {
-	spec := req.GetAgentSpec()
-	switch {
-	case req.ParentTaskId == "":
-		return nil, bus.FieldError("parent_task_id", "required")
-	case req.Attempt <= 0:
-		return nil, bus.FieldError("attempt", "the parent's attempt is required")
-	case req.ToolCallId == "":
-		return nil, bus.FieldError("tool_call_id", "required")
-	case spec.GetName() == "" || !subjects.ValidToken(spec.GetName()):
-		return nil, bus.FieldError("agent_spec.name", "a valid agent is required")
-	case req.Input == "":
-		return nil, bus.FieldError("input", "required")
+	if err := checkSpawn(req); err != nil {
+		return nil, err
 	}
 	parent, err := s.runningAt(ctx, req.ParentTaskId, req.Attempt)
 	if err != nil {
 		return nil, err
 	}
-	root := rootOf(parent)
-	unlock := s.treeLock(root)
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
-
-	key := spawnKey(parent.Id, req.ToolCallId)
-	var existing *agentmeshv1.Task
-	siblings := 0
-	var used agentmeshv1.Usage
-	// Each sibling's subtree as its record knows it (the ended part,
-	// rolled up by task.settle); the tree scan below adds what runs.
-	settledBelow := map[string]*agentmeshv1.Usage{}
-	err = s.store.ScanTasks(ctx, store.TaskQuery{ParentTaskID: parent.Id}, func(t *agentmeshv1.Task) bool {
-		if t.IdempotencyKey == key {
-			existing = t
-			return false
-		}
-		siblings++
-		store.AddUsage(&used, spent(t.GetUsage()))
-		settledBelow[t.Id] = t.GetSubtreeUsage()
-		return true
-	})
+	sp := s.newSpawning(req, parent)
+	defer sp.release()
+	existing, err := sp.scanSiblings(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if existing != nil {
-		c := proto.Clone(existing).(*agentmeshv1.Task)
-		c.AgentSpec = nil
-		return &busv1.SpawnSubtaskResponse{Task: c}, nil
+		return spawnReply(existing, false), nil
 	}
-	depth := parent.Depth + 1
-	if int(depth) > s.limits.MaxDepth {
-		return nil, bus.Errorf(bus.CodeFailedPrecondition,
+	if err := sp.checkLimits(); err != nil {
+		return nil, err
+	}
+	below, err := sp.scanTree(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ceiling, err := sp.ceiling(below)
+	if err != nil {
+		return nil, err
+	}
+	task, created, err := sp.record(ctx, sp.child(ceiling))
+	if err != nil {
+		return nil, err
+	}
+	return spawnReply(task, created), nil
+}
+
+// checkSpawn rejects a spawn request missing what it needs.
+func checkSpawn(req *busv1.SpawnSubtaskRequest) error {
+	spec := req.GetAgentSpec()
+	switch {
+	case req.ParentTaskId == "":
+		return bus.FieldError("parent_task_id", "required")
+	case req.Attempt <= 0:
+		return bus.FieldError("attempt", "the parent's attempt is required")
+	case req.ToolCallId == "":
+		return bus.FieldError("tool_call_id", "required")
+	case spec.GetName() == "" || !subjects.ValidToken(spec.GetName()):
+		return bus.FieldError("agent_spec.name", "a valid agent is required")
+	case req.Input == "":
+		return bus.FieldError("input", "required")
+	}
+	return nil
+}
+
+// spawnReply is the answer of a spawn: the sub-task without its agent spec.
+func spawnReply(task *agentmeshv1.Task, created bool) *busv1.SpawnSubtaskResponse {
+	c := proto.Clone(task).(*agentmeshv1.Task)
+	c.AgentSpec = nil
+	return &busv1.SpawnSubtaskResponse{Task: c, Created: created}
+}
+
+// spawning is one spawn in progress (spawn): the request, the parent
+// running at its attempt, its tree's lock, and what the scan of the
+// parent's other sub-tasks found.
+type spawning struct {
+	s      *Service
+	req    *busv1.SpawnSubtaskRequest
+	parent *agentmeshv1.Task
+	root   string // the parent's tree
+	key    string // the sub-task's idempotency key (spawnKey)
+	unlock func() // releases the tree's lock; nil once released
+
+	siblings int               // the parent's other sub-tasks
+	used     agentmeshv1.Usage // their own usage, then their subtrees'
+	// Each sibling's subtree as its record knows it (the ended part,
+	// rolled up by task.settle); scanTree adds what runs.
+	settledBelow map[string]*agentmeshv1.Usage
+}
+
+// newSpawning starts a spawn of a sub-task of parent, holding its tree's
+// lock.
+func (s *Service) newSpawning(req *busv1.SpawnSubtaskRequest, parent *agentmeshv1.Task) *spawning {
+	root := rootOf(parent)
+	return &spawning{
+		s: s, req: req, parent: parent, root: root,
+		key:          spawnKey(parent.Id, req.ToolCallId),
+		unlock:       s.treeLock(root),
+		settledBelow: map[string]*agentmeshv1.Usage{},
+	}
+}
+
+// release releases the tree's lock, if still held.
+func (sp *spawning) release() {
+	if sp.unlock != nil {
+		sp.unlock()
+		sp.unlock = nil
+	}
+}
+
+// scanSiblings reads the parent's sub-tasks: the one this call made
+// already (returned), else the count and usage of the others.
+func (sp *spawning) scanSiblings(ctx context.Context) (*agentmeshv1.Task, error) {
+	var existing *agentmeshv1.Task
+	err := sp.s.store.ScanTasks(ctx, store.TaskQuery{ParentTaskID: sp.parent.Id}, func(t *agentmeshv1.Task) bool {
+		if t.IdempotencyKey == sp.key {
+			existing = t
+			return false
+		}
+		sp.siblings++
+		store.AddUsage(&sp.used, spent(t.GetUsage()))
+		sp.settledBelow[t.Id] = t.GetSubtreeUsage()
+		return true
+	})
+	return existing, err
+}
+
+// checkLimits refuses a sub-task deeper than MaxDepth or beyond the
+// parent's MaxPerTask.
+func (sp *spawning) checkLimits() error {
+	limits, parent := sp.s.limits, sp.parent
+	if int(parent.Depth+1) > limits.MaxDepth {
+		return bus.Errorf(bus.CodeFailedPrecondition,
 			"delegation depth limit reached: this task is at depth %d and sub-tasks may be at most %d levels below the root task %s (max depth %d); do the work here instead of delegating",
-			parent.Depth, s.limits.MaxDepth, root, s.limits.MaxDepth)
+			parent.Depth, limits.MaxDepth, sp.root, limits.MaxDepth)
 	}
-	if siblings >= s.limits.MaxPerTask {
-		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: this task already has %d sub-tasks (max per task %d)", siblings, s.limits.MaxPerTask)
+	if sp.siblings >= limits.MaxPerTask {
+		return bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: this task already has %d sub-tasks (max per task %d)", sp.siblings, limits.MaxPerTask)
 	}
+	return nil
+}
+
+// scanTree counts the tree's sub-tasks (refusing one beyond MaxPerTree)
+// and reads what lies below the parent's children.
+func (sp *spawning) scanTree(ctx context.Context) (treeBelow, error) {
+	maxPerTree, parent := sp.s.limits.MaxPerTree, sp.parent
 	inTree := 0
 	below := treeBelow{parentOf: map[string]string{}, own: map[string]*agentmeshv1.Usage{}}
-	err = s.store.ScanTasks(ctx, store.TaskQuery{RootTaskID: root}, func(t *agentmeshv1.Task) bool {
-		if t.Id != root {
+	err := sp.s.store.ScanTasks(ctx, store.TaskQuery{RootTaskID: sp.root}, func(t *agentmeshv1.Task) bool {
+		if t.Id != sp.root {
 			inTree++
 		}
 		if t.Depth > parent.Depth+1 { // a grandchild of the parent or below, maybe
 			below.parentOf[t.Id], below.own[t.Id] = t.ParentTaskId, t.GetUsage()
 		}
-		return inTree < s.limits.MaxPerTree
+		return inTree < maxPerTree
 	})
 	if err != nil {
-		return nil, err
+		return treeBelow{}, err
 	}
-	if inTree >= s.limits.MaxPerTree {
-		return nil, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: the tree of task %s already has %d sub-tasks (max per tree %d)", root, inTree, s.limits.MaxPerTree)
+	if inTree >= maxPerTree {
+		return treeBelow{}, bus.Errorf(bus.CodeFailedPrecondition, "sub-task limit reached: the tree of task %s already has %d sub-tasks (max per tree %d)", sp.root, inTree, maxPerTree)
 	}
-	scanned := below.bySibling(settledBelow)
-	for id, settled := range settledBelow {
-		store.AddUsage(&used, larger(settled, scanned[id]))
+	return below, nil
+}
+
+// ceiling is the new sub-task's budget ceiling: the parent's remaining
+// budget (the request's) less what its other sub-tasks' subtrees used.
+func (sp *spawning) ceiling(below treeBelow) (*agentmeshv1.Budget, error) {
+	scanned := below.bySibling(sp.settledBelow)
+	for id, settled := range sp.settledBelow {
+		store.AddUsage(&sp.used, larger(settled, scanned[id]))
 	}
-	ceiling, why := siblingsLeft(req.Ceiling, &used)
+	ceiling, why := siblingsLeft(sp.req.Ceiling, &sp.used)
 	if why != "" {
 		return nil, bus.Errorf(bus.CodeFailedPrecondition, "budget exhausted: %s (this task's remaining budget bounds its sub-tasks)", why)
 	}
+	return ceiling, nil
+}
+
+// child is the sub-task to record, its budget bounded by ceiling.
+func (sp *spawning) child(ceiling *agentmeshv1.Budget) *agentmeshv1.Task {
+	req, parent := sp.req, sp.parent
 	// Rights only narrow: the sub-task may use what its target agent has
 	// and its parent may use, under the stricter policy of the two — from
 	// the parent's record, whatever the request says (delegation.Narrow).
-	spec = delegation.Narrow(spec, parent.GetAgentSpec())
+	spec := delegation.Narrow(req.GetAgentSpec(), parent.GetAgentSpec())
 	budget := delegation.Bound(spec.GetBudget(), ceiling)
 	child := &agentmeshv1.Task{
 		Org: parent.Org, Title: req.Title, Input: req.Input, Agent: spec.GetName(),
 		AgentSpec: spec, Budget: budget, Priority: parent.Priority, Metadata: parent.Metadata,
-		ParentTaskId: parent.Id, IdempotencyKey: key,
+		ParentTaskId: parent.Id, IdempotencyKey: sp.key,
 		RetryPolicy: spec.GetRetryPolicy(),
 	}
 	if req.Title == "" {
 		child.Title = fmt.Sprintf("sub-task of %s (%s)", parent.Id, spec.GetName())
 	}
+	return placed(child, sp.root, parent.Depth+1)
+}
+
+// record creates child (once: its idempotency key) and, when this call
+// created it, publishes its events, releases the tree's lock and shows
+// the spawn to every ancestor.
+func (sp *spawning) record(ctx context.Context, child *agentmeshv1.Task) (*agentmeshv1.Task, bool, error) {
+	s, parent := sp.s, sp.parent
 	// A trace of its own, linked to this spawn in the parent's (tracing.go).
 	sctx, traced := subtaskTrace(ctx, parent, child)
-	task, events, created, err := s.store.CreateTask(ctx, placed(child, root, depth))
+	task, events, created, err := s.store.CreateTask(ctx, child)
 	if err != nil {
-		return nil, fmt.Errorf("spawn sub-task of %s: %w", parent.Id, err)
+		return nil, false, fmt.Errorf("spawn sub-task of %s: %w", parent.Id, err)
 	}
-	if created {
-		traced.End()
-		for _, ev := range events {
-			observe(task, ev)
+	if !created {
+		if task.ParentTaskId != parent.Id {
+			return nil, false, bus.Errorf(bus.CodeAlreadyExists, "idempotency key %q is used by task %s, which is not a sub-task of %s", sp.key, task.Id, parent.Id)
 		}
-		s.publishTaskEvents(sctx, task, events...)
-		// The tree's limits are kept; the rest needs no tree lock.
-		locked = false
-		unlock()
-		// Every ancestor's history shows the spawn (WatchTask), and a
-		// parent that ended meanwhile gets no orphan.
-		task = s.spawned(ctx, task)
-	} else if task.ParentTaskId != parent.Id {
-		return nil, bus.Errorf(bus.CodeAlreadyExists, "idempotency key %q is used by task %s, which is not a sub-task of %s", key, task.Id, parent.Id)
+		return task, false, nil
 	}
-	c := proto.Clone(task).(*agentmeshv1.Task)
-	c.AgentSpec = nil
-	return &busv1.SpawnSubtaskResponse{Task: c, Created: created}, nil
+	traced.End()
+	for _, ev := range events {
+		observe(task, ev)
+	}
+	s.publishTaskEvents(sctx, task, events...)
+	// The tree's limits are kept; the rest needs no tree lock.
+	sp.release()
+	// Every ancestor's history shows the spawn (WatchTask), and a
+	// parent that ended meanwhile gets no orphan.
+	return s.spawned(ctx, task), true, nil
 }
 
 func placed(t *agentmeshv1.Task, root string, depth int32) *agentmeshv1.Task {
