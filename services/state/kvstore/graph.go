@@ -315,7 +315,7 @@ func (s *Store) listAmong(ids []string, q store.TaskQuery, after string, n int) 
 
 // WaitSubtasks (see store.Delegation).
 func (s *Store) WaitSubtasks(ctx context.Context, taskID string, attempt int32, node string, w *agentmeshv1.SubtaskWait) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return store.WaitWith(ctx, s.write, s.now, taskID, attempt, node, w)
+	return store.WaitWith(ctx, s.write, s.now, store.WaitArgs{TaskID: taskID, Attempt: attempt, Node: node, Wait: w})
 }
 
 // ReleaseSubtaskWait (see store.Delegation).

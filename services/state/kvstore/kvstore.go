@@ -756,7 +756,7 @@ func (s *Store) AppendStep(ctx context.Context, taskID string, attempt int32, st
 // Checkpoint appends steps, then tr, in one history record (see
 // store.Store).
 func (s *Store) Checkpoint(ctx context.Context, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *store.Transition) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
-	return store.CheckpointOnce(ctx, s.History, taskID, attempt, steps, tr, s.now, func(plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+	return store.CheckpointOnce(ctx, s.History, s.now, store.CheckpointArgs{Attempt: attempt, Steps: steps, Transition: tr}, func(plan store.WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
 		return s.writeEvents(ctx, taskID, plan)
 	})
 }

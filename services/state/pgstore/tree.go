@@ -9,7 +9,7 @@ import (
 
 // RecordSubtask (see store.Tree).
 func (s *Store) RecordSubtask(ctx context.Context, holderID string, sub *agentmeshv1.SubtaskEvent) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return store.RecordSubtaskWith(ctx, s.write, s.History, s.now, holderID, sub)
+	return store.RecordSubtaskWith(ctx, s.write, s.History, s.now, store.SubtaskArgs{HolderID: holderID, Subtask: sub})
 }
 
 // Unfollowed (see store.Tree) is exact for an end this process committed:

@@ -99,10 +99,19 @@ func PlanReleaseWait(cur *agentmeshv1.Task, now time.Time) (*agentmeshv1.Task, *
 	return taskstate.Apply(cur, ev), ev, nil
 }
 
+// WaitArgs are the arguments of Delegation.WaitSubtasks: task TaskID,
+// running Attempt on Node, blocks on Wait.
+type WaitArgs struct {
+	TaskID  string
+	Attempt int32
+	Node    string
+	Wait    *agentmeshv1.SubtaskWait
+}
+
 // WaitWith is Delegation.WaitSubtasks over a store's write loop.
-func WaitWith(ctx context.Context, write WriteFunc, now func() time.Time, taskID string, attempt int32, node string, w *agentmeshv1.SubtaskWait) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-	return write(ctx, taskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		return PlanWait(cur, attempt, node, w, now())
+func WaitWith(ctx context.Context, write WriteFunc, now func() time.Time, a WaitArgs) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+	return write(ctx, a.TaskID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		return PlanWait(cur, a.Attempt, a.Node, a.Wait, now())
 	})
 }
 

@@ -78,16 +78,26 @@ func CommittedStep(ctx context.Context, history HistoryFunc, cur *agentmeshv1.Ta
 // is: the task after them and the events, in order.
 type WritePlan func(cur *agentmeshv1.Task) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error)
 
+// CheckpointArgs are the arguments of Store.Checkpoint but the task (which
+// the write of CheckpointOnce holds): Steps of Attempt, then Transition
+// when set.
+type CheckpointArgs struct {
+	Attempt    int32
+	Steps      []*agentmeshv1.Step
+	Transition *Transition
+}
+
 // CheckpointOnce runs a store's write loop for Checkpoint with the
-// idempotency check: write runs the plan with compare-and-set, re-running
-// it on conflict. The plan appends a step event for each step not yet in
-// the history (CommittedStep), then tr's status event when tr is set. When
-// every step is committed already and there is no transition, nothing is
-// written. It returns the task and one event per step (committed earlier
-// or now), then tr's event.
-func CheckpointOnce(ctx context.Context, history HistoryFunc, taskID string, attempt int32, steps []*agentmeshv1.Step, tr *Transition,
-	now func() time.Time, write func(plan WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error),
+// idempotency check: write runs the plan with compare-and-set on the
+// task, re-running it on conflict. The plan appends a step event for each
+// step not yet in the history (CommittedStep), then the transition's
+// status event when it is set. When every step is committed already and
+// there is no transition, nothing is written. It returns the task and one
+// event per step (committed earlier or now), then the transition's event.
+func CheckpointOnce(ctx context.Context, history HistoryFunc, now func() time.Time, a CheckpointArgs,
+	write func(plan WritePlan) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error),
 ) (*agentmeshv1.Task, []*agentmeshv1.TaskEvent, error) {
+	attempt, steps, tr := a.Attempt, a.Steps, a.Transition
 	if len(steps) == 0 && tr == nil {
 		return nil, nil, bus.FieldError("step", "a step is required")
 	}

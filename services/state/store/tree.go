@@ -91,11 +91,19 @@ func PlanSubtask(cur *agentmeshv1.Task, sub *agentmeshv1.SubtaskEvent, now time.
 	return taskstate.Apply(cur, ev), ev, nil
 }
 
-// RecordSubtaskWith is Tree.RecordSubtask over a store's write loop.
-func RecordSubtaskWith(ctx context.Context, write WriteFunc, history HistoryFunc, now func() time.Time, holderID string, sub *agentmeshv1.SubtaskEvent) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+// SubtaskArgs are the arguments of Tree.RecordSubtask: Subtask is
+// recorded in the history of task HolderID.
+type SubtaskArgs struct {
+	HolderID string
+	Subtask  *agentmeshv1.SubtaskEvent
+}
+
+// RecordSubtaskWith is Tree.RecordSubtask over a store's write loop and
+// history.
+func RecordSubtaskWith(ctx context.Context, write WriteFunc, history HistoryFunc, now func() time.Time, a SubtaskArgs) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
 	var unchanged *agentmeshv1.Task
-	t, ev, err := write(ctx, holderID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
-		done, err := SubtaskRecorded(ctx, history, cur, sub)
+	t, ev, err := write(ctx, a.HolderID, func(cur *agentmeshv1.Task) (*agentmeshv1.Task, *agentmeshv1.TaskEvent, error) {
+		done, err := SubtaskRecorded(ctx, history, cur, a.Subtask)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -103,7 +111,7 @@ func RecordSubtaskWith(ctx context.Context, write WriteFunc, history HistoryFunc
 			unchanged = proto.Clone(cur).(*agentmeshv1.Task)
 			return nil, nil, errUnchanged
 		}
-		return PlanSubtask(cur, sub, now())
+		return PlanSubtask(cur, a.Subtask, now())
 	})
 	if errors.Is(err, errUnchanged) {
 		return unchanged, nil, nil
