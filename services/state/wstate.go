@@ -31,16 +31,26 @@ import (
 // maxStateTries bounds a write's compare-and-set loop.
 const maxStateTries = 16
 
-// stateKeyOf resolves an op's target entry.
-func (s *Service) stateKeyOf(ctx context.Context, op *busv1.StateOp, tool, scope, scopeID, key string, write bool) (store.StateKey, origin, error) {
+// scopedKey is what each state request (get, set, delete) names: a key in
+// a scope.
+type scopedKey interface {
+	GetScope() string
+	GetScopeId() string
+	GetKey() string
+}
+
+// stateKeyOf resolves an op's target entry: req's key in its scope, as
+// tool (writing or not) from the op's origin.
+func (s *Service) stateKeyOf(ctx context.Context, op *busv1.StateOp, tool string, req scopedKey, write bool) (store.StateKey, origin, error) {
 	o, err := s.originOf(ctx, op.GetOrg(), op.GetOrigin())
 	if err != nil {
 		return store.StateKey{}, o, err
 	}
-	sc, sid, err := o.target(tool, scope, scopeID, write)
+	sc, sid, err := o.target(tool, req.GetScope(), req.GetScopeId(), write)
 	if err != nil {
 		return store.StateKey{}, o, err
 	}
+	key := req.GetKey()
 	if err := memory.CheckKey(key); err != nil {
 		return store.StateKey{}, o, bus.FieldError("key", "%v", err)
 	}
@@ -93,7 +103,7 @@ func (s *Service) getState(ctx context.Context, op *busv1.StateOp) (*agentmeshv1
 	if req == nil {
 		return nil, bus.FieldError("get", "a get request is required")
 	}
-	k, _, err := s.stateKeyOf(ctx, op, memory.ToolStateGet, req.GetScope(), req.GetScopeId(), req.GetKey(), false)
+	k, _, err := s.stateKeyOf(ctx, op, memory.ToolStateGet, req, false)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +122,7 @@ func (s *Service) setState(ctx context.Context, op *busv1.StateOp) (*agentmeshv1
 	if req == nil {
 		return nil, bus.FieldError("set", "a set request is required")
 	}
-	k, o, err := s.stateKeyOf(ctx, op, memory.ToolStateSet, req.GetScope(), req.GetScopeId(), req.GetKey(), true)
+	k, o, err := s.stateKeyOf(ctx, op, memory.ToolStateSet, req, true)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +203,7 @@ func (s *Service) deleteState(ctx context.Context, op *busv1.StateOp) (*agentmes
 	if req == nil {
 		return nil, bus.FieldError("delete", "a delete request is required")
 	}
-	k, _, err := s.stateKeyOf(ctx, op, memory.ToolStateDelete, req.GetScope(), req.GetScopeId(), req.GetKey(), true)
+	k, _, err := s.stateKeyOf(ctx, op, memory.ToolStateDelete, req, true)
 	if err != nil {
 		return nil, err
 	}
