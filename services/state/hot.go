@@ -30,6 +30,7 @@ type hotKV struct {
 var errHotConflict = errors.New("hot key changed")
 
 // openHot creates (or updates) bucket and returns it.
+// Six parameters: the bucket's four settings differ at each of its two callers.
 func openHot(ctx context.Context, js jetstream.JetStream, bucket, desc string, opts bus.StreamOptions, maxBytes int64) (*hotKV, []bus.Replication, error) {
 	_, reps, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: bucket, Description: desc, History: 1, Storage: jetstream.MemoryStorage,

@@ -102,6 +102,7 @@ type keeper struct {
 }
 
 // openKeeper creates the hot buckets.
+// Six parameters: a constructor given each of the keeper's dependencies.
 func openKeeper(ctx context.Context, js jetstream.JetStream, names subjects.Names, cfg Config, st store.Store, log *slog.Logger) (*keeper, error) {
 	mc := cfg.Memory.withDefaults()
 	k := &keeper{store: store.Instrument(st), cfg: mc, log: log, now: time.Now, origins: map[string]*originTask{}, indexes: map[string]*orgIndex{}}

@@ -116,6 +116,7 @@ func (s *Service) listKeys(ctx context.Context, req *busv1.ListKeysRequest) (*bu
 
 // changeKey reads key id within the scope, lets change change it (nil:
 // nothing to change) and puts it, then announces action.
+// Six parameters: the one read-change-put of every key mutation (address, scope, action, change).
 func (s *Service) changeKey(ctx context.Context, id, org string, anyOrg bool, action string, change func(*busv1.KeyRecord) (*busv1.KeyRecord, error)) (*busv1.KeyResponse, error) {
 	ops, err := s.opsStore()
 	if err != nil {

@@ -93,6 +93,7 @@ func (s *Service) createSchedule(ctx context.Context, req *busv1.PutScheduleRequ
 // changeSchedule reads org's schedule id, lets change change it (false:
 // nothing to change) and puts it, then announces action. With expected >
 // 0 the schedule must be at that version.
+// Six parameters: the one read-change-put of every schedule mutation (address, version, action, change).
 func (s *Service) changeSchedule(ctx context.Context, org, id string, expected int64, action string, change func(*agentmeshv1.Schedule) (bool, error)) (*busv1.ScheduleResponse, error) {
 	ops, err := s.opsStore()
 	if err != nil {

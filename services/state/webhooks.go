@@ -94,6 +94,7 @@ func (s *Service) createWebhook(ctx context.Context, req *busv1.PutWebhookEndpoi
 
 // changeWebhook reads org's endpoint id, lets change change it and puts it
 // (at version expected when > 0), then announces action.
+// Six parameters: the one read-change-put of every endpoint mutation (address, version, action, change).
 func (s *Service) changeWebhook(ctx context.Context, org, id string, expected int64, action string, change func(*busv1.WebhookEndpointRecord) error) (*busv1.WebhookEndpointRecord, error) {
 	ops, err := s.opsStore()
 	if err != nil {

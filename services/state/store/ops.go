@@ -93,6 +93,7 @@ func (q RecordQuery) Match(org string) bool { return q.AnyOrg || org == q.Org }
 
 // CheckPut refuses a put that the version rule forbids; exists and
 // curVersion describe the record stored.
+// Six parameters: the version rule's plain inputs, as both stores have them at hand.
 func CheckPut(kind, id string, exists bool, curVersion int64, create bool, expectedVersion int64) error {
 	switch {
 	case create && exists:
