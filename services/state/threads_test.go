@@ -235,11 +235,11 @@ func TestThreadSubmitRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: threadSubmit("chat", 0, "hello")}, &busv1.CreateTaskResponse{})
+	_, err = call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: threadSubmit("chat", 0, "hello")}, &busv1.CreateTaskResponse{})
 	wantErr(t, "another message on the busy thread", err, bus.ErrFailedPrecondition)
 	again := threadSubmit("chat", 0, "hello")
 	again.IdempotencyKey = "k1"
-	resp, err = call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: again}, &busv1.CreateTaskResponse{})
+	resp, err := call(t, r.nc, subjects.StateCreateTask, &busv1.CreateTaskRequest{Task: again}, &busv1.CreateTaskResponse{})
 	if err != nil || resp.GetCreated() || resp.GetTask().GetId() != a.Id {
 		t.Fatalf("the same submit again: got %v created=%v, %v; want task %s, not created", resp.GetTask().GetId(), resp.GetCreated(), err, a.Id)
 	}
