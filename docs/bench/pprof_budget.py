@@ -37,13 +37,17 @@ CATS = [
 pat = [(n, re.compile(p)) for n,p in CATS]
 tot = collections.Counter(); alloc = 0.0; total = 0.0
 unit = {"ns":1e-6,"us":1e-3,"µs":1e-3,"ms":1.0,"s":1000.0}
-for block in out.split("-----------+-------------------------------------------------------"):
-    lines = [l for l in block.strip("\n").split("\n") if l.strip()]
-    if not lines: continue
-    m = re.match(r"\s*([\d.]+)(ns|us|µs|ms|s)\s+(.*)", lines[0])
-    if not m: continue
-    v = float(m.group(1))*unit[m.group(2)]
-    frames = [m.group(3).strip()] + [l.strip() for l in lines[1:]]
+
+def samples():
+    """Yields (value in ms, frames leaf first) of each stack in out."""
+    for block in out.split("-----------+-------------------------------------------------------"):
+        lines = [l for l in block.strip("\n").split("\n") if l.strip()]
+        if not lines: continue
+        m = re.match(r"\s*([\d.]+)(ns|us|µs|ms|s)\s+(.*)", lines[0])
+        if not m: continue
+        yield float(m.group(1))*unit[m.group(2)], [m.group(3).strip()] + [l.strip() for l in lines[1:]]
+
+for v, frames in samples():
     total += v
     if any(f.startswith("runtime.mallocgc") for f in frames): alloc += v
     for n,p in pat:
@@ -59,13 +63,7 @@ for n,_ in CATS:
 # Second view: the owner — the outermost agentmesh service (or the NATS
 # server, gRPC, the GC) on the stack, from the root.
 own = collections.Counter()
-for block in out.split("-----------+-------------------------------------------------------"):
-    lines = [l for l in block.strip("\n").split("\n") if l.strip()]
-    if not lines: continue
-    m = re.match(r"\s*([\d.]+)(ns|us|µs|ms|s)\s+(.*)", lines[0])
-    if not m: continue
-    v = float(m.group(1))*unit[m.group(2)]
-    frames = [m.group(3).strip()] + [l.strip() for l in lines[1:]]
+for v, frames in samples():
     o = None
     for f in reversed(frames):
         mm = re.search(r"agentmesh/agentmesh/(services/[a-z]+|pkg/[a-z]+)", f)
