@@ -59,7 +59,13 @@ func (t targetFigures) cpuRows() []targetRow {
 			continue
 		}
 		srv := perTask(r.res.cpuUsed.server, r.res)
-		rows = append(rows, targetRow{"CPU per task, server processes (" + r.name + ")", msf(srv), "≤ 2 ms", yesNo(srv <= 2*time.Millisecond)})
+		now := msf(srv)
+		if t.store == "postgres" {
+			// The cluster is ambench's child, not the server's: the
+			// target counts the store, this figure does not.
+			now += " (Postgres's own CPU not counted)"
+		}
+		rows = append(rows, targetRow{"CPU per task, server processes (" + r.name + ")", now, "≤ 2 ms", yesNo(srv <= 2*time.Millisecond)})
 	}
 	if t.fresh != nil && t.fresh.cpuUsed.server != 0 {
 		kids := perTask(t.fresh.cpuUsed.agents, t.fresh)

@@ -35,4 +35,11 @@ func TestTargetsTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	// On Postgres the server's figure leaves the database out: it says so.
+	tg.store = "postgres"
+	b.Reset()
+	tg.print(&b, true)
+	if want := "3.00 ms (Postgres's own CPU not counted)  [target ≤ 2 ms: NOT met]"; !strings.Contains(b.String(), want) {
+		t.Errorf("table on Postgres lacks %q:\n%s", want, b.String())
+	}
 }
