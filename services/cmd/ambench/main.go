@@ -77,7 +77,7 @@ func main() {
 		inflight = flag.Int("inflight", 1000, "tasks in flight at once, with a slow model, for the API latency and memory figures (0: skip)")
 		latency  = flag.Duration("latency", 10*time.Second, "the slow model's latency in the in-flight phase")
 		getFor   = flag.Duration("get-for", 5*time.Second, "how long GetTask/SubmitTask are measured with the tasks in flight")
-		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file")
+		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file (and of the reuse run to FILE.reuse)")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
 		infProf  = flag.String("inflight-profile", "", "write a CPU profile of the server taken while GetTask/SubmitTask are measured with the tasks in flight (the -get-for window) to this file")
 		reuse    = flag.Bool("reuse", true, "run the throughput and concurrency-1 phases again with AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same agent)")
@@ -128,6 +128,7 @@ func main() {
 		return
 	}
 	ceiling, sandboxed := 0.0, 0.0
+	var sandboxCPU cpuTimes // per sandboxed spawn of the tiny child
 	if *spawnN > 0 {
 		dir, err := os.MkdirTemp("", "ambench-nop-")
 		var nop string
@@ -144,15 +145,18 @@ func main() {
 		fmt.Printf("spawn ceiling: %.0f spawns/s (a tiny static child, %d at a time, %d spawns)\n", ceiling, *spawnPar, *spawnN)
 		// The same child in the strict sandbox's envelope: the bound a
 		// fresh sandboxed child per task puts on throughput here.
-		if sandboxed, err = sandboxCeiling(nop, *spawnN/2, *spawnPar); err != nil {
+		if sandboxed, sandboxCPU, err = sandboxCeiling(nop, *spawnN/2, *spawnPar); err != nil {
 			fmt.Printf("sandboxed spawn ceiling: not measured (%v)\n", err)
 		} else {
 			fmt.Printf("sandboxed spawn ceiling: %.0f spawns/s (%.0f%% of the spawn ceiling: the same child with the strict sandbox's envelope — cgroups, workspace, spawner, namespaces, a uid of its own — %d at a time, %d spawns; the most tasks/s a fresh sandboxed child per task allows here)\n",
 				sandboxed, 100*sandboxed/ceiling, *spawnPar, *spawnN/2)
+			fmt.Printf("  CPU per sandboxed spawn of the tiny child: spawner + child %s, its cgroups and workspace made and removed %s\n",
+				msf(sandboxCPU.agents), msf(sandboxCPU.server))
 		}
 		os.RemoveAll(dir)
 	}
 	for _, kind := range kinds {
+		tg := targetFigures{store: kind, ceiling: ceiling, sandboxed: sandboxed, tinyCPU: sandboxCPU.agents}
 		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs, false)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %s: %v\n", kind, err)
@@ -173,8 +177,13 @@ func main() {
 		if *c1 > 0 {
 			fmt.Printf("  concurrency 1: submit→completed p50=%s p99=%s (%d tasks)\n", ms(res.c1p50), ms(res.c1p99), *c1)
 		}
+		tg.fresh = &res
 		if *reuse {
-			rr, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, "", 0, true)
+			reuseProfile := ""
+			if *profile != "" {
+				reuseProfile = *profile + ".reuse"
+			}
+			rr, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, reuseProfile, *profSecs, true)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "ambench: %s: with reuse: %v\n", kind, err)
 				os.Exit(1)
@@ -192,6 +201,7 @@ func main() {
 			if rr.cpu != "" {
 				fmt.Println("  " + rr.cpu)
 			}
+			tg.reuse = &rr
 		}
 		if *inflight > 0 {
 			ir, err := runInflight(kind, *bin, *inflight, *c, *latency, *getFor, *infProf)
@@ -200,7 +210,9 @@ func main() {
 				os.Exit(1)
 			}
 			fmt.Println(ir)
+			tg.inflight = &ir
 		}
+		tg.print(os.Stdout, *c1 > 0)
 	}
 }
 
@@ -216,7 +228,8 @@ type result struct {
 	peakPSSKiB         int64 // server, sampled during the load
 	kidsPSSKiB         int64 // all children together, sampled
 	c1p50, c1p99       time.Duration
-	cpu                string // where the CPU went (cpuSplit), if measured
+	cpu                string   // where the CPU went (cpuSplit), if measured
+	cpuUsed            cpuTimes // the same, in all over the measured load
 }
 
 func (r result) String() string {
@@ -492,8 +505,10 @@ func loadServer(addr string, pid, n, c, warmup int) (result, error) {
 		return result{}, err
 	}
 	var split string
+	var used cpuTimes
 	if pid > 0 {
-		split = cpuSplit(readCPU(pid).sub(cpu0), n, elapsed)
+		used = readCPU(pid).sub(cpu0)
+		split = cpuSplit(used, n, elapsed)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration {
@@ -505,7 +520,7 @@ func loadServer(addr string, pid, n, c, warmup int) (result, error) {
 	return result{
 		store: "external", n: n, c: c, failed: failed, elapsed: elapsed,
 		p50: pct(0.50), p95: pct(0.95), p99: pct(0.99), max: lat[len(lat)-1],
-		cpu: split,
+		cpu: split, cpuUsed: used,
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"github.com/agentmesh/agentmesh/services/executor/spawner"
@@ -21,33 +22,46 @@ import (
 // this is the envelope alone: the most tasks/s a design with a fresh
 // sandboxed child per task could reach here, with a server, an agent and
 // a model that cost nothing. This binary serves as the spawner (it links
-// package spawner) and as the sandbox's start-up probe.
-func sandboxCeiling(bin string, n, par int) (float64, error) {
+// package spawner) and as the sandbox's start-up probe. It also returns
+// the CPU per spawn: sb.server is this process's (preparing and removing
+// the cgroups and workspace, as the executor does), sb.agents the
+// spawner's and the children's — the figure to set beside a task's
+// "spawner + agent children".
+func sandboxCeiling(bin string, n, par int) (float64, cpuTimes, error) {
+	rate, cpu, err := sandboxRun(bin, n, par)
+	if err != nil || n <= 0 {
+		return rate, cpuTimes{}, err
+	}
+	per := func(d time.Duration) time.Duration { return d / time.Duration(n) }
+	return rate, cpuTimes{server: per(cpu.server), agents: per(cpu.agents)}, nil
+}
+
+func sandboxRun(bin string, n, par int) (float64, cpuTimes, error) {
 	ws, err := os.MkdirTemp("", "ambench-sandbox-")
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	defer os.RemoveAll(ws)
 	// The tasks' uids must reach their workspaces below it.
 	if err := os.Chmod(ws, 0o711); err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	sb, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, WorkspaceRoot: ws, Node: "ambench"})
 	if err != nil {
-		return 0, fmt.Errorf("strict isolation unavailable (run as root): %w", err)
+		return 0, cpuTimes{}, fmt.Errorf("strict isolation unavailable (run as root): %w", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	sp, err := spawner.Start(exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	defer sp.Close()
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		return 0, err
+		return 0, cpuTimes{}, err
 	}
 	defer devnull.Close()
 	one := func(i int64) error {
@@ -74,9 +88,10 @@ func sandboxCeiling(bin string, n, par int) (float64, error) {
 		}
 		return nil
 	}
+	cpu0 := readCPU(os.Getpid())
 	rate, err := perSecond(n, par, one)
 	if err != nil {
-		return 0, fmt.Errorf("spawn %s in the sandbox: %w", bin, err)
+		return 0, cpuTimes{}, fmt.Errorf("spawn %s in the sandbox: %w", bin, err)
 	}
-	return rate, nil
+	return rate, readCPU(os.Getpid()).sub(cpu0), nil
 }

@@ -49,10 +49,16 @@ func TestSandboxCeiling(t *testing.T) {
 		}
 		t.Skip("strict isolation needs root")
 	}
-	if rate, err := sandboxCeiling("/bin/true", 6, 2); err != nil || rate <= 0 {
+	rate, cpu, err := sandboxCeiling("/bin/true", 20, 2)
+	if err != nil || rate <= 0 {
 		t.Fatalf("sandboxCeiling(/bin/true) = %v, %v", rate, err)
 	}
-	if _, err := sandboxCeiling("/bin/false", 2, 1); err == nil || !strings.Contains(err.Error(), "wait status 0x100") {
+	// The spawner and its children are counted (each spawn costs
+	// milliseconds of CPU; 20 of them are well above the 10 ms tick).
+	if cpu.agents <= 0 || cpu.server <= 0 {
+		t.Errorf("CPU per sandboxed spawn: spawner + child %v, this process %v; want both > 0", cpu.agents, cpu.server)
+	}
+	if _, _, err := sandboxCeiling("/bin/false", 2, 1); err == nil || !strings.Contains(err.Error(), "wait status 0x100") {
 		t.Errorf("sandboxCeiling(/bin/false): %v, want the child's exit status", err)
 	}
 }

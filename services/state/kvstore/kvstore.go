@@ -106,7 +106,8 @@ type Store struct {
 
 	tasks, agents, idem jetstream.KeyValue
 	hist                jetstream.Stream
-	directGet           string // direct-get API subject of the history stream
+	directGet           string         // direct-get API subject of the history stream
+	direct              *directReplies // where direct gets are answered (directreplies.go)
 
 	taskIndex  *index[*agentmeshv1.Task]
 	agentIndex *index[*agentmeshv1.Agent]
@@ -215,6 +216,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names subjects.Names, opt
 		prefix += "."
 	}
 	s.directGet = prefix + "DIRECT.GET." + names.StoreHistoryStream()
+	s.direct = newDirectReplies(s.nc)
 	s.kvPut = "$KV." + names.StoreBucket("tasks") + "."
 	if prefix != jetstream.DefaultAPIPrefix {
 		s.kvPut = prefix + s.kvPut // as the KV client does under a non-default API prefix
@@ -332,6 +334,7 @@ func (s *Store) onAgent(e jetstream.KeyValueEntry) {
 func (s *Store) Close() error {
 	s.stopWatch()
 	s.watchers.Wait()
+	s.direct.stop()
 	return nil
 }
 
@@ -820,24 +823,28 @@ func (s *Store) directBatch(ctx context.Context, subj string, from uint64, batch
 		ctx, cancel = context.WithTimeout(ctx, bus.DefaultTimeout)
 		defer cancel()
 	}
-	inbox := s.nc.NewRespInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
+	inbox, read, err := s.direct.open()
 	if err != nil {
 		return nil, false, err
 	}
-	defer sub.Unsubscribe() //nolint:errcheck
+	defer s.direct.close(inbox)
 	req := fmt.Appendf(nil, `{"seq":%d,"next_by_subj":%q,"batch":%d}`, from, subj, batch)
 	if err := s.nc.PublishRequest(s.directGet, inbox, req); err != nil {
 		return nil, false, err
 	}
 	var out []rawMsg
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := read.next(ctx)
 		if err != nil {
 			return nil, false, err
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
+		case "503":
+			if len(m.Data) == 0 {
+				return nil, false, nats.ErrNoResponders // as a subscription's NextMsg says it
+			}
+			return nil, false, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
 		case "404":
 			return out, false, nil
 		case "204": // end of batch

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,5 +438,82 @@ func TestUnreachable(t *testing.T) {
 		if got := kvstore.Unreachable(tc.err); got != tc.want {
 			t.Errorf("Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// History reads share one subscription for their direct gets' answers:
+// many reads, concurrent and one after another, each get their own task's
+// events, and the server's subscription list sees no insert per read
+// (before, each read subscribed to an inbox of its own and unsubscribed).
+func TestHistoryReadsShareOneSubscription(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Start(t)
+	s, _ := openOn(t, natstest.Connect(t, srv))
+	var ids []string
+	for range 8 {
+		task, _, _, err := s.CreateTask(ctx, &agentmeshv1.Task{Org: "o", Agent: "a"})
+		if err != nil {
+			t.Fatalf("CreateTask: %v", err)
+		}
+		ids = append(ids, task.Id)
+	}
+	// A second event for half of them, so the reads' answers differ.
+	for _, id := range ids[:4] {
+		if _, _, err := s.Transition(ctx, store.Transition{TaskID: id, From: taskstate.Queued, To: taskstate.Cancelled}); err != nil {
+			t.Fatalf("Transition: %v", err)
+		}
+	}
+	read := func(id string) error {
+		hist, err := s.History(ctx, id, 0, 0)
+		if err != nil {
+			return err
+		}
+		want := 2
+		if slices.Contains(ids[:4], id) {
+			want = 3
+		}
+		if len(hist) != want {
+			return fmt.Errorf("history of %s: %d events, want %d", id, len(hist), want)
+		}
+		for _, ev := range hist {
+			if ev.TaskId != id {
+				return fmt.Errorf("history of %s holds an event of %s", id, ev.TaskId)
+			}
+		}
+		return nil
+	}
+	if err := read(ids[0]); err != nil { // the subscription is made here
+		t.Fatal(err)
+	}
+	subsz, err := srv.Subsz(nil)
+	if err != nil {
+		t.Fatalf("Subsz: %v", err)
+	}
+	inserts := subsz.NumInserts
+	const rounds = 10
+	var wg sync.WaitGroup
+	errs := make(chan error, rounds*len(ids))
+	for range rounds {
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := read(id); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	subsz, err = srv.Subsz(nil)
+	if err != nil {
+		t.Fatalf("Subsz: %v", err)
+	}
+	if grew := subsz.NumInserts - inserts; grew >= rounds {
+		t.Errorf("%d history reads inserted %d subscriptions in the server, want none per read", rounds*len(ids), grew)
 	}
 }
