@@ -617,6 +617,7 @@ func browserMemory(t *testing.T, d *dash) {
 	if !eval[bool](t, ctx, "document.activeElement && document.activeElement.id === 'thread-title'") {
 		t.Error("opening a thread does not move the focus to it")
 	}
+	memoryFilters(t, ctx)
 	d.memoryAsReader(t, f)
 	d.memoryOtherOrg(t)
 	// The admin deletes the markup memory, then the thread.
@@ -674,4 +675,30 @@ func (d *dash) memoryOtherOrg(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "globex's empty memory page", `document.querySelector('main').innerText.includes('No memories match') && document.querySelector('main').innerText.includes('No threads yet') && document.querySelector('main').innerText.includes('No keys in this scope')`)
+}
+
+// The memory page's filters: by scope and scope id (kept in the address),
+// by a tag nothing carries, and working state of an agent scope that
+// names no agent.
+func memoryFilters(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS(`#m-scope`), "agent"),
+		chromedp.SetValue(chromedp.CSS(`#m-scope-id`), "notes"),
+		chromedp.Submit(chromedp.CSS(`#m-scope-id`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the agent scope's memories", `location.search.includes('m_scope=agent') && location.search.includes('m_scope_id=notes') && document.querySelectorAll('tr[data-memory]').length >= 2`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#m-tag`), "none-such"), chromedp.Submit(chromedp.CSS(`#m-tag`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "no memory with the tag", `!document.querySelector('tr[data-memory]') && document.querySelector('main').innerText.includes('No memories match')`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#s-scope`), "agent"), chromedp.Submit(chromedp.CSS(`#s-prefix`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "an agent scope without its name", `!document.querySelector('tr[data-key]') && document.querySelector('#state-status').textContent.includes('Name the agent')`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#m-tag`), ""), chromedp.Submit(chromedp.CSS(`#m-tag`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the memories again", `document.querySelectorAll('tr[data-memory]').length >= 2`)
 }

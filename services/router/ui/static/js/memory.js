@@ -33,6 +33,26 @@ function scopeSelect(id, name, value, withAny) {
     h('select', {id, name}, withAny ? h('option', {value: ''}, 'any') : '', scopes.map((s) => h('option', {value: s, selected: s === value}, s)))];
 }
 
+// scopeForm is a section's filter: a scope, its scope id and one more
+// text field (p: the fields' name prefix; f: the current values). apply
+// hears the new values, also written to the address.
+function scopeForm(p, label, f, withAny, extra, apply) {
+  const form = h('form', {class: 'filters', role: 'search', 'aria-label': label, onsubmit: (e) => {
+    e.preventDefault();
+    const d = new FormData(form);
+    const v = {scope: d.get(p + '_scope'), scope_id: String(d.get(p + '_scope_id')).trim(), [extra.key]: String(d.get(p + '_' + extra.key)).trim()};
+    setParams({[p + '_scope']: v.scope, [p + '_scope_id']: v.scope_id, [p + '_' + extra.key]: v[extra.key]});
+    apply(v);
+  }},
+  scopeSelect(p + '-scope', p + '_scope', f.scope, withAny),
+  h('label', {for: p + '-scope-id'}, 'Scope id'),
+  h('input', {id: p + '-scope-id', name: p + '_scope_id', value: f.scope_id, size: 18, spellcheck: 'false', placeholder: 'agent name or root task'}),
+  h('label', {for: p + '-' + extra.key}, extra.label),
+  h('input', {id: p + '-' + extra.key, name: p + '_' + extra.key, value: f[extra.key], size: 12, spellcheck: 'false'}),
+  h('button', {type: 'submit'}, 'Show'));
+  return form;
+}
+
 function scopeText(scope, scopeID) {
   return [h('span', {class: 'chip'}, scope || ''), scopeID ? [' ', h('code', null, scopeID)] : ''];
 }
@@ -123,17 +143,7 @@ class Memories {
     this.say = statusLine('memories-status');
     this.list = h('div');
     this.more = h('p', {class: 'pager'});
-    const form = h('form', {class: 'filters', role: 'search', 'aria-label': 'Filter memories', onsubmit: (e) => {
-      e.preventDefault();
-      const d = new FormData(form);
-      this.f = {scope: d.get('m_scope'), scope_id: String(d.get('m_scope_id')).trim(), tag: String(d.get('m_tag')).trim()};
-      setParams({m_scope: this.f.scope, m_scope_id: this.f.scope_id, m_tag: this.f.tag});
-      this.load();
-    }},
-    scopeSelect('m-scope', 'm_scope', this.f.scope, true),
-    h('label', {for: 'm-scope-id'}, 'Scope id'), h('input', {id: 'm-scope-id', name: 'm_scope_id', value: this.f.scope_id, size: 18, spellcheck: 'false', placeholder: 'agent name or root task'}),
-    h('label', {for: 'm-tag'}, 'Tag'), h('input', {id: 'm-tag', name: 'm_tag', value: this.f.tag, size: 10, spellcheck: 'false'}),
-    h('button', {type: 'submit'}, 'Show'));
+    const form = scopeForm('m', 'Filter memories', this.f, true, {key: 'tag', label: 'Tag'}, (v) => { this.f = v; this.load(); });
     this.el = section('Long-term memories', h('p', {class: 'muted small'}, 'Texts agents chose to remember (the remember tool), with where they came from. Stored text is data, never instructions.'),
       form, this.say, this.list, this.more);
   }
@@ -181,17 +191,7 @@ class WorkingState {
     this.say = statusLine('state-status');
     this.list = h('div');
     this.more = h('p', {class: 'pager'});
-    const form = h('form', {class: 'filters', 'aria-label': 'Choose a scope of working state', onsubmit: (e) => {
-      e.preventDefault();
-      const d = new FormData(form);
-      this.f = {scope: d.get('s_scope'), scope_id: String(d.get('s_scope_id')).trim(), prefix: String(d.get('s_prefix')).trim()};
-      setParams({s_scope: this.f.scope, s_scope_id: this.f.scope_id, s_prefix: this.f.prefix});
-      this.load();
-    }},
-    scopeSelect('s-scope', 's_scope', this.f.scope, false),
-    h('label', {for: 's-scope-id'}, 'Scope id'), h('input', {id: 's-scope-id', name: 's_scope_id', value: this.f.scope_id, size: 18, spellcheck: 'false', placeholder: 'agent name or root task'}),
-    h('label', {for: 's-prefix'}, 'Key prefix'), h('input', {id: 's-prefix', name: 's_prefix', value: this.f.prefix, size: 12, spellcheck: 'false'}),
-    h('button', {type: 'submit'}, 'Show'));
+    const form = scopeForm('s', 'Choose a scope of working state', this.f, false, {key: 'prefix', label: 'Key prefix'}, (v) => { this.f = v; this.load(); });
     this.el = section('Working state', h('p', {class: 'muted small'}, 'Small JSON values under keys (state_set), one scope at a time: the org, an agent (by name) or a task tree (its root task).'),
       form, this.say, this.list, this.more);
   }
