@@ -682,23 +682,19 @@ func (d *dash) memoryOtherOrg(t *testing.T) {
 // names no agent.
 func memoryFilters(t *testing.T, ctx context.Context) {
 	t.Helper()
-	if err := chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.CSS(`#m-scope`), "agent"),
-		chromedp.SetValue(chromedp.CSS(`#m-scope-id`), "notes"),
-		chromedp.Submit(chromedp.CSS(`#m-scope-id`))); err != nil {
-		t.Fatal(err)
+	// filter sets the form's fields (id → value) and submits it as a
+	// person pressing Enter in its last field does.
+	filter := func(fields string) {
+		t.Helper()
+		eval[bool](t, ctx, `(() => { let last; for (const [id, v] of Object.entries(`+fields+`)) { last = document.getElementById(id); last.value = v; }
+			last.form.requestSubmit(); return true; })()`)
 	}
+	filter(`{'m-scope': 'agent', 'm-scope-id': 'notes'}`)
 	waitFor(t, ctx, "the agent scope's memories", `location.search.includes('m_scope=agent') && location.search.includes('m_scope_id=notes') && document.querySelectorAll('tr[data-memory]').length >= 2`)
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#m-tag`), "none-such"), chromedp.Submit(chromedp.CSS(`#m-tag`))); err != nil {
-		t.Fatal(err)
-	}
+	filter(`{'m-tag': 'none-such'}`)
 	waitFor(t, ctx, "no memory with the tag", `!document.querySelector('tr[data-memory]') && document.querySelector('main').innerText.includes('No memories match')`)
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#s-scope`), "agent"), chromedp.Submit(chromedp.CSS(`#s-prefix`))); err != nil {
-		t.Fatal(err)
-	}
+	filter(`{'s-scope': 'agent', 's-prefix': ''}`)
 	waitFor(t, ctx, "an agent scope without its name", `!document.querySelector('tr[data-key]') && document.querySelector('#state-status').textContent.includes('Name the agent')`)
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#m-tag`), ""), chromedp.Submit(chromedp.CSS(`#m-tag`))); err != nil {
-		t.Fatal(err)
-	}
+	filter(`{'m-tag': ''}`)
 	waitFor(t, ctx, "the memories again", `document.querySelectorAll('tr[data-memory]').length >= 2`)
 }
