@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The dashboard in a real browser: headless Chromium (Debian's chromium
@@ -102,6 +103,7 @@ func startStack(t testing.TB, tweak ...func(*stack.Config)) *dash {
 	if err != nil {
 		t.Fatal(err)
 	}
+	script.Scenarios = append(memoryScenarios(t), script.Scenarios...)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("AGENTMESH_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -281,6 +283,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("OtherOrg", func(t *testing.T) { browserOtherOrg(t, d) })
 	t.Run("CSRF", func(t *testing.T) { browserCSRF(t, d) })
 	t.Run("Pages", func(t *testing.T) { browserPages(t, d) })
+	t.Run("Memory", func(t *testing.T) { browserMemory(t, d) })
 }
 
 // Without a session every page is the sign-in page and the API answers
@@ -477,6 +480,7 @@ func browserPages(t *testing.T, d *dash) {
 		{"/ui/proposals", "document.querySelector('main .proposals p, main .proposals article')"},
 		{"/ui/metrics", "document.querySelectorAll('figure.chart-box svg').length >= 6"},
 		{"/ui/executors", "document.querySelector('article.node')"},
+		{"/ui/memory", "document.querySelector('#sec-threads') && document.querySelector('#memories-status') && document.querySelector('#state-status')"},
 	} {
 		if err := chromedp.Do(ctx, chromedp.Navigate(d.url+p.path)); err != nil {
 			t.Fatal(err)
@@ -509,4 +513,188 @@ func TestSessionConnectionStays(t *testing.T) {
 		t.Fatalf("the stream ended after the auth deadline: %v", err)
 	case <-time.After(2 * time.Second):
 	}
+}
+
+// memoryScenarios are the default script's memory demo ("remember: …"
+// calls remember, "recall: …" calls recall), put before the browser
+// script's own scenarios.
+func memoryScenarios(t testing.TB) []scriptedmodel.Scenario {
+	t.Helper()
+	var out []scriptedmodel.Scenario
+	for _, sc := range scriptedmodel.DefaultScript().Scenarios {
+		if strings.Contains(sc.Match, "remember:") || strings.Contains(sc.Match, "recall:") {
+			out = append(out, sc)
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("the default script's memory demo: %d scenarios, want remember and recall", len(out))
+	}
+	return out
+}
+
+// finished waits for a task to finish and returns it.
+func (d *dash) finished(t testing.TB, key, id string) *agentmeshv1.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), 60*time.Second)
+	defer cancel()
+	tasks := agentmeshv1.NewTaskServiceClient(d.conn)
+	for {
+		resp, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: id})
+		if err != nil {
+			t.Fatalf("task %s: %v", id, err)
+		}
+		if resp.GetTask().GetFinishedAt() != nil {
+			return resp.GetTask()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// memoryFixture is what browserMemory puts in acme's memory.
+type memoryFixture struct {
+	fact, xss *agentmeshv1.Task // the tasks that remembered a fact and markup
+	thread    string
+}
+
+// seedMemory has an agent remember a fact and a text of markup (the
+// scripted model's memory demo), runs a task in a thread and sets an org
+// state value holding markup.
+func (d *dash) seedMemory(t *testing.T) memoryFixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k-acme"), 20*time.Second)
+	defer cancel()
+	_, err := agentmeshv1.NewAgentServiceClient(d.conn).CreateAgent(ctx, &agentmeshv1.CreateAgentRequest{Agent: &agentmeshv1.Agent{
+		Name: "notes", Tools: []string{"remember", "recall"}, Memory: &agentmeshv1.MemoryPolicy{WriteScopes: []string{"agent"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := memoryFixture{thread: "chat-ui"}
+	f.fact = d.submit(t, "k-acme", &agentmeshv1.SubmitTaskRequest{Agent: "notes", Input: "remember: our deploy window is Tuesday 10:00 UTC"})
+	f.xss = d.submit(t, "k-acme", &agentmeshv1.SubmitTaskRequest{Agent: "notes",
+		Input: `remember: <img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`})
+	chat := d.submit(t, "k-acme", &agentmeshv1.SubmitTaskRequest{ThreadId: f.thread, Title: "in a thread", Input: "hello thread"})
+	for _, id := range []string{f.fact.Id, f.xss.Id, chat.Id} {
+		if got := d.finished(t, "k-acme", id); got.GetStatus() != agentmeshv1.TaskStatus_TASK_STATUS_COMPLETED {
+			t.Fatalf("task %s (%s) ended %v: %s", id, got.GetInput(), got.GetStatus(), got.GetError())
+		}
+	}
+	value, _ := structpb.NewValue(map[string]any{"html": `<script>window.__xss=4</script>`, "step": 3})
+	if _, err := agentmeshv1.NewMemoryServiceClient(d.conn).SetState(ctx, &agentmeshv1.SetStateRequest{Scope: "org", Key: "plan.ui", Value: value}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// The memory page: a memory a task remembered is listed with its
+// provenance; markup in a memory and in a state value is text; threads
+// open to their tasks; an admin deletes a memory and an operator a thread
+// from the page; a reader gets no delete button and the API refuses its
+// delete; another org sees none of it.
+func browserMemory(t *testing.T, d *dash) {
+	f := d.seedMemory(t)
+	ctx := d.tab(t)
+	d.signIn(t, ctx, "k-acme")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`header nav a[href="/ui/memory"]`))); err != nil {
+		t.Fatal(err)
+	}
+	factRow := `[...document.querySelectorAll('tr[data-memory]')].find(r => r.innerText.includes('deploy window is Tuesday'))`
+	waitFor(t, ctx, "the remembered fact", factRow)
+	if text := eval[string](t, ctx, factRow+".innerText"); !strings.Contains(text, f.fact.Id) || !strings.Contains(text, "notes") || !strings.Contains(text, "agent") {
+		t.Errorf("the fact's row does not name its task %s, agent notes and scope agent:\n%s", f.fact.Id, text)
+	}
+	xssRow := `[...document.querySelectorAll('tr[data-memory]')].find(r => r.querySelector('pre.memory-text').textContent.includes('<script>window.__xss=2</script>'))`
+	waitFor(t, ctx, "the markup memory, as text", xssRow)
+	waitFor(t, ctx, "the state value, as text", `document.querySelector('tr[data-key="plan.ui"] pre.state-value') && document.querySelector('tr[data-key="plan.ui"] pre.state-value').textContent.includes('<script>window.__xss=4</script>')`)
+	if eval[bool](t, ctx, "window.__xss !== undefined || !!document.querySelector('main img, main script')") {
+		t.Error("a memory's or a value's markup became markup or ran")
+	}
+	// A thread opens to its conversation.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-thread="%s"] button`, f.thread)))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the thread's tasks", fmt.Sprintf(`document.querySelector('[data-thread-detail="%s"]') && document.querySelector('[data-thread-detail="%s"]').innerText.includes('hello thread')`, f.thread, f.thread))
+	if !eval[bool](t, ctx, "document.activeElement && document.activeElement.id === 'thread-title'") {
+		t.Error("opening a thread does not move the focus to it")
+	}
+	memoryFilters(t, ctx)
+	d.memoryAsReader(t, f)
+	d.memoryOtherOrg(t)
+	// The admin deletes the markup memory, then the thread.
+	eval[bool](t, ctx, "(window.confirm = () => true, true)")
+	id := eval[string](t, ctx, xssRow+".dataset.memory")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-memory="%s"] button.danger`, id)))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the memory gone from the list", fmt.Sprintf(`!document.querySelector('tr[data-memory="%s"]') && document.querySelector('#memories-status').textContent.includes('Deleted')`, id))
+	if st := eval[int](t, ctx, fmt.Sprintf("fetch('/ui/api/v1/memories/%s').then(r => r.status)", id)); st != http.StatusNotFound {
+		t.Errorf("the deleted memory: GET %d, want 404", st)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-thread-detail="%s"] button.danger`, f.thread)))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the thread gone", fmt.Sprintf(`!document.querySelector('tr[data-thread="%s"]') && document.querySelector('#threads-status').textContent.includes('Deleted thread')`, f.thread))
+}
+
+// A reader sees the memory page without a delete button, and the API
+// refuses its delete of a memory and of a thread.
+func (d *dash) memoryAsReader(t *testing.T, f memoryFixture) {
+	t.Helper()
+	ctx := d.tab(t)
+	d.signIn(t, ctx, "k-reader")
+	if err := chromedp.Do(ctx, chromedp.Navigate(d.url+"/ui/memory?thread="+f.thread)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the reader's memory list", `document.querySelectorAll('tr[data-memory]').length >= 2`)
+	waitFor(t, ctx, "the reader's open thread", fmt.Sprintf(`document.querySelector('[data-thread-detail="%s"]')`, f.thread))
+	if n := eval[int](t, ctx, "document.querySelectorAll('main button.danger').length"); n != 0 {
+		t.Errorf("a reader sees %d delete buttons", n)
+	}
+	id := eval[string](t, ctx, "document.querySelector('tr[data-memory]').dataset.memory")
+	del := func(path string) int {
+		return eval[int](t, ctx, fmt.Sprintf(`fetch('/ui/api/v1/%s', {method: 'DELETE', headers: {'X-CSRF-Token': document.querySelector('meta[name=am-csrf]').content}}).then(r => r.status)`, path))
+	}
+	if st := del("memories/" + id); st != http.StatusForbidden {
+		t.Errorf("a reader deleting memory %s: %d, want 403", id, st)
+	}
+	if st := del("threads/" + f.thread); st != http.StatusForbidden {
+		t.Errorf("a reader deleting thread %s: %d, want 403", f.thread, st)
+	}
+	if st := eval[int](t, ctx, fmt.Sprintf("fetch('/ui/api/v1/memories/%s').then(r => r.status)", id)); st != http.StatusOK {
+		t.Errorf("the memory after the reader's refused delete: GET %d, want 200", st)
+	}
+}
+
+// Another org's memory page shows none of acme's memories, threads or
+// state.
+func (d *dash) memoryOtherOrg(t *testing.T) {
+	t.Helper()
+	ctx := d.tab(t)
+	d.signIn(t, ctx, "k-globex")
+	if err := chromedp.Do(ctx, chromedp.Navigate(d.url+"/ui/memory")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "globex's empty memory page", `document.querySelector('main').innerText.includes('No memories match') && document.querySelector('main').innerText.includes('No threads yet') && document.querySelector('main').innerText.includes('No keys in this scope')`)
+}
+
+// The memory page's filters: by scope and scope id (kept in the address),
+// by a tag nothing carries, and working state of an agent scope that
+// names no agent.
+func memoryFilters(t *testing.T, ctx context.Context) {
+	t.Helper()
+	// filter sets the form's fields (id → value) and submits it as a
+	// person pressing Enter in its last field does.
+	filter := func(fields string) {
+		t.Helper()
+		eval[bool](t, ctx, `(() => { let last; for (const [id, v] of Object.entries(`+fields+`)) { last = document.getElementById(id); last.value = v; }
+			last.form.requestSubmit(); return true; })()`)
+	}
+	filter(`{'m-scope': 'agent', 'm-scope-id': 'notes'}`)
+	waitFor(t, ctx, "the agent scope's memories", `location.search.includes('m_scope=agent') && location.search.includes('m_scope_id=notes') && document.querySelectorAll('tr[data-memory]').length >= 2`)
+	filter(`{'m-tag': 'none-such'}`)
+	waitFor(t, ctx, "no memory with the tag", `!document.querySelector('tr[data-memory]') && document.querySelector('main').innerText.includes('No memories match')`)
+	filter(`{'s-scope': 'agent', 's-prefix': ''}`)
+	waitFor(t, ctx, "an agent scope without its name", `!document.querySelector('tr[data-key]') && document.querySelector('#state-status').textContent.includes('Name the agent')`)
+	filter(`{'m-tag': ''}`)
+	waitFor(t, ctx, "the memories again", `document.querySelectorAll('tr[data-memory]').length >= 2`)
 }

@@ -36,7 +36,7 @@ type navItem struct {
 
 var navigation = []navItem{
 	{"tasks", "Tasks"}, {"approvals", "Approvals"}, {"agents", "Agents"}, {"skills", "Skills"},
-	{"proposals", "Proposals"}, {"metrics", "Metrics"}, {"executors", "Executors"},
+	{"proposals", "Proposals"}, {"metrics", "Metrics"}, {"memory", "Memory"}, {"executors", "Executors"},
 }
 
 var templates = template.Must(template.New("").ParseFS(embedded, "templates/*.html"))

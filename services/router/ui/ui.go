@@ -1,7 +1,8 @@
 // Package ui is agentmesh's web dashboard, mounted at /ui/ on the router's
 // HTTP listener: tasks live, a task's steps streaming with its tree, graph,
 // usage and routing, approvals, agents and skills with their versions,
-// proposals, metrics as charts, and the executor nodes.
+// proposals, metrics as charts, the org's memory (threads, long-term
+// memories, working state), and the executor nodes.
 //
 // It owns no data and decides no access. A person signs in with an API key
 // (POST /ui/signin, checked with the router's Authenticate); the key is
@@ -100,7 +101,7 @@ func New(cfg Config, deps Deps) (*Dashboard, error) {
 
 // pages are the dashboard's pages (the same shell; the page's module
 // draws it from the path).
-var pages = []string{"tasks", "approvals", "agents", "skills", "proposals", "metrics", "executors"}
+var pages = []string{"tasks", "approvals", "agents", "skills", "proposals", "metrics", "memory", "executors"}
 
 func (d *Dashboard) routes() error {
 	assets, err := newAssets()

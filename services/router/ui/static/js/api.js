@@ -39,6 +39,7 @@ export async function call(method, path, body) {
 
 export const get = (path) => call('GET', path);
 export const post = (path, body) => call('POST', path, body || {});
+export const del = (path) => call('DELETE', path);
 
 // query builds "?a=1&b=2" from an object (arrays repeat, empty skipped).
 export function query(params) {

@@ -10,11 +10,12 @@ import {approvalsPage} from './approvals.js';
 import {agentsPage, agentPage, skillsPage, proposalsPage} from './catalog.js';
 import {metricsPage} from './metrics.js';
 import {executorsPage} from './executors.js';
+import {memoryPage} from './memory.js';
 
 async function route(main) {
   const parts = location.pathname.replace(/^\/ui\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
   const page = parts[0] || 'tasks';
-  if (session.role === 'platform' && !session.org && ['tasks', 'approvals', 'proposals', 'metrics'].includes(page)) {
+  if (session.role === 'platform' && !session.org && ['tasks', 'approvals', 'proposals', 'metrics', 'memory'].includes(page)) {
     replace(main, h('h1', null, page[0].toUpperCase() + page.slice(1)),
       h('p', {class: 'muted'}, 'A platform key reads an org only once it chose one: name it in the header (Org, Switch). Agents, skills and executors show the shared catalogue and the nodes.'));
     return;
@@ -26,6 +27,7 @@ async function route(main) {
     case 'skills': return skillsPage(main);
     case 'proposals': return proposalsPage(main);
     case 'metrics': return metricsPage(main);
+    case 'memory': return memoryPage(main);
     case 'executors': return executorsPage(main);
   }
   replace(main, h('h1', null, 'Not found'));
