@@ -107,29 +107,16 @@ func (h *hotKV) del(ctx context.Context, key string, expect uint64) error {
 // scan calls fn with the value of every key under filter (a wildcard of
 // keys, e.g. "acme.agent.writer.>"), skipping markers.
 func (h *hotKV) scan(ctx context.Context, filter string, fn func(key string, data []byte)) error {
-	cons, err := h.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	_, err := bus.ReadOnce(ctx, h.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{h.prefix + filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	}, 0, func(msg jetstream.Msg) error {
+		if !marker(msg.Headers()) {
+			fn(strings.TrimPrefix(msg.Subject(), h.prefix), msg.Data())
+		}
+		return nil
 	})
 	if err != nil {
 		return hotError("scan", err)
-	}
-	pending := int(cons.CachedInfo().NumPending)
-	for n := 0; n < pending; {
-		batch, err := cons.Fetch(min(pending-n, 256), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return hotError("scan", err)
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			n++
-			if !marker(msg.Headers()) {
-				fn(strings.TrimPrefix(msg.Subject(), h.prefix), msg.Data())
-			}
-		}
-		if got == 0 {
-			return hotError("scan", fmt.Errorf("%d of %d keys read: %w", n, pending, nats.ErrTimeout))
-		}
 	}
 	return nil
 }

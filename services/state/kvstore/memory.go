@@ -3,7 +3,6 @@ package kvstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -324,43 +323,30 @@ func (s *Store) MemoryChanges(ctx context.Context, org, cursor string, limit int
 // most limit (live ones only when liveOnly), and the sequence read up to
 // (head, at least, once everything stored was read).
 func (s *Store) readMemoryChanges(ctx context.Context, org string, after, head uint64, limit int, liveOnly bool) ([]store.MemoryChange, uint64, error) {
-	cons, err := s.memStream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.memPut + keyPart(org) + ".>"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
-	})
-	if err != nil {
-		return nil, 0, kvError("memory changes", err)
-	}
-	pending := int(cons.CachedInfo().NumPending)
-	want := min(pending, limit)
 	var out []store.MemoryChange
 	last := after
-	for n := 0; n < want; {
-		batch, err := cons.Fetch(min(want-n, 256), jetstream.FetchMaxWait(5*time.Second))
+	pending, err := bus.ReadOnce(ctx, s.memStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.memPut + keyPart(org) + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	}, limit, func(msg jetstream.Msg) error {
+		md, err := msg.Metadata()
 		if err != nil {
-			return nil, 0, kvError("memory changes", err)
+			return store.Internal("memory changes", err)
 		}
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, 0, store.Internal("memory changes", err)
-			}
-			last = md.Sequence.Stream
-			if c, ok := memoryChange(msg, s.memPut); ok && (c.Record != nil || !liveOnly) {
-				out = append(out, c)
-			}
+		last = md.Sequence.Stream
+		if c, ok := memoryChange(msg, s.memPut); ok && (c.Record != nil || !liveOnly) {
+			out = append(out, c)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, 0, kvError("memory changes", err)
-		}
-		if got == 0 {
-			return nil, 0, kvError("memory changes", fmt.Errorf("%d of %d changes read: %w", n, want, nats.ErrTimeout))
-		}
+		return nil
+	})
+	var berr *bus.Error
+	switch {
+	case errors.As(err, &berr):
+		return nil, 0, err
+	case err != nil:
+		return nil, 0, kvError("memory changes", err)
 	}
-	if want == pending {
+	if pending <= limit {
 		last = max(last, head)
 	}
 	return out, last, nil
