@@ -241,7 +241,9 @@ func TestAttemptModelRequestBudgetSpent(t *testing.T) {
 // failure) and marks the attempt's model as down.
 func TestAttemptModelRequestFailedCall(t *testing.T) {
 	u := newUnitAttempt(t, echoAgent(), nil)
-	u.model.err = errors.New("model m at http://x: 503 (4 attempts)")
+	// A 503 whose retries were spent: transient (MODEL); a refusal no
+	// retry changes would be MODEL_REJECTED.
+	u.model.err = llm.NewError(llm.KindTransient, errors.New("model m at http://x: 503 (4 attempts)"))
 	if res := u.onModelRequest(context.Background(), hello); res != nil {
 		t.Fatalf("the conversation ended: %+v", res)
 	}

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -110,23 +111,85 @@ func (s *Service) lookUpCache(ctx context.Context, t *agentmeshv1.Task) {
 }
 
 // cacheResult records a completed task's result under its cache key for
-// its agent's TTL (a task answered from the cache does not renew it).
-func (s *Service) cacheResult(ctx context.Context, t *agentmeshv1.Task) {
+// its agent's TTL (a task answered from the cache does not renew it),
+// unless it was recorded before the completion's commit (cacheAhead).
+func (s *Service) cacheResult(ctx context.Context, t *agentmeshv1.Task, ahead bool) {
 	ttl := t.GetAgentSpec().GetCache().GetTtl().AsDuration()
-	if t.GetCacheKey() == "" || t.GetCachedFrom() != "" || ttl <= 0 || t.GetStatus() != taskstate.Completed {
+	if ahead || t.GetCacheKey() == "" || t.GetCachedFrom() != "" || ttl <= 0 || t.GetStatus() != taskstate.Completed {
 		return
 	}
-	key := cacheEntryKey(t.GetOrg(), t.GetCacheKey())
+	s.putCacheEntry(ctx, cacheable{org: t.GetOrg(), key: t.GetCacheKey(), ttl: ttl}, t.GetId())
+}
+
+// putCacheEntry points c's key at the task id.
+func (s *Service) putCacheEntry(ctx context.Context, c cacheable, id string) bool {
+	key := cacheEntryKey(c.org, c.key)
 	for range 4 {
 		_, seq, _, err := s.keep.cache.get(ctx, key)
 		if err == nil {
-			_, err = s.keep.cache.put(ctx, key, []byte(t.GetId()), seq, max(ttl, time.Second))
+			_, err = s.keep.cache.put(ctx, key, []byte(id), seq, max(c.ttl, time.Second))
 		}
 		if err != errHotConflict {
 			if err != nil {
-				s.log.Warn("result not cached", "task", t.GetId(), "err", err)
+				s.log.Warn("result not cached", "task", id, "err", err)
 			}
-			return
+			return err == nil
 		}
 	}
+	return false
+}
+
+// cacheable is what a task this process created needs for its cache
+// entry: its org, cache key and agent's TTL.
+type cacheable struct {
+	org, key string
+	ttl      time.Duration
+}
+
+// maxCacheables bounds the cacheable tasks remembered; past it the map
+// starts over (tasks ended by a path that does not forget them, such as a
+// cancel, stay until then; a forgotten task's entry is written after its
+// completion's commit).
+const maxCacheables = 65536
+
+// cacheables remembers the cacheable tasks this process created, until
+// they end, so that a completion's cache entry can be written before the
+// completion is committed: a client that sees the task completed (GetTask,
+// its event) and submits it again finds the entry. A task this process
+// did not create (another replica's, or from before a restart) gets its
+// entry right after the commit (cacheResult). An entry that points at a
+// task whose completion then failed to commit is ignored by lookUpCache
+// (the task is not completed) until a later completion rewrites it.
+type cacheables struct {
+	mu sync.Mutex
+	m  map[string]cacheable
+}
+
+func (c *cacheables) note(t *agentmeshv1.Task) {
+	ttl := t.GetAgentSpec().GetCache().GetTtl().AsDuration()
+	if t.GetCacheKey() == "" || t.GetCachedFrom() != "" || ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCacheables {
+		c.m = map[string]cacheable{}
+	}
+	c.m[t.GetId()] = cacheable{org: t.GetOrg(), key: t.GetCacheKey(), ttl: ttl}
+}
+
+// take forgets the task and returns what was noted of it.
+func (c *cacheables) take(id string) (cacheable, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	delete(c.m, id)
+	return v, ok
+}
+
+// cacheAhead writes the cache entry of a task about to be completed, when
+// this process noted it; it reports whether it did.
+func (s *Service) cacheAhead(ctx context.Context, id string) bool {
+	c, ok := s.cacheables.take(id)
+	return ok && s.putCacheEntry(ctx, c, id)
 }

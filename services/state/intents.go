@@ -144,9 +144,16 @@ func (s *Service) intentHandler(in intent) bus.HandlerFunc[*busv1.TransitionRequ
 			return nil, err
 		}
 		req.To = in.to
+		ahead := false
+		switch {
+		case in.to == taskstate.Completed:
+			ahead = s.cacheAhead(ctx, req.TaskId) // cache.go
+		case taskstate.Terminal(in.to):
+			s.cacheables.take(req.TaskId)
+		}
 		resp, err := s.transition(ctx, req)
 		if err == nil && in.to == taskstate.Completed {
-			s.cacheResult(ctx, resp.GetTask()) // cache.go
+			s.cacheResult(ctx, resp.GetTask(), ahead)
 		}
 		return resp, err
 	}

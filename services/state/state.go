@@ -117,6 +117,8 @@ type Service struct {
 	ops store.Ops
 	// keep serves what agents keep (keep.go).
 	keep *keeper
+	// cacheables are the cacheable tasks this process created (cache.go).
+	cacheables cacheables
 }
 
 // New validates cfg and deps, ensures the bus streams, republishes the
@@ -480,6 +482,7 @@ func (s *Service) commitCreate(ctx context.Context, t *agentmeshv1.Task) (*busv1
 		for _, ev := range events {
 			observe(task, ev)
 		}
+		s.cacheables.note(task) // cache.go
 		s.publishTaskEvents(ctx, task, events...)
 		if task.PendingProposal != nil {
 			task = s.recordProposal(ctx, task)

@@ -77,6 +77,12 @@ type Error struct {
 	cause error
 }
 
+// NewError is a failed call of kind k whose text is cause's (cut at
+// ErrorTextMax): for code that fails a call outside the client, and tests.
+func NewError(k Kind, cause error) *Error {
+	return &Error{Kind: k, text: cutText(cause.Error(), ErrorTextMax), cause: cause}
+}
+
 func (e *Error) Error() string { return e.text }
 func (e *Error) Unwrap() error { return e.cause }
 
