@@ -25,6 +25,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/delegation"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
+	"github.com/agentmesh/agentmesh/pkg/telemetry"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 )
 
@@ -267,7 +268,7 @@ func (d *delegator) send(ctx context.Context, req *busv1.SpawnSubtaskRequest) (*
 	tries := 0
 	err := bus.Retry(ctx, spawnBackoff, func(ctx context.Context) error {
 		if tries++; tries == 2 {
-			d.s.log.Warn("sub-task spawn not answered; sending it again", "task", d.task.Id, "call", req.ToolCallId)
+			telemetry.TaskLogger(ctx, d.s.log, d.task.Id).Warn("sub-task spawn not answered; sending it again", "attempt", d.attempt, "call", req.ToolCallId)
 		}
 		ctx, cancel := context.WithTimeout(ctx, spawnTryTimeout)
 		defer cancel()

@@ -119,6 +119,7 @@ type runKey struct {
 type run struct {
 	key    runKey
 	cancel context.CancelCauseFunc
+	log    *slog.Logger // the attempt's (task_id, trace_id, attempt)
 
 	mu  sync.Mutex
 	msg jetstream.Msg // the latest delivery of its work item
@@ -408,7 +409,7 @@ func (s *Service) drain(hbCtx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	s.closing = true
 	for _, r := range s.runs {
-		s.log.Info("drain grace over; handing the task back to the queue", "task_id", r.key.task, "attempt", r.key.attempt)
+		r.log.Info("drain grace over; handing the task back to the queue")
 		r.cancel(errShutdown)
 	}
 	s.mu.Unlock()
@@ -432,7 +433,7 @@ func (s *Service) closePools(reuse *reusePool, warm *warmPool) {
 
 // register records a run of the task's attempt. It returns nil when the
 // executor is closing; existing when this attempt already runs here.
-func (s *Service) register(ctx context.Context, key runKey, msg jetstream.Msg) (r *run, rctx context.Context, existing *run) {
+func (s *Service) register(ctx context.Context, key runKey, msg jetstream.Msg, log *slog.Logger) (r *run, rctx context.Context, existing *run) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -442,7 +443,7 @@ func (s *Service) register(ctx context.Context, key runKey, msg jetstream.Msg) (
 		return nil, nil, e
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
-	r = &run{key: key, cancel: cancel, msg: msg}
+	r = &run{key: key, cancel: cancel, msg: msg, log: log}
 	s.runs[key] = r
 	return r, rctx, nil
 }
@@ -478,7 +479,7 @@ func (s *Service) onCancelled(m *nats.Msg) {
 	defer s.mu.Unlock()
 	for k, r := range s.runs {
 		if k.task == id {
-			s.log.Info("task cancelled; killing its agent process", "task_id", id, "attempt", k.attempt)
+			r.log.Info("task cancelled; killing its agent process")
 			r.cancel(errCancelled)
 		}
 	}

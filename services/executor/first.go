@@ -104,7 +104,7 @@ func (a *attempt) firstAnswer(first *asked, req *childv1.ModelRequest) *asked {
 	}
 	<-first.done
 	metrics.FirstTurns.WithLabelValues("differed").Inc()
-	a.s.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again", "task_id", a.task.GetId())
+	a.log.Error("the agent process's first model request differs from the one asked before it ran; asking the model again")
 	return nil
 }
 

@@ -48,7 +48,7 @@ func (s *Service) handle(msg jetstream.Msg) {
 	key := runKey{task: item.Task.Id, attempt: item.Attempt}
 	log := telemetry.TaskLogger(ctx, s.log, key.task).With("attempt", key.attempt)
 
-	r, rctx, existing := s.register(ctx, key, msg)
+	r, rctx, existing := s.register(ctx, key, msg, log)
 	switch {
 	case existing != nil:
 		// Our own work came back (an in-progress signal was lost): keep
@@ -274,7 +274,7 @@ func (s *Service) inProgress(r *run) (stop func()) {
 			select {
 			case <-t.C:
 				if err := r.current().InProgress(); err != nil {
-					s.log.Warn("in-progress signal not sent", "task_id", r.key.task, "err", err)
+					r.log.Warn("in-progress signal not sent", "err", err)
 				}
 			case <-done:
 				return
