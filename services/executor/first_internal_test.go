@@ -32,7 +32,7 @@ func TestFirstAnswerOnlyForTheSameRequest(t *testing.T) {
 	d0 := differed()
 
 	same := &childv1.ModelRequest{Id: 5, Messages: []*childv1.Message{{Role: "user", Content: "hello"}}}
-	at := &attempt{s: s, task: task}
+	at := &attempt{s: s, task: task, log: s.log}
 	a := at.firstAnswer(ahead(), same)
 	if a == nil {
 		t.Fatal("the child's identical request was not given the answer asked ahead")
