@@ -12,6 +12,7 @@ type Env struct {
 }
 
 // EnvVars lists every environment variable agentmesh reads.
+// EnvVars is long on purpose: it is the one table of every variable.
 func EnvVars() []Env {
 	return []Env{
 		{"AGENTMESH_NATS_URL", "nats://127.0.0.1:4222", []string{"state", "registry", "scheduler", "executor", "router"}, "NATS server URL(s) of the bus, comma-separated"},

@@ -67,6 +67,7 @@ func (d *directConn) Invoke(ctx context.Context, method string, args, reply any,
 }
 
 // invoke runs m, a call of method with metadata md, in ctx.
+// Six parameters: the gRPC handler's own inputs (method, metadata, request, reply), passed through once.
 func (d *directConn) invoke(ctx context.Context, m directMethod, method string, md metadata.MD, in, out proto.Message) error {
 	ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, md), directTransport(method))
 	dec := func(v any) error {

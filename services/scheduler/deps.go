@@ -39,6 +39,7 @@ type resolver struct {
 	nc    *nats.Conn
 }
 
+// Six parameters: the scheduler's shared wiring (js, names, nc, log) plus the loop's interval, as newTreeKeeper.
 func newResolver(ctx context.Context, js jetstream.JetStream, names subjects.Names, nc *nats.Conn, log *slog.Logger, interval time.Duration) (*resolver, error) {
 	cons, err := consumeEndings(ctx, js, names, subjects.ConsumerResolver,
 		"scheduler: releases or fails the tasks that depend on a task that ended")

@@ -510,6 +510,7 @@ func (m *model) nextTimer() time.Time {
 
 // heartbeat records an executor's heartbeat. It reports whether placement
 // capacity changed.
+// Six parameters: the heartbeat's fields as the model keeps them, from its one caller.
 func (m *model) heartbeat(name string, capacity int, draining bool, labels map[string]string, ttl time.Duration, now time.Time) bool {
 	n := m.node(name)
 	changed := n.lost || n.capacity != capacity || n.draining != draining

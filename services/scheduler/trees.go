@@ -41,6 +41,7 @@ type treeKeeper struct {
 	nc    *nats.Conn
 }
 
+// Six parameters: the scheduler's shared wiring (js, names, nc, log) plus the loop's interval, as newResolver.
 func newTreeKeeper(ctx context.Context, js jetstream.JetStream, names subjects.Names, nc *nats.Conn, log *slog.Logger, interval time.Duration) (*treeKeeper, error) {
 	cons, err := consumeEndings(ctx, js, names, subjects.ConsumerTrees,
 		"scheduler: records a task's end in its ancestors and cancels its unfinished sub-tasks")

@@ -496,6 +496,7 @@ func (d *deliverer) post(ctx context.Context, rec *busv1.WebhookEndpointRecord, 
 }
 
 // outcome is the delivery log entry of a try.
+// Six parameters: one try's result (attempt, status code, latency, error, status), recorded as given.
 func (d *deliverer) outcome(job *busv1.WebhookJob, attempt int32, code int, latency time.Duration, err error, st agentmeshv1.WebhookDeliveryStatus) *agentmeshv1.WebhookDelivery {
 	out := &agentmeshv1.WebhookDelivery{Id: job.DeliveryId, Org: job.Org, EndpointId: job.EndpointId, EventType: job.EventType,
 		SubjectId: job.SubjectId, Status: st, Attempts: max(attempt, job.PriorAttempts, 1), ResponseStatus: int32(code),

@@ -62,6 +62,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// main is long on purpose: the bench's phases in the order it prints them, read top-down.
 func main() {
 	var (
 		bin      = flag.String("agentmesh", "bin/agentmesh", "the agentmesh binary to benchmark")
@@ -341,6 +342,7 @@ func (s *srv) fail(err error) error {
 	return fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
 }
 
+// run takes the bench's flags as they are (a command's one call site), not a struct.
 func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profSecs int, reuse bool) (result, error) {
 	dir, err := os.MkdirTemp("", "ambench-")
 	if err != nil {
@@ -411,6 +413,7 @@ func run(kind, bin string, n, c, warmup, capacity, c1 int, profile string, profS
 
 // runInflight starts a server with the slow model and capacity for all
 // the tasks, and runs the in-flight phase on it.
+// runInflight: seven parameters, the in-flight phase's flags from its one call site.
 func runInflight(kind, bin string, n, c int, latency, getFor time.Duration, profile string) (inflightResult, error) {
 	dir, err := os.MkdirTemp("", "ambench-inflight-")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
+// submit is long on purpose: its flags, then the request built from them, read top-down.
 func (c *cli) submit(ctx context.Context, args []string) error {
 	fs := c.flags("submit", "[--agent A | --skill S ...] [flags] TEXT",
 		"Submit a task. TEXT is the task's input (several words are joined with spaces).\n"+

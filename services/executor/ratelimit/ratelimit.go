@@ -195,6 +195,7 @@ func (l *Limits) Reserve(ctx context.Context, ask llm.Ask) (llm.Grant, error) {
 // spend spends one call in scope sc at slot at (or at the scope's own
 // first slot, when a race made it later), starting from e; it returns the
 // slot spent.
+// Six parameters: a budget's scope, entry, times and tokens are the decision's inputs, each used once.
 func (l *Limits) spend(ctx context.Context, sc llm.Scope, e entry, at, now time.Time, tokens int64) (time.Time, error) {
 	for range maxRounds {
 		if s := e.st.Slot(now, sc.Limits, l.window, tokens); s.After(at) {
