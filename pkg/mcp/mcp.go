@@ -9,36 +9,48 @@
 // (github.com/google/jsonschema-go, drafts 2020-12 and 07) before anything
 // runs, at the executor's gate and again before the call is made.
 //
-// This package holds what both sides share: naming, the schema check,
-// result flattening, and Connect, which starts (stdio) or reaches (HTTP) a
-// server, lists its tools and calls them.
+// This package holds what both sides share: naming, the configuration and
+// schema checks, result flattening and Server (a connected server's tools
+// and calls) — and the stdio client (stdio.go), agentmesh's own: JSON-RPC
+// 2.0 over the server's stdin and stdout, the lifecycle, tools/list and
+// tools/call, nothing more. It links neither an MCP SDK nor the public API
+// (a server's configuration is read through Config), so the agent child,
+// which starts one process per task, does not pay for them at start
+// (docs/benchmarks.md, "The agent child without the public API and the MCP
+// SDK"). Streamable HTTP servers are reached with the SDK, by
+// pkg/mcp/mcphttp, in the executor only.
 package mcp
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/tail"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/google/jsonschema-go/jsonschema"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// Config is a server's configuration as this package reads it: the
+// getters of agentmesh.v1.McpServer (and of the agent child's own copy of
+// that message).
+type Config interface {
+	GetName() string
+	GetCommand() []string
+	GetEnv() map[string]string
+	GetUrl() string
+	GetRequireApproval() bool
+}
 
 // Sep joins a server's name and its tool's name.
 const Sep = "__"
@@ -73,9 +85,6 @@ const RiskExternal tools.Risk = "external"
 // its tools.
 const DefaultConnectTimeout = 30 * time.Second
 
-// stopGrace is how long a stdio server may take to exit once its stdin is
-// closed before it is sent SIGTERM (and then SIGKILL).
-const stopGrace = 2 * time.Second
 
 // serverNameRE: lower-case letters, digits, '-' and '_', starting with a
 // letter or digit, with no "__" and no trailing '_' (so the first "__" of
@@ -92,7 +101,7 @@ func ValidServerName(name string) error {
 
 // Validate checks one server's configuration (the registry's and the
 // executor's check).
-func Validate(s *agentmeshv1.McpServer) error {
+func Validate(s Config) error {
 	if err := ValidServerName(s.GetName()); err != nil {
 		return fmt.Errorf("name: %w", err)
 	}
@@ -194,7 +203,7 @@ func Compile(schema json.RawMessage) (func(args json.RawMessage) error, error) {
 // agentmesh name (ToolName), schema the server's JSON Schema of its
 // arguments; run may be nil (the process that checks calls is not the one
 // that makes them).
-func NewTool(srv *agentmeshv1.McpServer, name, description string, schema json.RawMessage, runs tools.Where, run tools.Func) (tools.Tool, error) {
+func NewTool(srv Config, name, description string, schema json.RawMessage, runs tools.Where, run tools.Func) (tools.Tool, error) {
 	check, err := Compile(schema)
 	if err != nil {
 		return tools.Tool{}, fmt.Errorf("tool %s: %w", name, err)
@@ -214,52 +223,97 @@ func NewTool(srv *agentmeshv1.McpServer, name, description string, schema json.R
 	}, Run: run}, nil
 }
 
+// Result is the result of a tools/call as the server sent it.
+type Result struct {
+	// Content holds the content blocks, each a JSON object with a "type".
+	Content           []json.RawMessage `json:"content"`
+	StructuredContent json.RawMessage   `json:"structuredContent,omitempty"`
+	IsError           bool              `json:"isError,omitempty"`
+}
+
+// content is what Flatten reads of one content block.
+type content struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Data        string `json:"data"` // base64 (image, audio)
+	MIMEType    string `json:"mimeType"`
+	URI         string `json:"uri"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Resource    *struct {
+		URI      string `json:"uri"`
+		MIMEType string `json:"mimeType"`
+		Text     string `json:"text"`
+		Blob     string `json:"blob"` // base64
+	} `json:"resource"`
+}
+
 // Flatten turns a tool result into the observation for the model: text
 // parts joined by newlines, other content summarised; with no content, the
 // structured content as JSON. isError is the server's isError.
-func Flatten(res *sdk.CallToolResult) (text string, isError bool) {
+func Flatten(res *Result) (text string, isError bool) {
 	if res == nil {
 		return "", false
 	}
 	var parts []string
-	for _, c := range res.Content {
-		switch c := c.(type) {
-		case *sdk.TextContent:
-			parts = append(parts, c.Text)
-		case *sdk.ImageContent:
-			parts = append(parts, fmt.Sprintf("[image %s, %d bytes]", orUnknown(c.MIMEType), len(c.Data)))
-		case *sdk.AudioContent:
-			parts = append(parts, fmt.Sprintf("[audio %s, %d bytes]", orUnknown(c.MIMEType), len(c.Data)))
-		case *sdk.ResourceLink:
-			s := "[resource link " + c.URI
-			if c.Name != "" {
-				s += " (" + c.Name + ")"
-			}
-			if c.Description != "" {
-				s += ": " + c.Description
-			}
-			parts = append(parts, s+"]")
-		case *sdk.EmbeddedResource:
-			r := c.Resource
-			switch {
-			case r == nil:
-				parts = append(parts, "[resource]")
-			case r.Text != "":
-				parts = append(parts, fmt.Sprintf("[resource %s]\n%s", r.URI, r.Text))
-			default:
-				parts = append(parts, fmt.Sprintf("[resource %s, %s, %d bytes]", r.URI, orUnknown(r.MIMEType), len(r.Blob)))
-			}
-		default:
-			b, _ := json.Marshal(c)
-			parts = append(parts, fmt.Sprintf("[content %s]", b))
-		}
+	for _, raw := range res.Content {
+		parts = append(parts, flattenContent(raw))
 	}
-	if len(parts) == 0 && res.StructuredContent != nil {
-		if b, err := json.Marshal(res.StructuredContent); err == nil {
-			parts = append(parts, string(b))
+	if len(parts) == 0 && len(res.StructuredContent) > 0 && !bytes.Equal(res.StructuredContent, []byte("null")) {
+		var b bytes.Buffer
+		if json.Compact(&b, res.StructuredContent) == nil {
+			parts = append(parts, b.String())
 		}
 	}
 	return strings.Join(parts, "\n"), res.IsError
+}
+
+// flattenContent is the observation's text for one content block.
+func flattenContent(raw json.RawMessage) string {
+	var c content
+	if err := json.Unmarshal(raw, &c); err != nil {
+		c = content{}
+	}
+	switch c.Type {
+	case "text":
+		return c.Text
+	case "image", "audio":
+		return fmt.Sprintf("[%s %s, %d bytes]", c.Type, orUnknown(c.MIMEType), decodedLen(c.Data))
+	case "resource_link":
+		s := "[resource link " + c.URI
+		if c.Name != "" {
+			s += " (" + c.Name + ")"
+		}
+		if c.Description != "" {
+			s += ": " + c.Description
+		}
+		return s + "]"
+	case "resource":
+		r := c.Resource
+		switch {
+		case r == nil:
+			return "[resource]"
+		case r.Text != "":
+			return fmt.Sprintf("[resource %s]\n%s", r.URI, r.Text)
+		default:
+			return fmt.Sprintf("[resource %s, %s, %d bytes]", r.URI, orUnknown(r.MIMEType), decodedLen(r.Blob))
+		}
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		b.Reset()
+		b.WriteString(`""`)
+	}
+	return fmt.Sprintf("[content %s]", b.String())
+}
+
+// decodedLen is the length of the bytes base64 s encodes (of s itself when
+// it is not base64).
+func decodedLen(s string) int {
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return len(b)
+	}
+	return len(s)
 }
 
 func orUnknown(s string) string {
@@ -280,14 +334,37 @@ type Options struct {
 	// Timeout bounds connecting and listing the tools
 	// (DefaultConnectTimeout).
 	Timeout time.Duration
-	// HTTPClient for HTTP servers (a client with sane timeouts by default).
-	HTTPClient *http.Client
 }
+
+// ToolInfo is what Server keeps of a tool the server lists.
+type ToolInfo struct {
+	Name        string          `json:"name"`
+	Title       string          `json:"title"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+}
+
+// Session is a client's connection to one server: what Server needs of
+// it. The stdio client here is one; pkg/mcp/mcphttp's is the other.
+type Session interface {
+	// ListTools returns one page of the server's tools and the cursor of
+	// the next page ("" after the last).
+	ListTools(ctx context.Context, cursor string) ([]ToolInfo, string, error)
+	// CallTool calls the server's tool name; meta, when not nil, is the
+	// request's _meta.
+	CallTool(ctx context.Context, name string, args json.RawMessage, meta map[string]any) (*Result, error)
+	// Close ends the session (a stdio server is stopped).
+	Close() error
+}
+
+// Dialer opens a session; stderr, when not nil, is what the server wrote
+// to its stderr (shown with an error to start or list).
+type Dialer func(ctx context.Context) (sess Session, stderr *tail.Buffer, err error)
 
 // Server is a connected MCP server.
 type Server struct {
-	cfg     *agentmeshv1.McpServer
-	session *sdk.ClientSession
+	cfg     Config
+	session Session
 	tools   []tools.Tool
 	// remote maps an agentmesh tool name to the server's name for it.
 	remote map[string]string
@@ -295,17 +372,33 @@ type Server struct {
 	once   sync.Once
 }
 
-// Connect starts a stdio server (cfg.command) or reaches an HTTP one
-// (cfg.url), and lists its tools. Its errors begin "mcp server <name>: ".
-func Connect(ctx context.Context, cfg *agentmeshv1.McpServer, opts Options) (*Server, error) {
-	s, err := connect(ctx, cfg, opts)
+// Connect starts a stdio server (cfg.command) and lists its tools. Its
+// errors begin "mcp server <name>: ". (Streamable HTTP servers: see
+// pkg/mcp/mcphttp.)
+func Connect(ctx context.Context, cfg Config, opts Options) (*Server, error) {
+	if len(cfg.GetCommand()) == 0 && cfg.GetUrl() != "" {
+		return nil, fmt.Errorf("mcp server %s: %w", cfg.GetName(), ErrHTTPElsewhere)
+	}
+	return Open(ctx, cfg, opts, func(ctx context.Context) (Session, *tail.Buffer, error) {
+		return startStdio(ctx, cfg, opts.Workspace)
+	})
+}
+
+// ErrHTTPElsewhere: this package starts stdio servers only; the executor
+// reaches streamable HTTP servers with pkg/mcp/mcphttp.
+var ErrHTTPElsewhere = errors.New("a streamable HTTP server is reached with pkg/mcp/mcphttp")
+
+// Open checks cfg, opens a session with dial and lists the server's tools,
+// all within opts.Timeout. Its errors begin "mcp server <name>: ".
+func Open(ctx context.Context, cfg Config, opts Options, dial Dialer) (*Server, error) {
+	s, err := open(ctx, cfg, opts, dial)
 	if err != nil {
 		return nil, fmt.Errorf("mcp server %s: %w", cfg.GetName(), err)
 	}
 	return s, nil
 }
 
-func connect(ctx context.Context, cfg *agentmeshv1.McpServer, opts Options) (*Server, error) {
+func open(ctx context.Context, cfg Config, opts Options, dial Dialer) (*Server, error) {
 	if err := Validate(cfg); err != nil {
 		return nil, err
 	}
@@ -317,27 +410,9 @@ func connect(ctx context.Context, cfg *agentmeshv1.McpServer, opts Options) (*Se
 	defer cancel()
 
 	s := &Server{cfg: cfg, remote: map[string]string{}}
-	var transport sdk.Transport
-	var cmd *exec.Cmd
-	if argv := cfg.GetCommand(); len(argv) > 0 {
-		cmd = s.command(argv, opts.Workspace)
-		transport = &sdk.CommandTransport{Command: cmd, TerminateDuration: stopGrace}
-	} else {
-		hc := opts.HTTPClient
-		if hc == nil {
-			hc = defaultHTTPClient
-		}
-		transport = &sdk.StreamableClientTransport{Endpoint: cfg.GetUrl(), HTTPClient: hc, MaxRetries: 1, DisableStandaloneSSE: true}
-	}
-	client := sdk.NewClient(&sdk.Implementation{Name: "agentmesh", Version: "1"}, &sdk.ClientOptions{
-		// No roots: a stdio server works on what its command line names.
-		Capabilities: &sdk.ClientCapabilities{},
-	})
-	session, err := client.Connect(ctx, transport, nil)
+	session, stderr, err := dial(ctx)
+	s.stderr = stderr
 	if err != nil {
-		if cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Kill()
-		}
 		return nil, s.explain(ctx, "start", timeout, err)
 	}
 	s.session = session
@@ -363,87 +438,79 @@ func (s *Server) explain(ctx context.Context, what string, timeout time.Duration
 	return err
 }
 
-// command builds a stdio server's process: the configured environment
-// only, plus PATH, HOME (the workspace) and LANG; the workspace as its
-// working directory; killed if its parent dies.
-func (s *Server) command(argv []string, workspace string) *exec.Cmd {
-	expand := func(v string) string { return strings.ReplaceAll(v, "${WORKSPACE}", workspace) }
-	args := make([]string, len(argv))
-	for i, a := range argv {
-		args[i] = expand(a)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	lang := os.Getenv("LANG")
-	if lang == "" {
-		lang = "C.UTF-8"
-	}
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": workspace, "LANG": lang}
-	for k, v := range s.cfg.GetEnv() {
-		env[k] = expand(v)
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		cmd.Env = append(cmd.Env, k+"="+env[k])
-	}
-	cmd.Dir = workspace
-	s.stderr = tail.New(2 << 10)
-	cmd.Stderr = s.stderr
-	cmd.WaitDelay = stopGrace
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
+// list lists the server's tools, page by page, and makes them agentmesh
+// tools.
 func (s *Server) list(ctx context.Context) error {
 	seen := map[string]string{}
-	for t, err := range s.session.Tools(ctx, nil) {
+	for cursor, first := "", true; first || cursor != ""; first = false {
+		page, next, err := s.session.ListTools(ctx, cursor)
 		if err != nil {
 			return err
 		}
-		if t.Name == "" {
-			return errors.New("a tool without a name")
-		}
-		if len(s.tools) == MaxTools {
-			return fmt.Errorf("more than %d tools", MaxTools)
-		}
-		name := ToolName(s.cfg.GetName(), t.Name)
-		if other, dup := seen[name]; dup {
-			return fmt.Errorf("tools %q and %q both become %s", other, t.Name, name)
-		}
-		seen[name] = t.Name
-		schema := json.RawMessage(`{"type":"object"}`)
-		if t.InputSchema != nil {
-			b, err := json.Marshal(t.InputSchema)
-			if err != nil {
-				return fmt.Errorf("tool %s: schema: %w", t.Name, err)
+		for _, t := range page {
+			if err := s.add(t, seen); err != nil {
+				return err
 			}
-			schema = b
 		}
-		desc := t.Description
-		if desc == "" {
-			desc = t.Title
+		if next == cursor {
+			break // a server that repeats its cursor would loop forever
 		}
-		remote := t.Name
-		tool, err := NewTool(s.cfg, name, desc, schema, "", func(ctx context.Context, env tools.Env, args json.RawMessage) (string, error) {
-			out, isErr, err := s.CallKeyed(ctx, remote, args, env.IdempotencyKey)
-			if err != nil {
-				return "", err
-			}
-			if isErr {
-				return "", toolError(out)
-			}
-			return out, nil
-		})
-		if err != nil {
-			return err
-		}
-		s.remote[name] = remote
-		s.tools = append(s.tools, tool)
+		cursor = next
 	}
 	return nil
+}
+
+// add makes one listed tool an agentmesh tool.
+func (s *Server) add(t ToolInfo, seen map[string]string) error {
+	if t.Name == "" {
+		return errors.New("a tool without a name")
+	}
+	if len(s.tools) == MaxTools {
+		return fmt.Errorf("more than %d tools", MaxTools)
+	}
+	name := ToolName(s.cfg.GetName(), t.Name)
+	if other, dup := seen[name]; dup {
+		return fmt.Errorf("tools %q and %q both become %s", other, t.Name, name)
+	}
+	seen[name] = t.Name
+	schema, err := normalSchema(t.InputSchema)
+	if err != nil {
+		return fmt.Errorf("tool %s: schema: %w", t.Name, err)
+	}
+	desc := t.Description
+	if desc == "" {
+		desc = t.Title
+	}
+	remote := t.Name
+	tool, err := NewTool(s.cfg, name, desc, schema, "", func(ctx context.Context, env tools.Env, args json.RawMessage) (string, error) {
+		out, isErr, err := s.CallKeyed(ctx, remote, args, env.IdempotencyKey)
+		if err != nil {
+			return "", err
+		}
+		if isErr {
+			return "", toolError(out)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.remote[name] = remote
+	s.tools = append(s.tools, tool)
+	return nil
+}
+
+// normalSchema is a tool's input schema as agentmesh keeps it: compact
+// JSON with its keys sorted, {"type":"object"} when the server gave none.
+func normalSchema(raw json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return json.RawMessage(`{"type":"object"}`), nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }
 
 // toolError is a result the server flagged isError; its text is the
@@ -490,11 +557,11 @@ func (s *Server) CallKeyed(ctx context.Context, name string, args json.RawMessag
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	params := &sdk.CallToolParams{Name: remote, Arguments: args}
+	var meta map[string]any
 	if idempotencyKey != "" {
-		params.Meta = sdk.Meta{MetaIdempotencyKey: idempotencyKey}
+		meta = map[string]any{MetaIdempotencyKey: idempotencyKey}
 	}
-	res, err := s.session.CallTool(ctx, params)
+	res, err := s.session.CallTool(ctx, remote, args, meta)
 	if err != nil {
 		return "", false, fmt.Errorf("mcp server %s: %w", s.cfg.GetName(), err)
 	}
@@ -513,11 +580,3 @@ func (s *Server) Close() error {
 	})
 	return err
 }
-
-var defaultHTTPClient = &http.Client{Transport: &http.Transport{
-	Proxy:                 http.ProxyFromEnvironment,
-	TLSHandshakeTimeout:   10 * time.Second,
-	ResponseHeaderTimeout: 90 * time.Second,
-	IdleConnTimeout:       90 * time.Second,
-	MaxIdleConnsPerHost:   4,
-}}

@@ -14,7 +14,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/mcp/mcptest"
 	"github.com/agentmesh/agentmesh/pkg/tools"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestToolName(t *testing.T) {
@@ -97,23 +96,6 @@ func TestCompileFullSchema(t *testing.T) {
 	}
 }
 
-func TestFlatten(t *testing.T) {
-	out, isErr := mcp.Flatten(&sdk.CallToolResult{Content: []sdk.Content{
-		&sdk.TextContent{Text: "one"},
-		&sdk.ImageContent{MIMEType: "image/png", Data: []byte("12345")},
-		&sdk.ResourceLink{URI: "file:///a", Name: "a"},
-		&sdk.EmbeddedResource{Resource: &sdk.ResourceContents{URI: "file:///b", Text: "bee"}},
-		&sdk.TextContent{Text: "two"},
-	}, IsError: true})
-	want := "one\n[image image/png, 5 bytes]\n[resource link file:///a (a)]\n[resource file:///b]\nbee\ntwo"
-	if out != want || !isErr {
-		t.Errorf("Flatten = %q %v, want %q true", out, isErr, want)
-	}
-	out, _ = mcp.Flatten(&sdk.CallToolResult{StructuredContent: map[string]any{"x": 1}})
-	if out != `{"x":1}` {
-		t.Errorf("structured only: %q", out)
-	}
-}
 
 func find(ts []tools.Tool, name string) (tools.Tool, bool) {
 	for _, t := range ts {
@@ -205,27 +187,6 @@ func TestStdioEverything(t *testing.T) {
 	}
 }
 
-func TestHTTPEverything(t *testing.T) {
-	srv := mcptest.Install(t)
-	url := mcptest.StartEverythingHTTP(t, srv)
-	ctx := context.Background()
-	s, err := mcp.Connect(ctx, &agentmeshv1.McpServer{Name: "everything", Url: url}, mcp.Options{Runs: tools.InExecutor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	echo, ok := find(s.Tools(tools.InExecutor), "everything__echo")
-	if !ok || echo.Runs != tools.InExecutor {
-		t.Fatalf("everything__echo: %v %+v", ok, echo.Spec)
-	}
-	out, isErr, err := s.Call(ctx, "everything__echo", json.RawMessage(`{"message":"over http"}`))
-	if err != nil || isErr || !strings.Contains(out, "over http") {
-		t.Errorf("echo = %q %v %v", out, isErr, err)
-	}
-	if err := echo.Check(`{"message": 1}`); !errors.Is(err, tools.ErrInvalidArguments) {
-		t.Errorf("Check with a number: %v", err)
-	}
-}
 
 func TestServerThatDoesNotStart(t *testing.T) {
 	ctx := context.Background()
@@ -245,10 +206,5 @@ func TestServerThatDoesNotStart(t *testing.T) {
 		mcp.Options{Workspace: t.TempDir(), Timeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "no answer within 1s") || time.Since(began) > 10*time.Second {
 		t.Errorf("mute server: %v after %s", err, time.Since(began))
-	}
-	// Nothing listens at the URL.
-	_, err = mcp.Connect(ctx, &agentmeshv1.McpServer{Name: "web", Url: "http://127.0.0.1:1/mcp"}, mcp.Options{Timeout: 5 * time.Second})
-	if err == nil || !strings.HasPrefix(err.Error(), "mcp server web: start: ") {
-		t.Errorf("closed port: %v", err)
 	}
 }

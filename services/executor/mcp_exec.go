@@ -12,6 +12,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp/mcphttp"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
 )
@@ -67,7 +68,7 @@ func (s *Service) connectMCP(ctx context.Context, log *slog.Logger, task *agentm
 			m.stdio = append(m.stdio, cfg)
 			continue
 		}
-		srv, err := mcp.Connect(ctx, cfg, mcp.Options{Runs: tools.InExecutor, HTTPClient: s.cfg.MCPClient})
+		srv, err := mcphttp.Connect(ctx, cfg, mcphttp.Options{Options: mcp.Options{Runs: tools.InExecutor}, HTTPClient: s.cfg.MCPClient})
 		if err != nil {
 			return m, err
 		}

@@ -16,6 +16,7 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp/mcphttp"
 	"github.com/agentmesh/agentmesh/pkg/testlog"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
@@ -403,7 +404,7 @@ func TestMCPResponseCut(t *testing.T) {
 	var cerr error
 	allocated, peak := allocDuring(func() {
 		var s *mcp.Server
-		s, cerr = mcp.Connect(context.Background(), &agentmeshv1.McpServer{Name: "huge", Url: srv.URL + "/mcp"}, mcp.Options{Runs: tools.InExecutor, HTTPClient: hc, Timeout: 30 * time.Second})
+		s, cerr = mcphttp.Connect(context.Background(), &agentmeshv1.McpServer{Name: "huge", Url: srv.URL + "/mcp"}, mcphttp.Options{Options: mcp.Options{Runs: tools.InExecutor, Timeout: 30 * time.Second}, HTTPClient: hc})
 		if s != nil {
 			s.Close()
 		}

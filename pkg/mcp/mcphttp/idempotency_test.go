@@ -1,4 +1,4 @@
-package mcp_test
+package mcphttp_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
+	"github.com/agentmesh/agentmesh/pkg/mcp/mcphttp"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -35,7 +36,7 @@ func TestCallCarriesIdempotencyKey(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := mcp.Connect(ctx, &agentmeshv1.McpServer{Name: "pay", Url: hs.URL}, mcp.Options{Runs: tools.InExecutor, HTTPClient: hs.Client()})
+	srv, err := mcphttp.Connect(ctx, &agentmeshv1.McpServer{Name: "pay", Url: hs.URL}, mcphttp.Options{Options: mcp.Options{Runs: tools.InExecutor}, HTTPClient: hs.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
