@@ -85,7 +85,6 @@ const RiskExternal tools.Risk = "external"
 // its tools.
 const DefaultConnectTimeout = 30 * time.Second
 
-
 // serverNameRE: lower-case letters, digits, '-' and '_', starting with a
 // letter or digit, with no "__" and no trailing '_' (so the first "__" of
 // a tool name ends the server's name).

@@ -96,7 +96,6 @@ func TestCompileFullSchema(t *testing.T) {
 	}
 }
 
-
 func find(ts []tools.Tool, name string) (tools.Tool, bool) {
 	for _, t := range ts {
 		if t.Name == name {
@@ -186,7 +185,6 @@ func TestStdioEverything(t *testing.T) {
 		}
 	}
 }
-
 
 func TestServerThatDoesNotStart(t *testing.T) {
 	ctx := context.Background()
