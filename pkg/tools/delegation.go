@@ -1,10 +1,6 @@
 package tools
 
-import (
-	"encoding/json"
-
-	"github.com/agentmesh/agentmesh/pkg/delegation"
-)
+import "encoding/json"
 
 // CategoryDelegation: tools that start and follow sub-tasks.
 const CategoryDelegation Category = "delegation"
@@ -12,11 +8,11 @@ const CategoryDelegation Category = "delegation"
 // The delegation tools (docs/delegation.md). They run in the executor,
 // which creates and reads sub-tasks through the state service; their
 // arguments are checked by package delegation's parsers (clear errors for
-// the model).
+// the model), which it registers (RegisterValidator).
 func init() {
 	builtin = append(builtin,
 		Tool{Spec: Spec{
-			Name: delegation.ToolCallAgent,
+			Name: "call_agent",
 			Description: "Delegates a sub-task to another agent, named (\"agent\") or chosen by the skills it needs (\"skills\"), and returns at once a subtask://ID URI. " +
 				"Optional overrides: \"model\", \"system_prompt\", and \"tools\" (a subset of the agent's tools). Follow it with get_task_status or wait_tasks.",
 			Parameters: json.RawMessage(`{"type":"object","properties":{` +
@@ -29,10 +25,9 @@ func init() {
 				`"tools":{"type":"array","items":{"type":"string"},"description":"Only these of the agent's tools."}},` +
 				`"required":["input"],"additionalProperties":false}`),
 			Category: CategoryDelegation, Risk: RiskNone, Runs: InExecutor,
-			Validator: func(args json.RawMessage) error { _, err := delegation.ParseCallAgent(args); return err },
 		}},
 		Tool{Spec: Spec{
-			Name: delegation.ToolCallModel,
+			Name: "call_model",
 			Description: "Asks a model (often a smaller, cheaper one) in the background, without tools, and returns at once a subtask://ID URI; " +
 				"its answer is the sub-task's result (get_task_status, wait_tasks).",
 			Parameters: json.RawMessage(`{"type":"object","properties":{` +
@@ -42,19 +37,17 @@ func init() {
 				`"title":{"type":"string"}},` +
 				`"required":["input"],"additionalProperties":false}`),
 			Category: CategoryDelegation, Risk: RiskNone, Runs: InExecutor,
-			Validator: func(args json.RawMessage) error { _, err := delegation.ParseCallModel(args); return err },
 		}},
 		Tool{Spec: Spec{
-			Name:        delegation.ToolGetTaskStatus,
+			Name:        "get_task_status",
 			Description: "Returns the status of a sub-task (a subtask://ID URI): its status, progress (steps), and its result or error once it has ended.",
 			Parameters: json.RawMessage(`{"type":"object","properties":{` +
 				`"task":{"type":"string","description":"The subtask://ID URI."}},` +
 				`"required":["task"],"additionalProperties":false}`),
 			Category: CategoryDelegation, Risk: RiskNone, Runs: InExecutor,
-			Validator: func(args json.RawMessage) error { _, err := delegation.ParseGetTaskStatus(args); return err },
 		}},
 		Tool{Spec: Spec{
-			Name: delegation.ToolWaitTasks,
+			Name: "wait_tasks",
 			Description: "Waits for sub-tasks (subtask://ID URIs; none = all of this task's sub-tasks) to end — mode \"all\" (default) or \"any\" — " +
 				"at most timeout_seconds, and returns each one's status and result or error, in the order asked. While it waits this task holds no executor slot.",
 			Parameters: json.RawMessage(`{"type":"object","properties":{` +
@@ -63,7 +56,6 @@ func init() {
 				`"timeout_seconds":{"type":"integer","minimum":0,"maximum":86400}},` +
 				`"additionalProperties":false}`),
 			Category: CategoryDelegation, Risk: RiskNone, Runs: InExecutor,
-			Validator: func(args json.RawMessage) error { _, err := delegation.ParseWaitTasks(args); return err },
 		}},
 	)
 }

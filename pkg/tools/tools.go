@@ -224,6 +224,24 @@ func Register(name string, run Func, assess func(json.RawMessage) Assessment) {
 	panic("tools: Register of undeclared tool " + name)
 }
 
+// RegisterValidator sets the argument check of a built-in tool whose spec
+// is declared here (Spec.Validator, in place of its JSON Schema). The
+// packages that own a tool's arguments call it from init (delegation,
+// memory: the executor's gate links them), so that this package, which
+// the agent child links too, does not link them and the public API they
+// use. It panics on a name with no spec.
+func RegisterValidator(name string, validate func(json.RawMessage) error) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	for i := range builtin {
+		if builtin[i].Name == name {
+			builtin[i].Validator = validate
+			return
+		}
+	}
+	panic("tools: RegisterValidator of undeclared tool " + name)
+}
+
 var regMu sync.RWMutex
 
 // Builtin returns the built-in tools, sorted by name.
