@@ -54,7 +54,6 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
-	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/llm"
 	"google.golang.org/protobuf/proto"
 )
@@ -393,7 +392,7 @@ func (a *attempt) keepAnswer(ctx context.Context, resp *childv1.ModelResponse) {
 // writeAnswer writes resp as the MODEL_TURN step at index next (see
 // keepAnswer) and returns the step; when says why, for the metric.
 func (a *attempt) writeAnswer(ctx context.Context, resp *childv1.ModelResponse, next int32, when string) (*agentmeshv1.Step, error) {
-	step, _ := child.TurnStep(proto.CloneOf(resp), next)
+	step := childTurnStep(resp, next)
 	step.Attempt = a.num
 	if err := a.rec.appendSteps(ctx, a.task.GetId(), a.num, step); err != nil {
 		return nil, err

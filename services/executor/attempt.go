@@ -318,7 +318,7 @@ func (a *attempt) serve(ctx context.Context) serveResult {
 		return serveResult{}
 	}
 	for {
-		f, err := a.r.Read()
+		f, err := readFrame(a.r)
 		if err != nil {
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {
 				return serveResult{}

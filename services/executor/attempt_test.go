@@ -121,7 +121,7 @@ func (u *unitAttempt) sent(t *testing.T) []*childv1.Frame {
 	r := childproto.NewReader(u.out)
 	var out []*childv1.Frame
 	for {
-		f, err := r.Read()
+		f, err := readFrame(r)
 		if errors.Is(err, io.EOF) {
 			return out
 		}
@@ -515,21 +515,21 @@ func TestAttemptServe(t *testing.T) {
 // playChild is the child's side of TestAttemptServe: it reads Start, asks
 // for one model turn, reports it and gives the answer.
 func playChild(r *childproto.Reader, w *childproto.Writer) error {
-	f, err := r.Read()
+	f, err := readFrame(r)
 	if err != nil || f.GetStart() == nil {
 		return fmt.Errorf("want Start, got %v, %v", f, err)
 	}
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: hello}}); err != nil {
 		return err
 	}
-	if f, err = r.Read(); err != nil || f.GetModelResponse() == nil {
+	if f, err = readFrame(r); err != nil || f.GetModelResponse() == nil {
 		return fmt.Errorf("want the answer, got %v, %v", f, err)
 	}
 	answer := f.GetModelResponse().GetMessage().GetContent()
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: turnStep(0, answer)}}}); err != nil {
 		return err
 	}
-	if f, err = r.Read(); err != nil || f.GetStepAck() == nil || f.GetStepAck().GetError() != "" {
+	if f, err = readFrame(r); err != nil || f.GetStepAck() == nil || f.GetStepAck().GetError() != "" {
 		return fmt.Errorf("want the turn's ack, got %v, %v", f, err)
 	}
 	return w.Write(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: answer}}})

@@ -20,7 +20,7 @@ package executor
 //     at once, beside the call, as before.
 // The child asks for its first turn as always and is handed the answer
 // already received, after the executor checked that it asked the same
-// (child.SameRequest); a child that asked something else is answered by a
+// (sameRequest); a child that asked something else is answered by a
 // call of its own (it never should: the same code builds both).
 
 import (
@@ -30,13 +30,12 @@ import (
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/metrics"
-	"github.com/agentmesh/agentmesh/services/executor/child"
 )
 
 // askFirst asks the model for the Start's first turn when the Start alone
 // decides it (nil otherwise: the child asks, as always).
 func (a *attempt) askFirst(ctx context.Context) *asked {
-	req, ok := child.FirstRequest(a.start)
+	req, ok := firstRequest(a.start)
 	if !ok {
 		return nil
 	}
@@ -99,7 +98,7 @@ func (c *asked) endsAttempt() bool { return c.stop != nil || c.resp.GetError() !
 // or nil when req is not what was asked (the call's end awaited first: it
 // counts in the attempt's budgets, which the next call reads).
 func (a *attempt) firstAnswer(first *asked, req *childv1.ModelRequest) *asked {
-	if child.SameRequest(first.req, req) {
+	if sameRequest(first.req, req) {
 		return first
 	}
 	<-first.done

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/executor/child"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
@@ -89,7 +90,7 @@ func lyingChild(input string) int {
 	w := childproto.NewWriter(os.Stdout)
 	r := childproto.NewReader(os.Stdin)
 	ack := func() bool {
-		f, err := r.Read()
+		f, err := readFrame(r)
 		return err == nil && f.GetStepAck() != nil && f.GetStepAck().GetError() == ""
 	}
 	if strings.Contains(input, LieResultMarker) {
@@ -136,7 +137,7 @@ func resumeLiar(start *childv1.Start) int {
 		Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_CALL, ToolCallId: "call_r", ToolName: "shell",
 		Arguments: `{"command":"` + cmd + `"}`,
 	}}}})
-	f, err := r.Read()
+	f, err := readFrame(r)
 	if err != nil || f.GetStepAck() == nil {
 		return 3
 	}
@@ -168,14 +169,14 @@ func dieAfterTurn(input string) int {
 		Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: resp.GetMessage().GetContent(),
 		ToolCalls: []*agentmeshv1.ToolCall{{Id: "call_0", Name: "echo", Arguments: `{"text":"x"}`}},
 	}}}})
-	if f, err := r.Read(); err != nil || f.GetStepAck() == nil {
+	if f, err := readFrame(r); err != nil || f.GetStepAck() == nil {
 		return 3
 	}
 	if strings.Contains(input, LieAfterTurnMarker) {
 		_ = w.Write(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: &agentmeshv1.Step{
 			Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, Content: "a turn nobody asked for",
 		}}}})
-		_, _ = r.Read()
+		_, _ = readFrame(r)
 		return 0
 	}
 	os.Stderr.WriteString("panic: simulated crash after a model turn\n")
@@ -189,7 +190,7 @@ func askModel(w *childproto.Writer, r *childproto.Reader, input string) *childv1
 	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{Id: 1, Messages: msgs}}}); err != nil {
 		return nil
 	}
-	f, err := r.Read()
+	f, err := readFrame(r)
 	if err != nil {
 		return nil
 	}
@@ -215,11 +216,16 @@ func hangAfterAnswer(start *childv1.Start) int {
 func askFirstTurn(start *childv1.Start) bool {
 	w := childproto.NewWriter(os.Stdout)
 	r := childproto.NewReader(os.Stdin)
-	req, ok := child.FirstRequest(start)
-	if !ok || w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: req}}) != nil {
+	b, err := proto.Marshal(start)
+	ws := &childwirev1.Start{} // the child's own types
+	if err != nil || proto.Unmarshal(b, ws) != nil {
 		return false
 	}
-	f, err := r.Read()
+	req, ok := child.FirstRequest(ws)
+	if !ok || w.Write(&childwirev1.Frame{Kind: &childwirev1.Frame_ModelRequest{ModelRequest: req}}) != nil {
+		return false
+	}
+	f, err := readFrame(r)
 	return err == nil && f.GetModelResponse() != nil
 }
 
@@ -265,4 +271,13 @@ func dieFirstAttempt(start *childv1.Start) int {
 	}
 	os.Stderr.WriteString("panic: simulated crash before the first model turn\n")
 	return 2
+}
+
+// readFrame reads a child's next frame.
+func readFrame(r *childproto.Reader) (*childv1.Frame, error) {
+	f := new(childv1.Frame)
+	if err := r.Read(f); err != nil {
+		return nil, err
+	}
+	return f, nil
 }

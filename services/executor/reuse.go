@@ -100,7 +100,7 @@ func (r *reusePool) park(key reuseKey, p *process) bool {
 	ready := make(chan error, 1)
 	go func() {
 		r, _ := p.frames()
-		f, err := r.Read()
+		f, err := readFrame(r)
 		if err == nil && f.GetReady() == nil {
 			err = fmt.Errorf("got %T, want ready", f.GetKind())
 		}

@@ -132,7 +132,7 @@ func spawnAgent(t *testing.T, ctx context.Context, s *Service, input string, max
 func (a *agent) do(c call) result {
 	a.t.Helper()
 	for {
-		f, err := a.r.Read()
+		f, err := readFrame(a.r)
 		if err != nil {
 			a.t.Fatalf("%s: read from the agent: %v (stderr %q)", c.name, err, a.p.stderr.String())
 		}
@@ -159,7 +159,7 @@ func (a *agent) do(c call) result {
 func (a *agent) finish() string {
 	a.t.Helper()
 	for {
-		f, err := a.r.Read()
+		f, err := readFrame(a.r)
 		if err != nil {
 			a.t.Fatalf("finish: read from the agent: %v (stderr %q)", err, a.p.stderr.String())
 		}
@@ -568,14 +568,14 @@ func TestSandboxCPULoop(t *testing.T) {
 	go func() {
 		// The model asks for a loop with a long limit; the reply never
 		// comes back before the task's wall limit.
-		f, err := b.r.Read()
+		f, err := readFrame(b.r)
 		if err != nil || f.GetModelRequest() == nil {
 			return
 		}
 		msg := &childv1.Message{Role: "assistant", ToolCalls: []*agentmeshv1.ToolCall{{Id: "loop", Name: "shell", Arguments: jsonArgs("command", "while :; do :; done & while :; do :; done", "timeout_seconds", 300)}}}
 		_ = b.w.Write(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: &childv1.ModelResponse{Id: f.GetModelRequest().Id, Message: msg}}})
 		for {
-			f, err := b.r.Read()
+			f, err := readFrame(b.r)
 			if err != nil {
 				return
 			}

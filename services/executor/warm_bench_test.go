@@ -98,7 +98,7 @@ func BenchmarkWarmChildMemory(b *testing.B) {
 			if err := childproto.NewWriter(p.stdin).Write(&childv1.Frame{Kind: &childv1.Frame_Start{Start: start}}); err != nil {
 				b.Fatal(err)
 			}
-			f, err := childproto.NewReader(p.stdout).Read()
+			f, err := readFrame(childproto.NewReader(p.stdout))
 			if err != nil || f.GetModelRequest() == nil {
 				b.Fatalf("want a model request, got %v, %v (stderr %q)", f, err, p.stderr.String())
 			}

@@ -34,17 +34,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sort"
 	"time"
 
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
-	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 	_ "github.com/agentmesh/agentmesh/services/executor/child/localtools" // code_run, shell, fs_*: the sandboxed local tools
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -86,7 +83,7 @@ func Main(in io.Reader, out io.Writer) int {
 	sandbox.EnterOrExit() // confine this process before reading anything (a no-op unsandboxed)
 	prewarm()             // while a warm child waits for its task, not after
 	r, w := childproto.NewReader(in), childproto.NewWriter(out)
-	var start *childv1.Start
+	var start *childwirev1.Start
 	for {
 		l := &loop{r: r, w: w, start: start}
 		err := l.run()
@@ -130,10 +127,10 @@ type loop struct {
 	r *childproto.Reader
 	w *childproto.Writer
 
-	start    *childv1.Start
+	start    *childwirev1.Start
 	tools    map[string]tools.Tool
-	specs    []*childv1.ToolSpec
-	messages []*childv1.Message
+	specs    []*childwirev1.ToolSpec
+	messages []*childwirev1.Message
 	next     int32 // index of the next step
 	turns    int   // model turns taken, earlier attempts included
 	reqID    int64
@@ -142,7 +139,7 @@ type loop struct {
 
 func (l *loop) run() error {
 	if l.start == nil {
-		f, err := l.r.Read()
+		f, err := readFrame(l.r)
 		if err != nil {
 			return fmt.Errorf("read start: %w", err)
 		}
@@ -162,7 +159,7 @@ func (l *loop) run() error {
 	}
 	pending, final, done := l.converse()
 	if done {
-		return l.send(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: final}}})
+		return l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_Final{Final: &childwirev1.Final{Answer: final}}})
 	}
 	if err := l.runTools(pending); err != nil {
 		return err
@@ -184,7 +181,7 @@ func (l *loop) run() error {
 		}
 		l.messages = append(l.messages, msg)
 		if len(msg.ToolCalls) == 0 {
-			return l.send(&childv1.Frame{Kind: &childv1.Frame_Final{Final: &childv1.Final{Answer: msg.Content}}})
+			return l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_Final{Final: &childwirev1.Final{Answer: msg.Content}}})
 		}
 		if err := l.runTools(msg.ToolCalls); err != nil {
 			return err
@@ -203,10 +200,10 @@ func (l *loop) run() error {
 // and did not live to record, or that no child could be started for, so
 // the next attempt replays the answer instead of asking the model again
 // (docs/architecture.md, "An answer no child recorded").
-func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *childv1.Message) {
+func TurnStep(resp *childwirev1.ModelResponse, next int32) (*childwirev1.WireStep, *childwirev1.Message) {
 	msg := resp.GetMessage()
 	if msg == nil {
-		msg = &childv1.Message{}
+		msg = &childwirev1.Message{}
 	}
 	msg.Role = "assistant"
 	for i, c := range msg.ToolCalls {
@@ -214,9 +211,9 @@ func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *chil
 			c.Id = fmt.Sprintf("call_%d_%d", next, i)
 		}
 	}
-	return &agentmeshv1.Step{
+	return &childwirev1.WireStep{
 		Index:         next,
-		Kind:          agentmeshv1.StepKind_STEP_KIND_MODEL_TURN,
+		Kind:          childwirev1.WireStepKind_WIRE_STEP_KIND_MODEL_TURN,
 		Content:       msg.Content,
 		ToolCalls:     msg.ToolCalls,
 		Usage:         resp.Usage,
@@ -228,12 +225,13 @@ func TurnStep(resp *childv1.ModelResponse, next int32) (*agentmeshv1.Step, *chil
 	}, msg
 }
 
-// NextIndex is the index of the step a child given history records next.
-func NextIndex(history []*agentmeshv1.Step) int32 {
+// NextIndex is the index of the step a child given history records next
+// (history's steps in the child's type or in the public API's).
+func NextIndex[S interface{ GetIndex() int32 }](history []S) int32 {
 	var next int32
 	for _, s := range history {
-		if s.Index >= next {
-			next = s.Index + 1
+		if i := s.GetIndex(); i >= next {
+			next = i + 1
 		}
 	}
 	return next
@@ -249,7 +247,7 @@ func (l *loop) resolveTools() error {
 	l.tools = make(map[string]tools.Tool, len(ts))
 	for _, t := range ts {
 		l.tools[t.Name] = t
-		l.specs = append(l.specs, &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
+		l.specs = append(l.specs, &childwirev1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)})
 	}
 	return nil
 }
@@ -258,17 +256,17 @@ func (l *loop) resolveTools() error {
 // servers: offered to the model, run by the executor) and opens the
 // conversation: the system prompt, the task's input, and the history
 // replayed (see replay for what it returns).
-func (l *loop) converse() (pending []*agentmeshv1.ToolCall, final string, done bool) {
+func (l *loop) converse() (pending []*childwirev1.WireToolCall, final string, done bool) {
 	l.specs = append(l.specs, l.start.ExecutorTools...)
 	if p := l.start.SystemPrompt; p != "" {
-		l.messages = append(l.messages, &childv1.Message{Role: "system", Content: p})
+		l.messages = append(l.messages, &childwirev1.Message{Role: "system", Content: p})
 	}
-	l.messages = append(l.messages, &childv1.Message{Role: "user", Content: l.start.Input})
+	l.messages = append(l.messages, &childwirev1.Message{Role: "user", Content: l.start.Input})
 	return l.replay(l.start.History)
 }
 
 // maxStepsOf is the bound on model turns a child given start keeps.
-func maxStepsOf(start *childv1.Start) int {
+func maxStepsOf(start *childwirev1.Start) int {
 	if n := int(start.GetMaxSteps()); n > 0 {
 		return n
 	}
@@ -284,8 +282,9 @@ func maxStepsOf(start *childv1.Start) int {
 // child: the executor asks the model with it before a child runs, so that
 // a spawn never sits before the first model call (docs/architecture.md,
 // "The first model turn before the child"), and hands the answer to the
-// child's first request when SameRequest says that is this one.
-func FirstRequest(start *childv1.Start) (req *childv1.ModelRequest, ok bool) {
+// child's first request when it is this one. (The executor holds its
+// frames in agentmesh.child.v1's types and converts: the same bytes.)
+func FirstRequest(start *childwirev1.Start) (req *childwirev1.ModelRequest, ok bool) {
 	if len(start.GetMcpServers()) > 0 {
 		return nil, false
 	}
@@ -297,38 +296,31 @@ func FirstRequest(start *childv1.Start) (req *childv1.ModelRequest, ok bool) {
 	if done || len(pending) > 0 || l.turns >= maxStepsOf(start) {
 		return nil, false
 	}
-	return &childv1.ModelRequest{Id: 1, Messages: l.messages, Tools: l.specs}, true
-}
-
-// SameRequest reports whether two model requests ask the same thing: the
-// same messages and the same tools (the ids aside).
-func SameRequest(a, b *childv1.ModelRequest) bool {
-	return slices.EqualFunc(a.GetMessages(), b.GetMessages(), func(x, y *childv1.Message) bool { return proto.Equal(x, y) }) &&
-		slices.EqualFunc(a.GetTools(), b.GetTools(), func(x, y *childv1.ToolSpec) bool { return proto.Equal(x, y) })
+	return &childwirev1.ModelRequest{Id: 1, Messages: l.messages, Tools: l.specs}, true
 }
 
 // replay rebuilds the conversation from checkpointed steps. It returns the
 // tool calls of the last model turn that have no result yet, or, when the
 // last model turn was the final answer, that answer and done.
-func (l *loop) replay(history []*agentmeshv1.Step) (pending []*agentmeshv1.ToolCall, final string, done bool) {
-	steps := append([]*agentmeshv1.Step(nil), history...)
+func (l *loop) replay(history []*childwirev1.WireStep) (pending []*childwirev1.WireToolCall, final string, done bool) {
+	steps := append([]*childwirev1.WireStep(nil), history...)
 	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
-	var last *agentmeshv1.Step
+	var last *childwirev1.WireStep
 	answered := map[string]bool{}
 	l.next = max(l.next, NextIndex(steps))
 	for _, s := range steps {
 		switch s.Kind {
-		case agentmeshv1.StepKind_STEP_KIND_MODEL_TURN:
+		case childwirev1.WireStepKind_WIRE_STEP_KIND_MODEL_TURN:
 			l.turns++
 			last = s
 			answered = map[string]bool{}
-			l.messages = append(l.messages, &childv1.Message{Role: "assistant", Content: s.Content, ToolCalls: s.ToolCalls})
-		case agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT:
+			l.messages = append(l.messages, &childwirev1.Message{Role: "assistant", Content: s.Content, ToolCalls: s.ToolCalls})
+		case childwirev1.WireStepKind_WIRE_STEP_KIND_TOOL_RESULT:
 			if answered[s.ToolCallId] {
 				continue // a result recorded twice (the tool re-ran after a resume)
 			}
 			answered[s.ToolCallId] = true
-			l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: s.Content, ToolCallId: s.ToolCallId, Name: s.ToolName})
+			l.messages = append(l.messages, &childwirev1.Message{Role: "tool", Content: s.Content, ToolCallId: s.ToolCallId, Name: s.ToolName})
 		}
 	}
 	if last == nil {
@@ -345,10 +337,10 @@ func (l *loop) replay(history []*agentmeshv1.Step) (pending []*agentmeshv1.ToolC
 	return pending, "", false
 }
 
-func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
+func (l *loop) runTools(calls []*childwirev1.WireToolCall) error {
 	for _, c := range calls {
-		ack, err := l.record(&agentmeshv1.Step{
-			Kind:       agentmeshv1.StepKind_STEP_KIND_TOOL_CALL,
+		ack, err := l.record(&childwirev1.WireStep{
+			Kind:       childwirev1.WireStepKind_WIRE_STEP_KIND_TOOL_CALL,
 			ToolCallId: c.Id,
 			ToolName:   c.Name,
 			Arguments:  c.Arguments,
@@ -359,9 +351,9 @@ func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
 		began := time.Now()
 		res := toolResult{}
 		switch ack.Decision {
-		case agentmeshv1.ToolDecision_TOOL_DECISION_DENIED, agentmeshv1.ToolDecision_TOOL_DECISION_REJECTED:
+		case childwirev1.WireToolDecision_WIRE_TOOL_DECISION_DENIED, childwirev1.WireToolDecision_WIRE_TOOL_DECISION_REJECTED:
 			res.out, res.isErr = ack.Message, true
-		case agentmeshv1.ToolDecision_TOOL_DECISION_PENDING_APPROVAL:
+		case childwirev1.WireToolDecision_WIRE_TOOL_DECISION_PENDING_APPROVAL:
 			return fmt.Errorf("%w: waiting for approval", errStopped)
 		default:
 			if ack.RunInExecutor {
@@ -377,8 +369,8 @@ func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
 		if size == 0 {
 			size = int64(len(res.out))
 		}
-		if _, err := l.record(&agentmeshv1.Step{
-			Kind:        agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT,
+		if _, err := l.record(&childwirev1.WireStep{
+			Kind:        childwirev1.WireStepKind_WIRE_STEP_KIND_TOOL_RESULT,
 			Content:     res.out,
 			ToolCallId:  c.Id,
 			ToolName:    c.Name,
@@ -390,7 +382,7 @@ func (l *loop) runTools(calls []*agentmeshv1.ToolCall) error {
 		}); err != nil {
 			return err
 		}
-		l.messages = append(l.messages, &childv1.Message{Role: "tool", Content: res.out, ToolCallId: c.Id, Name: c.Name})
+		l.messages = append(l.messages, &childwirev1.Message{Role: "tool", Content: res.out, ToolCallId: c.Id, Name: c.Name})
 	}
 	return nil
 }
@@ -403,13 +395,13 @@ type toolResult struct {
 }
 
 // executorTool asks the executor to run a call it allowed.
-func (l *loop) executorTool(c *agentmeshv1.ToolCall) (toolResult, error) {
+func (l *loop) executorTool(c *childwirev1.WireToolCall) (toolResult, error) {
 	l.reqID++
 	id := l.reqID
-	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_ToolRequest{ToolRequest: &childv1.ToolRequest{Id: id, Call: c}}}); err != nil {
+	if err := l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_ToolRequest{ToolRequest: &childwirev1.ToolRequest{Id: id, Call: c}}}); err != nil {
 		return toolResult{}, err
 	}
-	f, err := l.r.Read()
+	f, err := readFrame(l.r)
 	if err != nil {
 		return toolResult{}, fmt.Errorf("read tool response: %w", err)
 	}
@@ -425,7 +417,7 @@ func (l *loop) executorTool(c *agentmeshv1.ToolCall) (toolResult, error) {
 
 // callTool runs one call, traced as the span traceparent names, and
 // returns the observation for the model.
-func (l *loop) callTool(c *agentmeshv1.ToolCall, traceparent string) (string, bool) {
+func (l *loop) callTool(c *childwirev1.WireToolCall, traceparent string) (string, bool) {
 	t, ok := l.tools[c.Name]
 	if !ok {
 		return tools.UnknownToolMessage(c.Name, l.tools), true
@@ -441,16 +433,16 @@ func (l *loop) callTool(c *agentmeshv1.ToolCall, traceparent string) (string, bo
 }
 
 // model asks the executor for one model turn.
-func (l *loop) model() (*childv1.ModelResponse, error) {
+func (l *loop) model() (*childwirev1.ModelResponse, error) {
 	l.reqID++
 	id := l.reqID
-	err := l.send(&childv1.Frame{Kind: &childv1.Frame_ModelRequest{ModelRequest: &childv1.ModelRequest{
+	err := l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_ModelRequest{ModelRequest: &childwirev1.ModelRequest{
 		Id: id, Messages: l.messages, Tools: l.specs,
 	}}})
 	if err != nil {
 		return nil, err
 	}
-	f, err := l.r.Read()
+	f, err := readFrame(l.r)
 	if err != nil {
 		return nil, fmt.Errorf("read model response: %w", err)
 	}
@@ -466,14 +458,14 @@ func (l *loop) model() (*childv1.ModelResponse, error) {
 
 // record reports a step and waits for its checkpoint; it returns the ack
 // (which, for a TOOL_CALL step, carries the executor's decision).
-func (l *loop) record(s *agentmeshv1.Step) (*childv1.StepAck, error) {
+func (l *loop) record(s *childwirev1.WireStep) (*childwirev1.StepAck, error) {
 	s.Index = l.next
 	s.Attempt = l.start.Attempt
 	l.next++
-	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_Step{Step: &childv1.StepRecord{Step: s}}}); err != nil {
+	if err := l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_Step{Step: &childwirev1.StepRecord{Step: s}}}); err != nil {
 		return nil, err
 	}
-	f, err := l.r.Read()
+	f, err := readFrame(l.r)
 	if err != nil {
 		return nil, fmt.Errorf("read step ack: %w", err)
 	}
@@ -491,13 +483,22 @@ func (l *loop) record(s *agentmeshv1.Step) (*childv1.StepAck, error) {
 }
 
 func (l *loop) fail(reason string, permanent bool) error {
-	if err := l.send(&childv1.Frame{Kind: &childv1.Frame_Failure{Failure: &childv1.Failure{Reason: reason, Permanent: permanent}}}); err != nil {
+	if err := l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_Failure{Failure: &childwirev1.Failure{Reason: reason, Permanent: permanent}}}); err != nil {
 		return err
 	}
 	return errFailed
 }
 
-func (l *loop) send(f *childv1.Frame) error {
+// readFrame reads the next frame.
+func readFrame(r *childproto.Reader) (*childwirev1.Frame, error) {
+	f := new(childwirev1.Frame)
+	if err := r.Read(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (l *loop) send(f *childwirev1.Frame) error {
 	if err := l.w.Write(f); err != nil {
 		return fmt.Errorf("send %s: %w", childproto.Kind(f), err)
 	}

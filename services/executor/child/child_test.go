@@ -45,7 +45,8 @@ func (d *driver) send(f *childv1.Frame) {
 
 func (d *driver) read() *childv1.Frame {
 	d.t.Helper()
-	f, err := d.r.Read()
+	f := new(childv1.Frame)
+	err := d.r.Read(f)
 	if err != nil {
 		d.t.Fatalf("read: %v", err)
 	}
@@ -226,8 +227,8 @@ func TestAckErrorStops(t *testing.T) {
 	if code := d.exit(); code != ExitFailed {
 		t.Errorf("exit = %d, want %d", code, ExitFailed)
 	}
-	if f, err := d.r.Read(); err != io.EOF {
-		t.Errorf("child sent %v after a stop ack (err %v)", f, err)
+	if f := new(childv1.Frame); d.r.Read(f) != io.EOF {
+		t.Errorf("child sent %v after a stop ack", f)
 	}
 }
 

@@ -4,9 +4,24 @@ import (
 	"testing"
 
 	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"google.golang.org/protobuf/proto"
 )
+
+// wire decodes the bytes of from (the executor's types) into to (the
+// child's own, or back) and returns to, as the executor does.
+func wire[T proto.Message](t *testing.T, from proto.Message, to T) T {
+	t.Helper()
+	b, err := proto.Marshal(from)
+	if err == nil {
+		err = proto.Unmarshal(b, to)
+	}
+	if err != nil {
+		t.Fatalf("%T to %T: %v", from, to, err)
+	}
+	return to
+}
 
 // FirstRequest is what the child itself asks first, for every kind of
 // Start it answers for: the executor hands the model's answer to that
@@ -28,17 +43,18 @@ func TestFirstRequestIsTheChildsOwn(t *testing.T) {
 			History: []*agentmeshv1.Step{result, turn(0, "let me echo", call), toolCall}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, ok := FirstRequest(proto.CloneOf(start))
+			wreq, ok := FirstRequest(wire(t, start, &childwirev1.Start{}))
 			if !ok {
 				t.Fatal("FirstRequest: not decided by the start alone")
 			}
+			want := wire(t, wreq, &childv1.ModelRequest{})
 			d := startChild(t, start)
 			got := d.modelRequest()
-			if !SameRequest(want, got) {
-				t.Fatalf("the child asked\n%v\nFirstRequest says\n%v", got, want)
-			}
 			if got.GetId() != want.GetId() {
 				t.Errorf("request id %d, FirstRequest's %d", got.GetId(), want.GetId())
+			}
+			if !proto.Equal(want, got) {
+				t.Fatalf("the child asked\n%v\nFirstRequest says\n%v", got, want)
 			}
 		})
 	}
@@ -57,29 +73,8 @@ func TestFirstRequestDeclines(t *testing.T) {
 		"no turn left": {Input: "x", MaxSteps: 1, Tools: []string{"echo"}, History: []*agentmeshv1.Step{{Index: 0, Kind: agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, ToolCalls: []*agentmeshv1.ToolCall{call}}, {Index: 1, Kind: agentmeshv1.StepKind_STEP_KIND_TOOL_RESULT, ToolCallId: "c1", Content: "hi"}}},
 		"unknown tool": {Input: "x", Tools: []string{"no_such_tool"}},
 	} {
-		if req, ok := FirstRequest(start); ok {
+		if req, ok := FirstRequest(wire(t, start, &childwirev1.Start{})); ok {
 			t.Errorf("%s: FirstRequest decided %v", name, req)
-		}
-	}
-}
-
-// SameRequest tells requests apart by any message or tool, never by id.
-func TestSameRequest(t *testing.T) {
-	a := &childv1.ModelRequest{Id: 1, Messages: []*childv1.Message{{Role: "user", Content: "x"}}, Tools: []*childv1.ToolSpec{{Name: "echo"}}}
-	b := proto.CloneOf(a)
-	b.Id = 7
-	if !SameRequest(a, b) {
-		t.Error("requests differing only by id are not the same")
-	}
-	c := proto.CloneOf(a)
-	c.Messages[0].Content = "y"
-	d := proto.CloneOf(a)
-	d.Tools = append(d.Tools, &childv1.ToolSpec{Name: "more"})
-	e := proto.CloneOf(a)
-	e.Messages = append(e.Messages, &childv1.Message{Role: "user", Content: "x"})
-	for i, other := range []*childv1.ModelRequest{c, d, e} {
-		if SameRequest(a, other) {
-			t.Errorf("request %d: a different request is the same", i)
 		}
 	}
 }
@@ -116,7 +111,8 @@ func TestTurnStepIsTheChildsOwn(t *testing.T) {
 				Usage:   &agentmeshv1.Usage{PromptTokens: 5, CompletionTokens: 2, TotalTokens: 7},
 				Model:   "m", FinishReason: "tool_calls", DurationMs: 3,
 			}
-			want, _ := TurnStep(proto.CloneOf(resp), NextIndex(tc.start.GetHistory()))
+			wstep, _ := TurnStep(wire(t, resp, &childwirev1.ModelResponse{}), NextIndex(tc.start.GetHistory()))
+			want := wire(t, wstep, &agentmeshv1.Step{})
 			want.Attempt = tc.start.Attempt
 			d.send(&childv1.Frame{Kind: &childv1.Frame_ModelResponse{ModelResponse: resp}})
 			got := d.step(agentmeshv1.StepKind_STEP_KIND_MODEL_TURN, tc.next)

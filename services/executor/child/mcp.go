@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	"github.com/agentmesh/agentmesh/pkg/mcp"
 	"github.com/agentmesh/agentmesh/pkg/tools"
 )
@@ -35,7 +35,7 @@ func (l *loop) startMCP() error {
 	for _, s := range l.start.GetExecutorTools() {
 		taken[s.Name] = true
 	}
-	var found []*childv1.ToolSpec
+	var found []*childwirev1.ToolSpec
 	for _, cfg := range cfgs {
 		if len(cfg.GetCommand()) == 0 {
 			return l.fail(fmt.Sprintf("mcp server %s: the agent process starts only stdio servers (a command)", cfg.GetName()), true)
@@ -50,12 +50,12 @@ func (l *loop) startMCP() error {
 				return l.fail(fmt.Sprintf("mcp server %s: tool %s collides with another tool of the agent", cfg.GetName(), t.Name), true)
 			}
 			l.tools[t.Name] = t
-			spec := &childv1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)}
+			spec := &childwirev1.ToolSpec{Name: t.Name, Description: t.Description, ParametersJson: string(t.Parameters)}
 			l.specs = append(l.specs, spec)
 			found = append(found, spec)
 		}
 	}
-	return l.send(&childv1.Frame{Kind: &childv1.Frame_ToolsDiscovered{ToolsDiscovered: &childv1.ToolsDiscovered{Tools: found}}})
+	return l.send(&childwirev1.Frame{Kind: &childwirev1.Frame_ToolsDiscovered{ToolsDiscovered: &childwirev1.ToolsDiscovered{Tools: found}}})
 }
 
 // stopMCP stops the servers startMCP started.

@@ -1,7 +1,7 @@
 package child
 
 import (
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -14,13 +14,13 @@ import (
 // ~1 ms of the first model request and of the first step, docs/benchmarks.md).
 // Nothing of a task is involved: the frames are made up and thrown away.
 func prewarm() {
-	kinds := (&childv1.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind")
+	kinds := (&childwirev1.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind")
 	if kinds == nil {
 		return
 	}
 	fields := kinds.Fields()
 	for i := range fields.Len() {
-		f := &childv1.Frame{}
+		f := &childwirev1.Frame{}
 		m := f.ProtoReflect()
 		fd := fields.Get(i)
 		if fd.Kind() != protoreflect.MessageKind {
@@ -31,7 +31,7 @@ func prewarm() {
 		if err != nil {
 			continue
 		}
-		_ = proto.Unmarshal(b, &childv1.Frame{})
+		_ = proto.Unmarshal(b, &childwirev1.Frame{})
 	}
 }
 

@@ -3,7 +3,7 @@ package child
 import (
 	"testing"
 
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -12,22 +12,22 @@ import (
 // frame survives a round trip.
 func TestPrewarmFillsEveryFrameKind(t *testing.T) {
 	prewarm() // must not panic
-	kinds := (&childv1.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
+	kinds := (&childwirev1.Frame{}).ProtoReflect().Descriptor().Oneofs().ByName("kind").Fields()
 	for i := range kinds.Len() {
 		fd := kinds.Get(i)
-		f := &childv1.Frame{}
+		f := &childwirev1.Frame{}
 		fill(f.ProtoReflect().Mutable(fd).Message(), 4)
 		b, err := proto.Marshal(f)
 		if err != nil {
 			t.Fatalf("%s: marshal: %v", fd.Name(), err)
 		}
-		var g childv1.Frame
+		var g childwirev1.Frame
 		if err := proto.Unmarshal(b, &g); err != nil || !proto.Equal(f, &g) {
 			t.Fatalf("%s: round trip: err %v, equal %v", fd.Name(), err, proto.Equal(f, &g))
 		}
 	}
 	// A model request carries a message with a tool call: nested lists are filled.
-	f := &childv1.Frame{}
+	f := &childwirev1.Frame{}
 	fill(f.ProtoReflect().Mutable(kinds.ByName("model_request")).Message(), 4)
 	msgs := f.GetModelRequest().GetMessages()
 	if len(msgs) != 1 || len(msgs[0].GetToolCalls()) != 1 || msgs[0].GetRole() != "x" {

@@ -16,7 +16,7 @@ import (
 	"os"
 	"path/filepath"
 
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
+	childwirev1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/childwire/v1"
 	"github.com/agentmesh/agentmesh/services/executor/childproto"
 	"github.com/agentmesh/agentmesh/services/executor/sandbox"
 	"golang.org/x/sys/unix"
@@ -27,14 +27,14 @@ var taskDirs = []string{sandbox.SandboxWorkspace, "/tmp", "/dev/shm"}
 
 // nextTask clears what the last task left, says Ready, and reads the next
 // Start (io.EOF: the executor closed the child's stdin, it is done).
-func nextTask(r *childproto.Reader, w *childproto.Writer) (*childv1.Start, error) {
+func nextTask(r *childproto.Reader, w *childproto.Writer) (*childwirev1.Start, error) {
 	if err := clearTask(); err != nil {
 		return nil, fmt.Errorf("cannot serve another task: %w", err)
 	}
-	if err := w.Write(&childv1.Frame{Kind: &childv1.Frame_Ready{Ready: &childv1.Ready{}}}); err != nil {
+	if err := w.Write(&childwirev1.Frame{Kind: &childwirev1.Frame_Ready{Ready: &childwirev1.Ready{}}}); err != nil {
 		return nil, fmt.Errorf("send ready: %w", err)
 	}
-	f, err := r.Read()
+	f, err := readFrame(r)
 	if err != nil {
 		return nil, err
 	}

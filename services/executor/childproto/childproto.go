@@ -3,6 +3,12 @@
 // many bytes of a protobuf agentmesh.child.v1.Frame. The executor writes to
 // the child's stdin and reads its stdout; the child does the reverse.
 //
+// The framing takes any protobuf message: the executor reads and writes
+// agentmesh.child.v1.Frame, the agent child the same frames as
+// agentmesh.childwire.v1.Frame (its own copy of the protocol, which links no
+// public API; see proto/agentmesh/childwire/v1). This package imports
+// neither, so that the child links only its own.
+//
 // A Writer and a Reader are each meant for one goroutine. A Reader never
 // allocates more than its limit for one frame, however large a length
 // the other side claims, so a misbehaving child cannot exhaust the
@@ -17,7 +23,6 @@ import (
 	"fmt"
 	"io"
 
-	childv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/child/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -43,8 +48,8 @@ type Writer struct {
 // NewWriter returns a Writer on w with the default frame limit.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w, max: MaxFrameSize} }
 
-// Write encodes f and writes it as one frame with one Write call.
-func (w *Writer) Write(f *childv1.Frame) error {
+// Write encodes f (a Frame) and writes it as one frame with one Write call.
+func (w *Writer) Write(f proto.Message) error {
 	size := proto.Size(f)
 	if size > w.max {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, size, w.max)
@@ -85,18 +90,19 @@ func NewReaderSize(r io.Reader, max int) *Reader {
 // arrived, so a claimed length alone costs no memory.
 const growStep = 64 << 10
 
-// Read returns the next frame.
-func (r *Reader) Read() (*childv1.Frame, error) {
+// Read reads the next frame into f (a Frame, reset first). It returns
+// io.EOF at the end of the stream between frames.
+func (r *Reader) Read(f proto.Message) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r.r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, io.EOF
+			return io.EOF
 		}
-		return nil, fmt.Errorf("childproto: read frame header: %w", err)
+		return fmt.Errorf("childproto: read frame header: %w", err)
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[:]))
 	if n > int64(r.max) {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, r.max)
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, r.max)
 	}
 	var body bytes.Buffer
 	body.Grow(int(min(n, growStep)))
@@ -104,20 +110,32 @@ func (r *Reader) Read() (*childv1.Frame, error) {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, fmt.Errorf("childproto: read frame body (%d bytes): %w", n, err)
+		return fmt.Errorf("childproto: read frame body (%d bytes): %w", n, err)
 	}
-	f := new(childv1.Frame)
+	proto.Reset(f)
 	if err := proto.Unmarshal(body.Bytes(), f); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	return f, nil
+	return nil
 }
 
 // Kind names the kind of a frame ("model_request"), for messages about
-// frames that came at the wrong time.
-func Kind(f *childv1.Frame) string {
-	if f == nil || f.Kind == nil {
+// frames that came at the wrong time: the field set of its oneof "kind".
+func Kind(f proto.Message) string {
+	if f == nil {
 		return "empty"
 	}
-	return string(f.ProtoReflect().WhichOneof(f.ProtoReflect().Descriptor().Oneofs().ByName("kind")).Name())
+	m := f.ProtoReflect()
+	if !m.IsValid() {
+		return "empty"
+	}
+	kind := m.Descriptor().Oneofs().ByName("kind")
+	if kind == nil {
+		return "empty"
+	}
+	fd := m.WhichOneof(kind)
+	if fd == nil {
+		return "empty"
+	}
+	return string(fd.Name())
 }

@@ -14,6 +14,15 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// readFrame reads one executor-side frame.
+func readFrame(r *Reader) (*childv1.Frame, error) {
+	f := new(childv1.Frame)
+	if err := r.Read(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
 func TestRoundTrip(t *testing.T) {
 	frames := []*childv1.Frame{
 		{Kind: &childv1.Frame_Start{Start: &childv1.Start{TaskId: "t1", Attempt: 2, Input: "hello", Tools: []string{"echo"},
@@ -31,7 +40,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	r := NewReader(&buf)
 	for i, want := range frames {
-		got, err := r.Read()
+		got, err := readFrame(r)
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
@@ -39,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("frame %d: got %v, want %v", i, got, want)
 		}
 	}
-	if _, err := r.Read(); err != io.EOF {
+	if _, err := readFrame(r); err != io.EOF {
 		t.Errorf("after last frame: err = %v, want io.EOF", err)
 	}
 }
@@ -69,7 +78,7 @@ func TestReadErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewReaderSize(bytes.NewReader(tt.in), tt.max).Read()
+			_, err := readFrame(NewReaderSize(bytes.NewReader(tt.in), tt.max))
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
 			}
@@ -91,7 +100,7 @@ func TestClaimedLengthCostsNoMemory(t *testing.T) {
 	in := binary.BigEndian.AppendUint32(nil, MaxFrameSize)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := NewReader(bytes.NewReader(in)).Read()
+	_, err := readFrame(NewReader(bytes.NewReader(in)))
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
@@ -113,7 +122,7 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := NewReaderSize(bytes.NewReader(data), limit)
 		for range 1000 {
-			fr, err := r.Read()
+			fr, err := readFrame(r)
 			if err != nil {
 				return
 			}

@@ -7,6 +7,10 @@
 // The protocol between an executor and the agent child process it runs:
 // length-prefixed Frames on the child's stdin (executor → child) and stdout
 // (child → executor). See services/executor/childproto.
+//
+// The agent child reads and writes these frames with its own copy of this
+// file, proto/agentmesh/childwire/v1/childwire.proto, so that it links no
+// public API: change both together (a test fails when they differ).
 
 package childv1
 
