@@ -2,7 +2,10 @@
 //
 // The executor re-executes its own binary with AGENTMESH_CHILD=1 (or as
 // `agentmesh child`) and a clean environment; the child speaks only over
-// its stdin and stdout, in the frames of services/executor/childproto:
+// its stdin and stdout, in the frames of services/executor/childproto, in
+// its own copy of the protocol's types (agentmesh.childwire.v1: the same
+// bytes as the executor's agentmesh.child.v1, without the public API, so
+// that each child's start does not initialise it):
 //
 //	executor → child: Start, then ModelResponse and StepAck answers
 //	child → executor: ModelRequest, StepRecord (one per step), then Final
