@@ -41,7 +41,7 @@ type auditTally struct {
 	batches int
 }
 
-func (a *auditTally) read(t *testing.T, ctx context.Context, js jetstream.JetStream) {
+func (a *auditTally) read(t testing.TB, ctx context.Context, js jetstream.JetStream) {
 	t.Helper()
 	if a.records == nil {
 		a.records = map[string]int{}
@@ -60,7 +60,7 @@ func (a *auditTally) read(t *testing.T, ctx context.Context, js jetstream.JetStr
 	a.seq = seq
 }
 
-func snapshotBus(t *testing.T, js jetstream.JetStream, audit *auditTally, streams []string) busCounts {
+func snapshotBus(t testing.TB, js jetstream.JetStream, audit *auditTally, streams []string) busCounts {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -225,7 +225,7 @@ func roundTripsPerTask(t *testing.T, o opts) {
 // dialAdmin connects as the operator does to read the audit stream
 // (busauth.AdminCredsFile: allowed everything); no service identity may
 // read it.
-func dialAdmin(t *testing.T, e *env) *nats.Conn {
+func dialAdmin(t testing.TB, e *env) *nats.Conn {
 	t.Helper()
 	creds, err := e.stack.Auth().UserCreds("agentmesh-admin", subjects.Permission{Pub: []string{">"}, Sub: []string{">"}, Responses: true}, 0)
 	if err != nil {
