@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,8 +103,9 @@ func (a *Auditor) Wrap(h micro.Handler) micro.Handler {
 func (a *Auditor) record(r micro.Request, outcome string) {
 	rec := &busv1.AuditRecord{Subject: r.Subject(), Outcome: outcome, Data: r.Data(),
 		DataSize: int64(len(r.Data())), Answered: timestamppb.Now()}
-	for k, v := range r.Headers() {
-		rec.Headers = append(rec.Headers, &busv1.AuditHeader{Key: k, Values: v})
+	hs := r.Headers()
+	for _, k := range slices.Sorted(maps.Keys(hs)) {
+		rec.Headers = append(rec.Headers, &busv1.AuditHeader{Key: k, Values: hs[k]})
 	}
 	enc, err := proto.Marshal(rec)
 	if err == nil && len(enc) > a.maxBytes {
@@ -154,8 +157,8 @@ func (a *Auditor) publishLocked() {
 	}
 	msg := &nats.Msg{Subject: a.subject, Data: a.buf, Header: nats.Header{}}
 	msg.Header.Set(HeaderType, auditType)
-	_ = a.nc.PublishMsg(msg)
-	a.buf, a.n = nil, 0
+	_ = a.nc.PublishMsg(msg) // copies the data into the connection's buffer
+	a.buf, a.n = a.buf[:0], 0
 }
 
 // auditing notes the outcome of the reply its handler sends.
