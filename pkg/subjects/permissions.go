@@ -68,7 +68,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		p.Responses = true
 		p.Sub = []string{n.StateAll(), "$SRV.>", inbox, n.TokenRelayAll()}
 		// A redelivery asked through the API goes to the deliveries stream.
-		p.Pub = []string{n.Events(), n.LiveAll(), n.StoreHistoryAll(), n.Audit(n.StateAll()), jsAPI + "INFO", n.WebhookJobsAll()}
+		p.Pub = []string{n.Events(), n.LiveAll(), n.StoreHistoryAll(), n.AuditService(ServiceState), jsAPI + "INFO", n.WebhookJobsAll()}
 		streams := []string{n.EventsStream(), n.WorkStream(), n.AuditStream(), n.StoreHistoryStream(), n.WebhooksStream()}
 		for _, b := range StoreBuckets {
 			streams = append(streams, "KV_"+n.StoreBucket(b))
@@ -92,7 +92,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// recently finished tasks.
 		p.Pub = append(state(StatePutAgent, StateGetAgent, StateListAgents, StateDeleteAgent, StateAgentStats, StateListTasks,
 			StatePutSkill, StateGetSkill, StateListSkills, StateDeleteSkill, StateResolveSkills, StateAgentVersions),
-			n.Audit(n.RegistryAll()), jsAPI+"INFO", jsAPI+"STREAM.INFO."+n.EventsStream())
+			n.AuditService(ServiceRegistry), jsAPI+"INFO", jsAPI+"STREAM.INFO."+n.EventsStream())
 		p.Pub = append(p.Pub, streamReader(n.EventsStream())...)
 	case ServiceScheduler:
 		// The leader follows the task and agent events with an ordered

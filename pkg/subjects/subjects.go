@@ -20,7 +20,9 @@
 //	<p>.live.<org>.task.<id>.token streamed model output (JSON, live only, in
 //	                               no stream: the step that follows stores
 //	                               it); published by state only
-//	<p>.audit.<service>.<op>       the audit record of a request handled
+//	<p>.audit.<service>            the audit records of the requests an
+//	                               instance of service handled, a batch a
+//	                               message (bus.Auditor)
 //
 // Everything under <p>.evt.<org>.> and <p>.live.<org>.> is the public,
 // per-org event surface: a tap credential of one org may subscribe to
@@ -444,11 +446,11 @@ func (n Names) AuditSubjects() []string {
 	return []string{n.AuditAll(), n.ExecAll()}
 }
 
-// Audit returns the subject on which the service that handled a request on
-// subject records it: <p>.audit.<subject without the prefix>, e.g.
-// am.audit.state.task.get.
-func (n Names) Audit(subject string) string {
-	return n.prefix + ".audit." + strings.TrimPrefix(subject, n.prefix+".")
+// AuditService returns the subject on which each instance of service
+// publishes the batches of records of the requests it handled
+// (bus.Auditor): <p>.audit.<service>, e.g. am.audit.state.
+func (n Names) AuditService(service string) string {
+	return n.prefix + ".audit." + service
 }
 
 // AuditAll matches every audit record.

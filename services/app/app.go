@@ -60,6 +60,8 @@ Usage:
   agentmesh bus init          write the bus identities (operator, accounts,
                               one creds file per service, the tap signer),
                               the NATS server's auth.conf and TLS files
+  agentmesh audit             print the audit stream's records (every request
+                              state and the registry handled), a JSON line each
   agentmesh version
 
 Run 'agentmesh <command> -h' for the flags of a command. Every flag has an
@@ -94,6 +96,8 @@ func Main(args []string) int {
 		err = runScripted(ctx, rest)
 	case "bus":
 		err = runBus(rest)
+	case "audit":
+		err = runAudit(ctx, rest, os.Stdout)
 	default:
 		fmt.Fprintf(os.Stderr, "agentmesh: unknown command %q\n\n%s", cmd, usage)
 		return 2

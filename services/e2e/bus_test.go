@@ -72,7 +72,7 @@ func (c *busClient) clean() error {
 
 // dial connects to the stack's NATS port with creds (nil: none) as
 // service (its inbox prefix; "" for none).
-func dial(t *testing.T, url string, creds []byte, service string) (*busClient, error) {
+func dial(t testing.TB, url string, creds []byte, service string) (*busClient, error) {
 	t.Helper()
 	c := &busClient{}
 	opts := []nats.Option{nats.Name(t.Name()), nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

@@ -72,6 +72,7 @@ type Service struct {
 	nc             *nats.Conn
 	log            *slog.Logger
 	svc            micro.Service
+	audit          *bus.Auditor
 	work           *workload
 	analyzer       *analyzer
 	skills         SkillCatalog
@@ -124,8 +125,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		s.skills = NewBusCatalog(deps.NC, names, 0)
 	}
 	sem := make(chan struct{}, cfg.Concurrency)
+	s.audit = bus.NewAuditor(deps.NC, names.AuditService(subjects.ServiceRegistry))
 	add := func(op string, h micro.Handler) error {
-		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, bus.Audited(deps.NC, names.Audit(names.Registry(op)), h)),
+		return svc.AddEndpoint(strings.ReplaceAll(op, ".", "-"), bus.Async(deps.NC, sem, s.audit.Wrap(h)),
 			micro.WithEndpointSubject(names.Registry(op)), micro.WithEndpointQueueGroup(subjects.QueueRegistry))
 	}
 	endpoints := []struct {
@@ -174,6 +176,8 @@ func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
 	s.stopFollow()
 	<-s.followed
+	// Handlers still finishing publish their records at once, alone.
+	defer s.audit.Close()
 	if err := s.svc.Stop(); err != nil {
 		return fmt.Errorf("registry: stop: %w", err)
 	}

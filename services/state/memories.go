@@ -357,7 +357,7 @@ func (s *Service) deleteMemory(ctx context.Context, op *busv1.MemoryOp) (*agentm
 	if len(gone) == 0 {
 		return nil, bus.Errorf(bus.CodeNotFound, "memory %q not found", id)
 	}
-	// The audit record of this request (bus.Audited) names who asked; the
+	// The audit record of this request (bus.Auditor) names who asked; the
 	// log says what went.
 	s.log.Info("memory deleted", "org", op.GetOrg(), "memory", id, "by", op.GetOrigin().GetKeyName(),
 		"scope", gone[0].GetScope(), "scope_id", gone[0].GetScopeId(), "written_by_task", gone[0].GetProvenance().GetTaskId())

@@ -100,6 +100,7 @@ type Service struct {
 	log   *slog.Logger
 	sem   chan struct{}
 	svc   micro.Service
+	audit *bus.Auditor
 	taps  *busauth.TapSigner
 	// events sends again the events whose first publish failed.
 	events *bus.Outbox
@@ -176,6 +177,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("state: add micro service: %w", err)
 	}
 	s.svc = svc
+	s.audit = bus.NewAuditor(deps.NC, s.names.AuditService(subjects.ServiceState))
 	if err := s.addEndpoints(); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("state: %w", err)
@@ -237,7 +239,7 @@ func (s *Service) addEndpoints() error {
 	eps = append(eps, s.memoryEndpoints()...)
 	for _, ep := range eps {
 		name := strings.ReplaceAll(ep.op, ".", "-")
-		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, bus.Audited(s.nc, s.names.Audit(s.names.State(ep.op)), ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
+		if err := s.svc.AddEndpoint(name, bus.Async(s.nc, s.sem, s.audit.Wrap(ep.h)), micro.WithEndpointSubject(s.names.State(ep.op))); err != nil {
 			return fmt.Errorf("add endpoint %s: %w", ep.op, err)
 		}
 	}
@@ -259,6 +261,9 @@ func (s *Service) Run(ctx context.Context) error {
 	loops.Go(func() { s.events.Run(outCtx) })
 	defer loops.Wait()
 	defer stopOut()
+	// After the drain: the last requests' records go out together (a
+	// handler past the drain's bound publishes its own at once).
+	defer s.audit.Close()
 	<-ctx.Done()
 	if err := s.svc.Stop(); err != nil {
 		s.log.Warn("stop micro service", "err", err)

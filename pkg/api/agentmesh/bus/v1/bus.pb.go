@@ -2004,6 +2004,199 @@ func (x *ExecutorHeartbeat) GetWarmTarget() int32 {
 	return 0
 }
 
+// AuditBatch is one stored message of the audit stream: the records of the
+// requests one service instance answered within a few milliseconds, each
+// made just after its reply (bus.Auditor). Its subject is <p>.audit.<service>
+// and its Am-Type header names this message.
+type AuditBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditBatch) Reset() {
+	*x = AuditBatch{}
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditBatch) ProtoMessage() {}
+
+func (x *AuditBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditBatch.ProtoReflect.Descriptor instead.
+func (*AuditBatch) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AuditBatch) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// AuditRecord is one request as the service received it, with its outcome.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The subject the request came on, e.g. am.state.task.create.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// "ok", or the error code of the reply (bus.Code*).
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The request's headers as received (Am-Type, the trace context, ...).
+	Headers []*AuditHeader `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// The request's payload as received. Empty when it was too large to be
+	// kept in a stored message with its record (data_size says how large).
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// The payload's size in bytes, kept or not.
+	DataSize int64 `protobuf:"varint,5,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
+	// When the reply was sent.
+	Answered      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=answered,proto3" json:"answered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AuditRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetHeaders() []*AuditHeader {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetDataSize() int64 {
+	if x != nil {
+		return x.DataSize
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAnswered() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Answered
+	}
+	return nil
+}
+
+// AuditHeader is one request header and its values.
+type AuditHeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Values        []string               `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditHeader) Reset() {
+	*x = AuditHeader{}
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditHeader) ProtoMessage() {}
+
+func (x *AuditHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_bus_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditHeader.ProtoReflect.Descriptor instead.
+func (*AuditHeader) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_bus_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AuditHeader) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AuditHeader) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_agentmesh_bus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
@@ -2164,7 +2357,20 @@ const file_agentmesh_bus_v1_bus_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
 	"_warm_idleB\x0e\n" +
-	"\f_warm_targetB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
+	"\f_warm_target\"E\n" +
+	"\n" +
+	"AuditBatch\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.agentmesh.bus.v1.AuditRecordR\arecords\"\xe3\x01\n" +
+	"\vAuditRecord\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x127\n" +
+	"\aheaders\x18\x03 \x03(\v2\x1d.agentmesh.bus.v1.AuditHeaderR\aheaders\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1b\n" +
+	"\tdata_size\x18\x05 \x01(\x03R\bdataSize\x126\n" +
+	"\banswered\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\banswered\"7\n" +
+	"\vAuditHeader\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06values\x18\x02 \x03(\tR\x06valuesB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
 	file_agentmesh_bus_v1_bus_proto_rawDescOnce sync.Once
@@ -2178,7 +2384,7 @@ func file_agentmesh_bus_v1_bus_proto_rawDescGZIP() []byte {
 	return file_agentmesh_bus_v1_bus_proto_rawDescData
 }
 
-var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_agentmesh_bus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*Error)(nil),                 // 0: agentmesh.bus.v1.Error
 	(*CreateTaskRequest)(nil),     // 1: agentmesh.bus.v1.CreateTaskRequest
@@ -2209,69 +2415,75 @@ var file_agentmesh_bus_v1_bus_proto_goTypes = []any{
 	(*MatchResponse)(nil),         // 26: agentmesh.bus.v1.MatchResponse
 	(*WorkItem)(nil),              // 27: agentmesh.bus.v1.WorkItem
 	(*ExecutorHeartbeat)(nil),     // 28: agentmesh.bus.v1.ExecutorHeartbeat
-	nil,                           // 29: agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	(*v1.Task)(nil),               // 30: agentmesh.v1.Task
-	(v1.TaskStatus)(0),            // 31: agentmesh.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(v1.Priority)(0),              // 33: agentmesh.v1.Priority
-	(*v1.Approval)(nil),           // 34: agentmesh.v1.Approval
-	(v1.FailureKind)(0),           // 35: agentmesh.v1.FailureKind
-	(*v1.Proposal)(nil),           // 36: agentmesh.v1.Proposal
-	(*v1.Step)(nil),               // 37: agentmesh.v1.Step
-	(*v1.TaskEvent)(nil),          // 38: agentmesh.v1.TaskEvent
-	(*v1.Usage)(nil),              // 39: agentmesh.v1.Usage
-	(*v1.Agent)(nil),              // 40: agentmesh.v1.Agent
-	(*v1.Routing)(nil),            // 41: agentmesh.v1.Routing
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*AuditBatch)(nil),            // 29: agentmesh.bus.v1.AuditBatch
+	(*AuditRecord)(nil),           // 30: agentmesh.bus.v1.AuditRecord
+	(*AuditHeader)(nil),           // 31: agentmesh.bus.v1.AuditHeader
+	nil,                           // 32: agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	(*v1.Task)(nil),               // 33: agentmesh.v1.Task
+	(v1.TaskStatus)(0),            // 34: agentmesh.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(v1.Priority)(0),              // 36: agentmesh.v1.Priority
+	(*v1.Approval)(nil),           // 37: agentmesh.v1.Approval
+	(v1.FailureKind)(0),           // 38: agentmesh.v1.FailureKind
+	(*v1.Proposal)(nil),           // 39: agentmesh.v1.Proposal
+	(*v1.Step)(nil),               // 40: agentmesh.v1.Step
+	(*v1.TaskEvent)(nil),          // 41: agentmesh.v1.TaskEvent
+	(*v1.Usage)(nil),              // 42: agentmesh.v1.Usage
+	(*v1.Agent)(nil),              // 43: agentmesh.v1.Agent
+	(*v1.Routing)(nil),            // 44: agentmesh.v1.Routing
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
 }
 var file_agentmesh_bus_v1_bus_proto_depIdxs = []int32{
-	30, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
-	30, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
-	30, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
-	31, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
-	32, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	32, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
-	33, // 7: agentmesh.bus.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
-	32, // 8: agentmesh.bus.v1.ListTasksRequest.updated_after:type_name -> google.protobuf.Timestamp
-	30, // 9: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
-	31, // 10: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
-	31, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
-	34, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
-	35, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
-	32, // 14: agentmesh.bus.v1.TransitionRequest.not_before:type_name -> google.protobuf.Timestamp
-	36, // 15: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
-	37, // 16: agentmesh.bus.v1.TransitionRequest.steps:type_name -> agentmesh.v1.Step
-	30, // 17: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
-	38, // 18: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
-	38, // 19: agentmesh.bus.v1.TransitionResponse.step_events:type_name -> agentmesh.v1.TaskEvent
-	37, // 20: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
-	37, // 21: agentmesh.bus.v1.AppendStepRequest.more_steps:type_name -> agentmesh.v1.Step
-	38, // 22: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
-	38, // 23: agentmesh.bus.v1.AppendStepResponse.more_events:type_name -> agentmesh.v1.TaskEvent
-	38, // 24: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
-	31, // 25: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
-	32, // 26: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 27: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
-	39, // 28: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
-	40, // 29: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
-	40, // 30: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 31: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
-	40, // 32: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
-	40, // 33: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
-	40, // 34: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
+	33, // 0: agentmesh.bus.v1.CreateTaskRequest.task:type_name -> agentmesh.v1.Task
+	33, // 1: agentmesh.bus.v1.CreateTaskResponse.task:type_name -> agentmesh.v1.Task
+	33, // 2: agentmesh.bus.v1.GetTaskResponse.task:type_name -> agentmesh.v1.Task
+	34, // 3: agentmesh.bus.v1.ListTasksRequest.statuses:type_name -> agentmesh.v1.TaskStatus
+	35, // 4: agentmesh.bus.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	35, // 5: agentmesh.bus.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	35, // 6: agentmesh.bus.v1.ListTasksRequest.updated_before:type_name -> google.protobuf.Timestamp
+	36, // 7: agentmesh.bus.v1.ListTasksRequest.priorities:type_name -> agentmesh.v1.Priority
+	35, // 8: agentmesh.bus.v1.ListTasksRequest.updated_after:type_name -> google.protobuf.Timestamp
+	33, // 9: agentmesh.bus.v1.ListTasksResponse.tasks:type_name -> agentmesh.v1.Task
+	34, // 10: agentmesh.bus.v1.TransitionRequest.from:type_name -> agentmesh.v1.TaskStatus
+	34, // 11: agentmesh.bus.v1.TransitionRequest.to:type_name -> agentmesh.v1.TaskStatus
+	37, // 12: agentmesh.bus.v1.TransitionRequest.approval:type_name -> agentmesh.v1.Approval
+	38, // 13: agentmesh.bus.v1.TransitionRequest.failure_kind:type_name -> agentmesh.v1.FailureKind
+	35, // 14: agentmesh.bus.v1.TransitionRequest.not_before:type_name -> google.protobuf.Timestamp
+	39, // 15: agentmesh.bus.v1.TransitionRequest.proposal:type_name -> agentmesh.v1.Proposal
+	40, // 16: agentmesh.bus.v1.TransitionRequest.steps:type_name -> agentmesh.v1.Step
+	33, // 17: agentmesh.bus.v1.TransitionResponse.task:type_name -> agentmesh.v1.Task
+	41, // 18: agentmesh.bus.v1.TransitionResponse.event:type_name -> agentmesh.v1.TaskEvent
+	41, // 19: agentmesh.bus.v1.TransitionResponse.step_events:type_name -> agentmesh.v1.TaskEvent
+	40, // 20: agentmesh.bus.v1.AppendStepRequest.step:type_name -> agentmesh.v1.Step
+	40, // 21: agentmesh.bus.v1.AppendStepRequest.more_steps:type_name -> agentmesh.v1.Step
+	41, // 22: agentmesh.bus.v1.AppendStepResponse.event:type_name -> agentmesh.v1.TaskEvent
+	41, // 23: agentmesh.bus.v1.AppendStepResponse.more_events:type_name -> agentmesh.v1.TaskEvent
+	41, // 24: agentmesh.bus.v1.HistoryResponse.events:type_name -> agentmesh.v1.TaskEvent
+	34, // 25: agentmesh.bus.v1.HistoryResponse.status:type_name -> agentmesh.v1.TaskStatus
+	35, // 26: agentmesh.bus.v1.UsageRequest.created_after:type_name -> google.protobuf.Timestamp
+	35, // 27: agentmesh.bus.v1.UsageRequest.created_before:type_name -> google.protobuf.Timestamp
+	42, // 28: agentmesh.bus.v1.UsageResponse.usage:type_name -> agentmesh.v1.Usage
+	43, // 29: agentmesh.bus.v1.PutAgentRequest.agent:type_name -> agentmesh.v1.Agent
+	43, // 30: agentmesh.bus.v1.PutAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	43, // 31: agentmesh.bus.v1.GetAgentResponse.agent:type_name -> agentmesh.v1.Agent
+	43, // 32: agentmesh.bus.v1.ListAgentsResponse.agents:type_name -> agentmesh.v1.Agent
+	43, // 33: agentmesh.bus.v1.AgentEvent.agent:type_name -> agentmesh.v1.Agent
+	43, // 34: agentmesh.bus.v1.MatchResponse.agent:type_name -> agentmesh.v1.Agent
 	25, // 35: agentmesh.bus.v1.MatchResponse.candidates:type_name -> agentmesh.bus.v1.MatchCandidate
-	41, // 36: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
-	36, // 37: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
-	30, // 38: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
-	32, // 39: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
-	29, // 40: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
-	42, // 41: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	44, // 36: agentmesh.bus.v1.MatchResponse.routing:type_name -> agentmesh.v1.Routing
+	39, // 37: agentmesh.bus.v1.MatchResponse.proposal:type_name -> agentmesh.v1.Proposal
+	33, // 38: agentmesh.bus.v1.WorkItem.task:type_name -> agentmesh.v1.Task
+	35, // 39: agentmesh.bus.v1.ExecutorHeartbeat.time:type_name -> google.protobuf.Timestamp
+	32, // 40: agentmesh.bus.v1.ExecutorHeartbeat.labels:type_name -> agentmesh.bus.v1.ExecutorHeartbeat.LabelsEntry
+	45, // 41: agentmesh.bus.v1.ExecutorHeartbeat.ttl:type_name -> google.protobuf.Duration
+	30, // 42: agentmesh.bus.v1.AuditBatch.records:type_name -> agentmesh.bus.v1.AuditRecord
+	31, // 43: agentmesh.bus.v1.AuditRecord.headers:type_name -> agentmesh.bus.v1.AuditHeader
+	35, // 44: agentmesh.bus.v1.AuditRecord.answered:type_name -> google.protobuf.Timestamp
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_bus_proto_init() }
@@ -2286,7 +2498,7 @@ func file_agentmesh_bus_v1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_bus_v1_bus_proto_rawDesc), len(file_agentmesh_bus_v1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
