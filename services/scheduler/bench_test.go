@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -139,10 +140,12 @@ func BenchmarkDispatch(b *testing.B) {
 			runtime.GC()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
+			stop := profileDispatch(b)
 			b.ResetTimer()
 			heartbeat(nc, "bench", b.N)
 			<-done
 			b.StopTimer()
+			stop()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 			// The whole test process: NATS server, state service and its
 			// store's index, and the scheduler.
@@ -246,6 +249,28 @@ func BenchmarkModelMemory(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(perTask, "bytes/queued-task")
 	runtime.KeepAlive(m)
+}
+
+// profileDispatch starts a CPU profile of the timed part of a dispatch
+// benchmark (not the set-up, which creates the tasks) into the file
+// AGENTMESH_BENCH_CPUPROFILE names, when it is set; the returned func
+// stops it.
+func profileDispatch(b *testing.B) (stop func()) {
+	path := os.Getenv("AGENTMESH_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 func benchWorkers() int {

@@ -133,7 +133,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	js, err := jetstream.New(deps.NC)
+	// Every async publish (a batch's work, batch.go) is answered within
+	// the try timeout, so a failed one goes to the outbox.
+	js, err := jetstream.New(deps.NC, jetstream.WithPublishAsyncTimeout(bus.PublishTryTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
