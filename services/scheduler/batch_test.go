@@ -14,7 +14,6 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 )
 
 // audited counts the requests state served on op (its audit records).
@@ -36,25 +35,8 @@ func audited(t *testing.T, js jetstream.JetStream, op string) int {
 // workOrder is the task ids of the work stream, in stream order.
 func workOrder(t *testing.T, js jetstream.JetStream) []string {
 	t.Helper()
-	ctx := context.Background()
-	stream, err := js.Stream(ctx, names.WorkStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted
-		}
-		var w busv1.WorkItem
-		if err := proto.Unmarshal(m.Data, &w); err != nil {
-			t.Fatal(err)
-		}
+	for _, w := range workItems(t, js) {
 		ids = append(ids, w.Task.Id)
 	}
 	return ids
