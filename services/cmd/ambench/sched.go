@@ -31,10 +31,17 @@ const schedRuns = 3
 type schedResult struct {
 	n              int // dispatches per run
 	median, lo, hi float64
+	// cpu is the median CPU of the whole test process per dispatch, in
+	// ms (0: not reported).
+	cpu float64
 }
 
 func (r schedResult) String() string {
-	return fmt.Sprintf("%.0f dispatches/s (median of %d runs of %d: %.0f–%.0f)", r.median, schedRuns, r.n, r.lo, r.hi)
+	s := fmt.Sprintf("%.0f dispatches/s (median of %d runs of %d: %.0f–%.0f)", r.median, schedRuns, r.n, r.lo, r.hi)
+	if r.cpu > 0 {
+		s += fmt.Sprintf(", %.3f ms of CPU per dispatch", r.cpu)
+	}
+	return s
 }
 
 // schedAlone runs the dispatch benchmark with n dispatches, schedRuns
@@ -47,26 +54,30 @@ func schedAlone(n int) (schedResult, error) {
 	if err != nil {
 		return schedResult{}, fmt.Errorf("go test -bench Dispatch %s: %w\n%s", schedPackage, err, out)
 	}
-	rates := dispatchRates(string(out))
+	rates := dispatchMetric(string(out), "tasks/s")
 	if len(rates) == 0 {
 		return schedResult{}, errors.New("the scheduler benchmark printed no tasks/s:\n" + string(out))
 	}
 	slices.Sort(rates)
-	return schedResult{n: n, median: rates[len(rates)/2], lo: rates[0], hi: rates[len(rates)-1]}, nil
+	r := schedResult{n: n, median: rates[len(rates)/2], lo: rates[0], hi: rates[len(rates)-1]}
+	if cpu := dispatchMetric(string(out), "cpu-ms/dispatch"); len(cpu) > 0 {
+		slices.Sort(cpu)
+		r.cpu = cpu[len(cpu)/2]
+	}
+	return r, nil
 }
 
-var tasksPerSec = regexp.MustCompile(`(?m)^BenchmarkDispatch/queued=0\S*\s.*?\s([0-9.]+) tasks/s`)
-
-// dispatchRates reads the tasks/s of each BenchmarkDispatch/queued=0 line
-// of go test's output.
-func dispatchRates(out string) []float64 {
-	var rates []float64
-	for _, m := range tasksPerSec.FindAllStringSubmatch(out, -1) {
+// dispatchMetric reads the metric unit of each BenchmarkDispatch/queued=0
+// line of go test's output.
+func dispatchMetric(out, unit string) []float64 {
+	re := regexp.MustCompile(`(?m)^BenchmarkDispatch/queued=0\S*\s.*?\s([0-9.]+) ` + regexp.QuoteMeta(unit) + `(\s|$)`)
+	var xs []float64
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
 		if x, err := strconv.ParseFloat(m[1], 64); err == nil {
-			rates = append(rates, x)
+			xs = append(xs, x)
 		}
 	}
-	return rates
+	return xs
 }
 
 // schedRow is the table's row of the scheduler alone.
