@@ -43,6 +43,14 @@ import (
 // DispatchBatch bounds the tasks of one batched dispatch.
 const DispatchBatch = 64
 
+// batchesInFlight bounds the batches under way at once (the others wait
+// for a token): enough to keep the store's group commit busy — 256 moves,
+// one full group — while bounding how long a batch waits in state. With
+// every batch of a 5,000-task burst sent at once, the last ones waited
+// for the commits of all the others and, on a loaded machine, past their
+// request's timeout (10 s), each then settled task by task.
+const batchesInFlight = 4
+
 // dispatchJobs turns the picks of one look at the queue into jobs: one
 // single dispatch, or batches of at most DispatchBatch.
 func dispatchJobs(picks []job) []job {
@@ -77,6 +85,13 @@ type dispatched struct {
 // dispatchBatch moves the batch's tasks queued → assigned in one state
 // request, then publishes their work together.
 func (s *Service) dispatchBatch(ctx context.Context, jobs []job) {
+	select {
+	case s.batches <- struct{}{}:
+		defer func() { <-s.batches }()
+	case <-ctx.Done():
+		s.giveBack(jobs)
+		return
+	}
 	ds := make([]dispatched, len(jobs))
 	req := &busv1.DispatchBatchRequest{Requests: make([]*busv1.TransitionRequest, len(jobs))}
 	for i, j := range jobs {
@@ -124,6 +139,19 @@ func (s *Service) settle(ctx context.Context, d *dispatched) {
 		}
 	}
 	endSpan(d.span, d.err)
+}
+
+// giveBack returns the picked tasks of a batch that was never sent to
+// waiting in the model, to be picked again.
+func (s *Service) giveBack(jobs []job) {
+	s.mu.Lock()
+	for _, j := range jobs {
+		if e := s.m.tasks[j.task]; e != nil {
+			s.m.requeue(e)
+		}
+	}
+	s.mu.Unlock()
+	s.wake()
 }
 
 // batchFailed handles a batch whose request failed as a whole, as a

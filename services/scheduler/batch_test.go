@@ -156,3 +156,40 @@ func TestBatchDeliversAMoveRecordedBefore(t *testing.T) {
 		return nil
 	})
 }
+
+// A batch that cannot start before its context ends (every batch token
+// taken) gives its picked tasks back to waiting, to be picked again —
+// not left dispatching in the model, where nothing would pick them.
+func TestBatchNotSentGivesItsTasksBack(t *testing.T) {
+	s, nc, _ := setup(t, Config{ReconcileInterval: 10 * time.Minute, QueuedGrace: time.Hour, AssignedGrace: time.Hour})
+	runScheduler(t, s) // no executor: nothing is dispatched but by the test
+	a, b := createTask(t, nc), createTask(t, nc)
+	poll.Until(t, 10*time.Second, func() error {
+		if n := waiting(s); n != 2 {
+			return fmt.Errorf("%d tasks waiting, want 2", n)
+		}
+		return nil
+	})
+	s.mu.Lock()
+	for _, id := range []string{a.Id, b.Id} {
+		s.m.setState(s.m.tasks[id], stDispatching, "") // picked, as serve does
+	}
+	s.mu.Unlock()
+	for range cap(s.batches) {
+		s.batches <- struct{}{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.dispatchBatch(ctx, []job{{kind: jobDispatch, task: a.Id}, {kind: jobDispatch, task: b.Id}})
+	for range cap(s.batches) {
+		<-s.batches
+	}
+	if n := waiting(s); n != 2 {
+		t.Errorf("%d tasks waiting after a batch that never went, want 2", n)
+	}
+	for _, id := range []string{a.Id, b.Id} {
+		if got := getTask(t, nc, id); got.Status != taskstate.Queued {
+			t.Errorf("task %s is %s, want queued", id, taskstate.Name(got.Status))
+		}
+	}
+}
