@@ -44,12 +44,13 @@ import (
 const DispatchBatch = 64
 
 // batchesInFlight bounds the batches under way at once (the others wait
-// for a token): enough to keep the store's group commit busy — 256 moves,
-// one full group — while bounding how long a batch waits in state. With
-// every batch of a 5,000-task burst sent at once, the last ones waited
-// for the commits of all the others and, on a loaded machine, past their
-// request's timeout (10 s), each then settled task by task.
-const batchesInFlight = 4
+// for a token): 512 moves, two groups of the store's group commit — one
+// committing while the next gathers — while bounding how long a batch
+// waits in state. With every batch of a 5,000-task burst sent at once,
+// the last ones waited for the commits of all the others and, on a loaded
+// machine, past their request's timeout (10 s), each then settled task by
+// task.
+const batchesInFlight = 8
 
 // dispatchJobs turns the picks of one look at the queue into jobs: one
 // single dispatch, or batches of at most DispatchBatch.
