@@ -152,7 +152,7 @@ test: ## run every test with the race detector (CI=true: a test that finds no Po
 	go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS)
 
 .PHONY: bench
-bench: build ## build, then run the load generator (BENCH_ARGS) against bin/agentmesh; figures go in docs/benchmarks.md
+bench: build ## build, then run the load generator (BENCH_ARGS) against bin/agentmesh, and the scheduler alone (go test -bench Dispatch, ambench -sched); figures go in docs/benchmarks.md
 	go run ./services/cmd/ambench $(BENCH_ARGS)
 
 .PHONY: bench-scheduler

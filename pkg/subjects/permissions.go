@@ -106,7 +106,7 @@ func (n Names) Permissions(service string) (Permission, error) {
 		// the template's agent first); webhooks: every replica fans the
 		// events out to the deliveries stream through one durable consumer,
 		// pulls the deliveries through another, and records their outcome.
-		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateExpire, StateTimeout, StateLost,
+		p.Pub = append(state(StateGetTask, StateListTasks, StateDispatch, StateDispatchBatch, StateExpire, StateTimeout, StateLost,
 			StateResolveDependency, StateGetAgent, StateListAgents, StateWaitExpired, StateSettleTask,
 			StateListSchedules, StateGetSchedule, StateFireSchedules,
 			StateSigningWebhook, StateSigningWebhooks, StateRecordDeliveries),

@@ -30,7 +30,7 @@ func allows(list []string, subject string) bool {
 func TestPermissionsIntentsHaveOneOwner(t *testing.T) {
 	n := Must("am")
 	owner := map[string]string{
-		StateDispatch: ServiceScheduler, StateExpire: ServiceScheduler,
+		StateDispatch: ServiceScheduler, StateDispatchBatch: ServiceScheduler, StateExpire: ServiceScheduler,
 		StateStart: ServiceExecutor, StateComplete: ServiceExecutor, StateFail: ServiceExecutor,
 		StateBlock: ServiceExecutor, StateRequeue: ServiceExecutor,
 		StateCancel: ServiceRouter, StateDecide: ServiceRouter, StateCreateTap: ServiceRouter,

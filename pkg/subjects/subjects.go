@@ -122,9 +122,12 @@ const (
 const (
 	// scheduler
 	StateDispatch = "task.dispatch" // queued → assigned, a new attempt
-	StateExpire   = "task.expire"   // blocked → failed, approval expired
-	StateTimeout  = "task.timeout"  // queued → failed, queue timeout (TIMEOUT)
-	StateLost     = "task.lost"     // running → failed, node lost (EXECUTOR_LOST; retried by policy)
+	// StateDispatchBatch is StateDispatch for several tasks in one round
+	// trip (bus.v1.DispatchBatchRequest): each item is the same intent.
+	StateDispatchBatch = "task.dispatch.batch"
+	StateExpire        = "task.expire"  // blocked → failed, approval expired
+	StateTimeout       = "task.timeout" // queued → failed, queue timeout (TIMEOUT)
+	StateLost          = "task.lost"    // running → failed, node lost (EXECUTOR_LOST; retried by policy)
 	// executor, fenced by the attempt
 	StateStart    = "task.start"    // assigned → running
 	StateComplete = "task.complete" // running → completed

@@ -29,16 +29,19 @@ type job struct {
 	// jobDispatch: when the task was queued and its trace (tracing.go).
 	queued time.Time
 	trace  trace.SpanContext
+	// jobDispatchBatch: the dispatches of the batch (batch.go).
+	batch []job
 }
 
 type jobKind int
 
 const (
-	jobDispatch jobKind = iota + 1
-	jobExpire           // fail a task queued past its queue timeout
-	jobFence            // fail the attempt of a task whose node was lost
-	jobAgent            // read an agent's max_concurrency
-	jobWait             // release a wait on sub-tasks whose deadline passed
+	jobDispatch      jobKind = iota + 1
+	jobExpire                // fail a task queued past its queue timeout
+	jobFence                 // fail the attempt of a task whose node was lost
+	jobAgent                 // read an agent's max_concurrency
+	jobWait                  // release a wait on sub-tasks whose deadline passed
+	jobDispatchBatch         // several dispatches in one state request (batch.go)
 )
 
 // lead runs this replica's term as leader: rebuild the model from the
@@ -293,13 +296,15 @@ func (s *Service) serve(term context.Context) {
 		for _, e := range s.m.due(now) {
 			out = append(out, job{kind: jobExpire, task: e.id, reason: fmt.Sprintf("waited in the queue longer than its queue_timeout %s", e.timeout)})
 		}
+		var picks []job
 		for {
 			e := s.m.next(now)
 			if e == nil {
 				break
 			}
-			out = append(out, job{kind: jobDispatch, task: e.id, queued: e.queued, trace: e.trace})
+			picks = append(picks, job{kind: jobDispatch, task: e.id, queued: e.queued, trace: e.trace})
 		}
+		out = append(out, dispatchJobs(picks)...)
 		for _, id := range s.waits.due(now) {
 			out = append(out, job{kind: jobWait, task: id})
 		}
@@ -369,6 +374,8 @@ func (s *Service) do(ctx context.Context, j job) {
 			// the record still shows queued goes back to waiting.
 			_ = s.refresh(ctx, j.task)
 		}
+	case jobDispatchBatch:
+		s.dispatchBatch(ctx, j.batch)
 	case jobExpire:
 		s.finishWith(ctx, j.task, subjects.StateTimeout, &busv1.TransitionRequest{
 			TaskId: j.task, From: taskstate.Queued, To: taskstate.Failed, Reason: j.reason,

@@ -106,6 +106,8 @@ type Service struct {
 	waits *waitDeadlines
 	// out sends again the work whose first publish failed (delivery.go).
 	out *bus.Outbox
+	// batches holds a token per dispatch batch under way (batch.go).
+	batches chan struct{}
 	// assignedAtRebuild are the tasks the record showed assigned when
 	// this term's model was rebuilt, for the new leader to deliver again
 	// (redeliverAll); guarded by mu.
@@ -133,7 +135,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	js, err := jetstream.New(deps.NC)
+	// Every async publish (a batch's work, batch.go) is answered within
+	// the try timeout, so a failed one goes to the outbox.
+	js, err := jetstream.New(deps.NC, jetstream.WithPublishAsyncTimeout(bus.PublishTryTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -167,6 +171,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, names: names, nc: deps.NC, js: js, kv: kv, id: nuid.Next(),
 		log:  deps.Log.With("service", "scheduler"),
 		kick: make(chan struct{}, 1), jobs: make(chan job, 4*cfg.Workers),
+		batches: make(chan struct{}, batchesInFlight),
 		fencing: map[string]bool{}, fetching: map[string]bool{}, deps: res, trees: trees,
 		waits: newWaitDeadlines(),
 		out:   bus.NewOutbox(js, deps.Log.With("service", "scheduler"), "work"),

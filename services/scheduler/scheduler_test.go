@@ -83,6 +83,18 @@ func getTask(t *testing.T, nc *nats.Conn, id string) *agentmeshv1.Task {
 // workFor reads the work stream and returns the attempts published for id.
 func workFor(t *testing.T, js jetstream.JetStream, id string) []int32 {
 	t.Helper()
+	var attempts []int32
+	for _, w := range workItems(t, js) {
+		if w.Task.Id == id {
+			attempts = append(attempts, w.Attempt)
+		}
+	}
+	return attempts
+}
+
+// workItems reads the work stream's items, in stream order.
+func workItems(t *testing.T, js jetstream.JetStream) []*busv1.WorkItem {
+	t.Helper()
 	ctx := context.Background()
 	stream, err := js.Stream(ctx, subjects.Must("").WorkStream())
 	if err != nil {
@@ -92,21 +104,19 @@ func workFor(t *testing.T, js jetstream.JetStream, id string) []int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var attempts []int32
+	var items []*busv1.WorkItem
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := stream.GetMsg(ctx, seq)
 		if err != nil {
 			continue // deleted
 		}
-		var w busv1.WorkItem
-		if err := proto.Unmarshal(m.Data, &w); err != nil {
+		w := &busv1.WorkItem{}
+		if err := proto.Unmarshal(m.Data, w); err != nil {
 			t.Fatalf("work message %d: %v", seq, err)
 		}
-		if w.Task.Id == id {
-			attempts = append(attempts, w.Attempt)
-		}
+		items = append(items, w)
 	}
-	return attempts
+	return items
 }
 
 func TestReconcileDispatchesQueuedTaskWhoseEventWasLost(t *testing.T) {

@@ -83,6 +83,17 @@ var intents = []intent{
 	proposalApprove, proposalReject,
 }
 
+// intentNamed is the intent of the table named op (it panics on an op the
+// table does not hold: a programming error).
+func intentNamed(op string) intent {
+	for _, in := range intents {
+		if in.op == op {
+			return in
+		}
+	}
+	panic("state: no intent " + op)
+}
+
 // check refuses a request the intent does not allow, naming the field.
 func (in intent) check(req *busv1.TransitionRequest) error {
 	switch {

@@ -9,6 +9,7 @@
 //	task.create task.get task.list task.step task.history task.usage
 //	task.history.batch                             (router's WatchTask streams)
 //	task.dispatch task.expire                      (scheduler's intents)
+//	task.dispatch.batch                            (scheduler: many dispatches; batch.go)
 //	task.start task.complete task.fail task.block task.requeue
 //	                                               (executor's, fenced)
 //	task.cancel task.decide                        (router's, org-scoped)
@@ -208,6 +209,7 @@ func (s *Service) addEndpoints() error {
 		{subjects.StateHistory, bus.Handler(s.log, func() *busv1.HistoryRequest { return &busv1.HistoryRequest{} }, s.history)},
 		{subjects.StateUsage, bus.Handler(s.log, func() *busv1.UsageRequest { return &busv1.UsageRequest{} }, s.usage)},
 		{subjects.StateHistoryBatch, bus.Handler(s.log, func() *busv1.HistoryBatchRequest { return &busv1.HistoryBatchRequest{} }, s.historyBatch)},
+		{subjects.StateDispatchBatch, bus.Handler(s.log, func() *busv1.DispatchBatchRequest { return &busv1.DispatchBatchRequest{} }, s.dispatchBatch)},
 		{subjects.StatePutAgent, bus.Handler(s.log, func() *busv1.PutAgentRequest { return &busv1.PutAgentRequest{} }, s.putAgent)},
 		{subjects.StateGetAgent, bus.Handler(s.log, func() *busv1.GetAgentRequest { return &busv1.GetAgentRequest{} }, s.getAgent)},
 		{subjects.StateListAgents, bus.Handler(s.log, func() *busv1.ListAgentsRequest { return &busv1.ListAgentsRequest{} }, s.listAgents)},

@@ -81,6 +81,7 @@ func main() {
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file (and of the reuse run to FILE.reuse)")
 		profSecs = flag.Int("profile-seconds", 10, "length of the CPU profile")
 		infProf  = flag.String("inflight-profile", "", "write a CPU profile of the server taken while GetTask/SubmitTask are measured with the tasks in flight (the -get-for window) to this file")
+		schedN   = flag.Int("sched", 5000, "dispatches of the scheduler-alone benchmark (go test -bench Dispatch/queued=0 ./services/scheduler/, run 3 times; 0: skip)")
 		reuse    = flag.Bool("reuse", true, "run the throughput and concurrency-1 phases again with AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same agent)")
 	)
 	doors := flag.Bool("doors", false, "measure the HTTP door only, then exit: REST against gRPC SubmitTask latency under the same load (-n submits through each, -c submitters split between them, at once), and the memory and CPU of -sse idle SSE streams")
@@ -156,8 +157,17 @@ func main() {
 		}
 		os.RemoveAll(dir)
 	}
+	var sched *schedResult
+	if *schedN > 0 {
+		if r, err := schedAlone(*schedN); err != nil {
+			fmt.Printf("the scheduler alone: not measured (%v)\n", err)
+		} else {
+			fmt.Printf("the scheduler alone: %s (BenchmarkDispatch/queued=0: embedded NATS and store, priorities and limits, work acked at once)\n", r)
+			sched = &r
+		}
+	}
 	for _, kind := range kinds {
-		tg := targetFigures{store: kind, ceiling: ceiling, sandboxed: sandboxed, tinyCPU: sandboxCPU.agents}
+		tg := targetFigures{store: kind, ceiling: ceiling, sandboxed: sandboxed, tinyCPU: sandboxCPU.agents, sched: sched}
 		res, err := run(kind, *bin, *n, *c, *warmup, *capacity, *c1, *profile, *profSecs, false)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ambench: %s: %v\n", kind, err)

@@ -169,6 +169,163 @@ func (x *HistoryBatchItem) GetError() *Error {
 	return nil
 }
 
+// DispatchBatchRequest moves several queued tasks to assigned at once
+// (state op task.dispatch.batch, the scheduler's leader only): each
+// request is checked and applied as the single task.dispatch would be, in
+// one bus round trip, and the store commits them together (group commit).
+type DispatchBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      []*TransitionRequest   `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchBatchRequest) Reset() {
+	*x = DispatchBatchRequest{}
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchBatchRequest) ProtoMessage() {}
+
+func (x *DispatchBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchBatchRequest.ProtoReflect.Descriptor instead.
+func (*DispatchBatchRequest) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_hotpath_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DispatchBatchRequest) GetRequests() []*TransitionRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// DispatchBatchResponse answers each request of the batch, in order.
+type DispatchBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*DispatchBatchItem   `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchBatchResponse) Reset() {
+	*x = DispatchBatchResponse{}
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchBatchResponse) ProtoMessage() {}
+
+func (x *DispatchBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchBatchResponse.ProtoReflect.Descriptor instead.
+func (*DispatchBatchResponse) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_hotpath_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DispatchBatchResponse) GetItems() []*DispatchBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// DispatchBatchItem is one request's answer: its response, or its error.
+// When the reply would not fit in one bus message, the response of a
+// committed move carries its event but not its task (task_omitted): the
+// caller reads the task (task.get) to publish its work.
+type DispatchBatchItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *TransitionResponse    `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	TaskOmitted   bool                   `protobuf:"varint,3,opt,name=task_omitted,json=taskOmitted,proto3" json:"task_omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchBatchItem) Reset() {
+	*x = DispatchBatchItem{}
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchBatchItem) ProtoMessage() {}
+
+func (x *DispatchBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_agentmesh_bus_v1_hotpath_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchBatchItem.ProtoReflect.Descriptor instead.
+func (*DispatchBatchItem) Descriptor() ([]byte, []int) {
+	return file_agentmesh_bus_v1_hotpath_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DispatchBatchItem) GetResponse() *TransitionResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *DispatchBatchItem) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *DispatchBatchItem) GetTaskOmitted() bool {
+	if x != nil {
+		return x.TaskOmitted
+	}
+	return false
+}
+
 var File_agentmesh_bus_v1_hotpath_proto protoreflect.FileDescriptor
 
 const file_agentmesh_bus_v1_hotpath_proto_rawDesc = "" +
@@ -180,7 +337,15 @@ const file_agentmesh_bus_v1_hotpath_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\".agentmesh.bus.v1.HistoryBatchItemR\x05items\"\x80\x01\n" +
 	"\x10HistoryBatchItem\x12=\n" +
 	"\bresponse\x18\x01 \x01(\v2!.agentmesh.bus.v1.HistoryResponseR\bresponse\x12-\n" +
-	"\x05error\x18\x02 \x01(\v2\x17.agentmesh.bus.v1.ErrorR\x05errorB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
+	"\x05error\x18\x02 \x01(\v2\x17.agentmesh.bus.v1.ErrorR\x05error\"W\n" +
+	"\x14DispatchBatchRequest\x12?\n" +
+	"\brequests\x18\x01 \x03(\v2#.agentmesh.bus.v1.TransitionRequestR\brequests\"R\n" +
+	"\x15DispatchBatchResponse\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.agentmesh.bus.v1.DispatchBatchItemR\x05items\"\xa7\x01\n" +
+	"\x11DispatchBatchItem\x12@\n" +
+	"\bresponse\x18\x01 \x01(\v2$.agentmesh.bus.v1.TransitionResponseR\bresponse\x12-\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.agentmesh.bus.v1.ErrorR\x05error\x12!\n" +
+	"\ftask_omitted\x18\x03 \x01(\bR\vtaskOmittedB?Z=github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1;busv1b\x06proto3"
 
 var (
 	file_agentmesh_bus_v1_hotpath_proto_rawDescOnce sync.Once
@@ -194,25 +359,34 @@ func file_agentmesh_bus_v1_hotpath_proto_rawDescGZIP() []byte {
 	return file_agentmesh_bus_v1_hotpath_proto_rawDescData
 }
 
-var file_agentmesh_bus_v1_hotpath_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_agentmesh_bus_v1_hotpath_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_agentmesh_bus_v1_hotpath_proto_goTypes = []any{
-	(*HistoryBatchRequest)(nil),  // 0: agentmesh.bus.v1.HistoryBatchRequest
-	(*HistoryBatchResponse)(nil), // 1: agentmesh.bus.v1.HistoryBatchResponse
-	(*HistoryBatchItem)(nil),     // 2: agentmesh.bus.v1.HistoryBatchItem
-	(*HistoryRequest)(nil),       // 3: agentmesh.bus.v1.HistoryRequest
-	(*HistoryResponse)(nil),      // 4: agentmesh.bus.v1.HistoryResponse
-	(*Error)(nil),                // 5: agentmesh.bus.v1.Error
+	(*HistoryBatchRequest)(nil),   // 0: agentmesh.bus.v1.HistoryBatchRequest
+	(*HistoryBatchResponse)(nil),  // 1: agentmesh.bus.v1.HistoryBatchResponse
+	(*HistoryBatchItem)(nil),      // 2: agentmesh.bus.v1.HistoryBatchItem
+	(*DispatchBatchRequest)(nil),  // 3: agentmesh.bus.v1.DispatchBatchRequest
+	(*DispatchBatchResponse)(nil), // 4: agentmesh.bus.v1.DispatchBatchResponse
+	(*DispatchBatchItem)(nil),     // 5: agentmesh.bus.v1.DispatchBatchItem
+	(*HistoryRequest)(nil),        // 6: agentmesh.bus.v1.HistoryRequest
+	(*HistoryResponse)(nil),       // 7: agentmesh.bus.v1.HistoryResponse
+	(*Error)(nil),                 // 8: agentmesh.bus.v1.Error
+	(*TransitionRequest)(nil),     // 9: agentmesh.bus.v1.TransitionRequest
+	(*TransitionResponse)(nil),    // 10: agentmesh.bus.v1.TransitionResponse
 }
 var file_agentmesh_bus_v1_hotpath_proto_depIdxs = []int32{
-	3, // 0: agentmesh.bus.v1.HistoryBatchRequest.requests:type_name -> agentmesh.bus.v1.HistoryRequest
-	2, // 1: agentmesh.bus.v1.HistoryBatchResponse.items:type_name -> agentmesh.bus.v1.HistoryBatchItem
-	4, // 2: agentmesh.bus.v1.HistoryBatchItem.response:type_name -> agentmesh.bus.v1.HistoryResponse
-	5, // 3: agentmesh.bus.v1.HistoryBatchItem.error:type_name -> agentmesh.bus.v1.Error
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6,  // 0: agentmesh.bus.v1.HistoryBatchRequest.requests:type_name -> agentmesh.bus.v1.HistoryRequest
+	2,  // 1: agentmesh.bus.v1.HistoryBatchResponse.items:type_name -> agentmesh.bus.v1.HistoryBatchItem
+	7,  // 2: agentmesh.bus.v1.HistoryBatchItem.response:type_name -> agentmesh.bus.v1.HistoryResponse
+	8,  // 3: agentmesh.bus.v1.HistoryBatchItem.error:type_name -> agentmesh.bus.v1.Error
+	9,  // 4: agentmesh.bus.v1.DispatchBatchRequest.requests:type_name -> agentmesh.bus.v1.TransitionRequest
+	5,  // 5: agentmesh.bus.v1.DispatchBatchResponse.items:type_name -> agentmesh.bus.v1.DispatchBatchItem
+	10, // 6: agentmesh.bus.v1.DispatchBatchItem.response:type_name -> agentmesh.bus.v1.TransitionResponse
+	8,  // 7: agentmesh.bus.v1.DispatchBatchItem.error:type_name -> agentmesh.bus.v1.Error
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_agentmesh_bus_v1_hotpath_proto_init() }
@@ -227,7 +401,7 @@ func file_agentmesh_bus_v1_hotpath_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentmesh_bus_v1_hotpath_proto_rawDesc), len(file_agentmesh_bus_v1_hotpath_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
