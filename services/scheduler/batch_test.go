@@ -16,20 +16,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// audited counts the requests state served on op (its audit records).
+// audited counts the requests state served on op (its audit records, which
+// state sends in batches: it waits for the first record of a batched
+// dispatch to be stored, then counts).
 func audited(t *testing.T, js jetstream.JetStream, op string) int {
 	t.Helper()
-	ctx := context.Background()
-	stream, err := js.Stream(ctx, names.AuditStream())
-	if err != nil {
-		t.Fatal(err)
+	counts := func() map[string]int {
+		n := map[string]int{}
+		if _, err := bus.ReadAudit(context.Background(), js, names.AuditStream(), 0, func(_ uint64, rec *busv1.AuditRecord) error {
+			n[rec.GetSubject()]++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	subject := names.Audit(names.State(op))
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(info.State.Subjects[subject])
+	poll.Until(t, 10*time.Second, func() error {
+		if counts()[names.State(subjects.StateDispatchBatch)] == 0 {
+			return fmt.Errorf("no audit record of a batched dispatch yet")
+		}
+		return nil
+	})
+	return counts()[names.State(op)]
 }
 
 // workOrder is the task ids of the work stream, in stream order.

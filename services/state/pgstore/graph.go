@@ -34,7 +34,10 @@ func graphCols(t *agentmeshv1.Task) [5]any {
 // graphWhere adds the conditions of the TaskQuery filters of graph.go.
 func graphWhere(q store.TaskQuery, where []string, arg func(any) string) []string {
 	if q.Tag != "" {
-		where = append(where, arg(q.Tag)+" = ANY(tags)")
+		// @> (not = ANY) so that the GIN index answers it: = ANY reads
+		// every row of the org (docs/benchmarks.md, "Tasks waiting on a
+		// task, on Postgres").
+		where = append(where, "tags @> ARRAY["+arg(q.Tag)+"]::text[]")
 	}
 	if len(q.Priorities) > 0 {
 		p := make([]int16, len(q.Priorities))
@@ -50,7 +53,9 @@ func graphWhere(q store.TaskQuery, where []string, arg func(any) string) []strin
 		where = append(where, "root_task_id = "+arg(q.RootTaskID)) // migration 00050
 	}
 	if q.WaitingOn != "" {
-		where = append(where, arg(q.WaitingOn)+" = ANY(waiting_on)", "status = "+arg(int16(taskstate.Blocked)))
+		// The resolver asks this at every task's end: with = ANY it was a
+		// scan of all the tasks, with @> the GIN index's lookup.
+		where = append(where, "waiting_on @> ARRAY["+arg(q.WaitingOn)+"]::text[]", "status = "+arg(int16(taskstate.Blocked)))
 	}
 	if !q.UpdatedAfter.IsZero() {
 		where = append(where, "updated_at > "+arg(q.UpdatedAfter))

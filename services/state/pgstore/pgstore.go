@@ -240,12 +240,11 @@ func (s *Store) GetTask(ctx context.Context, id string) (*agentmeshv1.Task, erro
 	return decodeTask(data)
 }
 
-// ListTasks returns one page of tasks newest first; the page token is the
-// last id of the previous page (keyset pagination).
-func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv1.Task, string, error) {
+// listSQL is ListTasks' query for q, its arguments and the page size.
+func listSQL(q store.TaskQuery) (string, []any, int, error) {
 	after, err := store.DecodeToken(q.PageToken)
 	if err != nil {
-		return nil, "", err
+		return "", nil, 0, err
 	}
 	var (
 		where []string
@@ -287,6 +286,16 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv
 		sqlText += " WHERE " + strings.Join(where, " AND ")
 	}
 	sqlText += " ORDER BY id DESC LIMIT " + arg(n+1)
+	return sqlText, args, n, nil
+}
+
+// ListTasks returns one page of tasks newest first; the page token is the
+// last id of the previous page (keyset pagination).
+func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]*agentmeshv1.Task, string, error) {
+	sqlText, args, n, err := listSQL(q)
+	if err != nil {
+		return nil, "", err
+	}
 	rows, err := s.pool.Query(ctx, sqlText, args...)
 	if err != nil {
 		return nil, "", dbError("list tasks", err)
