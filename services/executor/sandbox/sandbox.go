@@ -147,6 +147,11 @@ type Config struct {
 	// CgroupName names the cgroup, under the executor's own, that holds
 	// the task cgroups ("agentmesh").
 	CgroupName string
+	// CgroupPool is how many ended tasks' cgroup sets are kept and handed
+	// to later tasks instead of new ones (pool.go); 0: none, each task's
+	// are made for it and removed after it (the executor's default is
+	// DefaultCgroupPool).
+	CgroupPool int
 }
 
 // Defaults.
@@ -187,6 +192,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Pids <= 0 {
 		c.Pids = DefaultPids
+	}
+	if c.CgroupPool < 0 || c.CgroupPool > maxCgroupPool {
+		return fmt.Errorf("sandbox: cgroup pool %d: want 0 to %d", c.CgroupPool, maxCgroupPool)
 	}
 	if c.Pids < 32 {
 		return fmt.Errorf("sandbox: pids limit %d is too small (at least 32: the agent process alone runs several threads)", c.Pids)
@@ -263,8 +271,9 @@ type Sandbox struct {
 	mem       controller
 	pids      controller
 	cpu       controller
-	cgroups   bool // memory, pids and CPU limits are had
-	abi       int  // Landlock ABI, 0 without
+	cgroups   bool    // memory, pids and CPU limits are had
+	pool      *cgPool // ended tasks' cgroup sets, for later tasks (nil: none)
+	abi       int     // Landlock ABI, 0 without
 	seccomp   bool
 	instance  string   // "<node>.<pid>[-<n>]": names this executor's cgroups and workspaces (sweep.go)
 	lock      *os.File // the instance's owner lock, held while it lives (sweep.go)
@@ -346,6 +355,7 @@ func New(cfg Config) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("sandbox: %w: %s isolation needs: %s (%s)", ErrUnavailable, cfg.Level, strings.Join(all, "; "), hint)
 	}
 	s.settle(w)
+	s.pool = newCgPool(cfg.CgroupPool)
 	return s, nil
 }
 
@@ -542,13 +552,30 @@ func mib(n int64) string {
 
 // Task is the sandbox of one task attempt: its workspace and cgroups.
 type Task struct {
-	sb       *Sandbox
+	sb    *Sandbox
+	dir   string   // the host directory the sandbox's root is built on
+	syncR *os.File // sub: the child's end of the sync pipe
+	syncW *os.File // sub: the executor's end; a byte releases the child
+	// cgSet is the task's cgroups and host ids: made for it, or an ended
+	// task's taken from the Sandbox's pool (pool.go).
+	cgSet
+	exe *os.File
+	// background: SetBackground(true) was the last weight written.
+	background bool
+
+	mu         sync.Mutex
+	cleaned    bool
+	agentOOM   int64
+	toolsOOM   int64
+	pidsMaxHit int64
+}
+
+// cgSet is a task's cgroup directories and the host ids their files are
+// given to (giveToSandbox): one task's at a time.
+type cgSet struct {
 	name     string
-	dir      string   // the host directory the sandbox's root is built on
-	uid, gid int      // host ids of the sandbox's root
-	sub      bool     // mapped to subordinate ids by the helpers (MapIDs)
-	syncR    *os.File // sub: the child's end of the sync pipe
-	syncW    *os.File // sub: the executor's end; a byte releases the child
+	uid, gid int  // host ids of the sandbox's root
+	sub      bool // mapped to subordinate ids by the helpers (MapIDs)
 
 	memDir   string // the task's memory cgroup
 	agentMem string // where the agent process goes in the memory hierarchy
@@ -561,13 +588,9 @@ type Task struct {
 	// cgDirs are the cgroup directories setup created, in order (parents
 	// before their children).
 	cgDirs []string
-	exe    *os.File
-
-	mu         sync.Mutex
-	cleaned    bool
-	agentOOM   int64
-	toolsOOM   int64
-	pidsMaxHit int64
+	// throttled0 is the cpu cgroup's nr_throttled when the set was handed
+	// to this task (0 for a new one): CPUThrottled counts from it.
+	throttled0 int64
 }
 
 // Prepare creates a task's staging directory and, for Strict, its uid and
@@ -580,8 +603,16 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
-	t := &Task{sb: s, dir: dir, name: cgroupName(taskID), uid: s.uid, gid: s.gid}
+	t := &Task{sb: s, dir: dir, cgSet: cgSet{name: cgroupName(taskID), uid: s.uid, gid: s.gid}}
 	if s.cfg.Level == None {
+		return t, nil
+	}
+	if set, ok := s.pool.take(); ok {
+		t.cgSet = set
+		if err := t.setupWorkspace(); err != nil {
+			t.Cleanup()
+			return nil, err
+		}
 		return t, nil
 	}
 	if s.uids != nil {
@@ -603,13 +634,8 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 
 func (t *Task) setup() error {
 	s := t.sb
-	if s.root {
-		if err := os.Chown(t.dir, t.uid, t.gid); err != nil {
-			return fmt.Errorf("sandbox: chown workspace: %w", err)
-		}
-	}
-	if err := os.Chmod(t.dir, 0o700); err != nil {
-		return fmt.Errorf("sandbox: chmod workspace: %w", err)
+	if err := t.setupWorkspace(); err != nil {
+		return err
 	}
 	if !s.cgroups {
 		return nil
@@ -622,6 +648,19 @@ func (t *Task) setup() error {
 		return err
 	}
 	return t.setupCPU()
+}
+
+// setupWorkspace gives the staging directory to the task's ids alone.
+func (t *Task) setupWorkspace() error {
+	if t.sb.root {
+		if err := os.Chown(t.dir, t.uid, t.gid); err != nil {
+			return fmt.Errorf("sandbox: chown workspace: %w", err)
+		}
+	}
+	if err := os.Chmod(t.dir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: chmod workspace: %w", err)
+	}
+	return nil
 }
 
 // setupMemory makes the task's memory cgroups: <base>/<task> (the whole
@@ -1132,6 +1171,10 @@ func (t *Task) Cleanup() {
 		t.toolsOOM = max(oomKills(t.toolsMem, t.sb.mem.v2), 0)
 	}
 	t.pidsMaxHit = t.pidsHits()
+	if t.recycle() {
+		removeSandboxedWorkspace(t.dir)
+		return
+	}
 	empty := t.removeEmptyCgroups()
 	if !empty {
 		for _, d := range []string{t.pidsDir, t.memDir, t.cpuDir} {
