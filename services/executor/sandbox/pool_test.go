@@ -36,10 +36,12 @@ func runToEnd(t *testing.T, task *sandbox.Task, mode string) {
 // only once its task is cleaned up, so a task prepared while another
 // lives never gets that one's cgroups; the next task prepared after it
 // gets them (and the uid they were given to), and the pool is then empty.
+// The set's name, which its tasks see, does not carry the first task's id.
 func TestCgroupPoolOneTaskAtATime(t *testing.T) {
 	sb := strict(t, sandbox.Config{CgroupPool: 2})
 	defer sb.Close()
-	a, err := sb.Prepare("a")
+	const firstID = "tenant-one-task"
+	a, err := sb.Prepare(firstID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +76,11 @@ func TestCgroupPoolOneTaskAtATime(t *testing.T) {
 	}
 	if n := sb.Pooled(); n != 0 {
 		t.Fatalf("after c took the set the pool holds %d, want 0", n)
+	}
+	for _, d := range c.Cgroups() {
+		if strings.Contains(d, firstID) {
+			t.Errorf("task c's cgroup %s names the task that held it before", d)
+		}
 	}
 	d, err := sb.Prepare("d") // c holds the set: d gets new cgroups
 	if err != nil {

@@ -603,7 +603,7 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
-	t := &Task{sb: s, dir: dir, cgSet: cgSet{name: cgroupName(taskID), uid: s.uid, gid: s.gid}}
+	t := &Task{sb: s, dir: dir, cgSet: cgSet{name: s.cgroupName(taskID), uid: s.uid, gid: s.gid}}
 	if s.cfg.Level == None {
 		return t, nil
 	}
@@ -803,7 +803,16 @@ func (t *Task) giveToSandbox(f string) error {
 // the agent process's threads.
 func (c Config) toolPids() int { return c.Pids - max(16, c.Pids/8) }
 
-func cgroupName(taskID string) string {
+// cgroupName names a new task's cgroups after the task. A set that may be
+// handed to later tasks (a pool) is named at random alone: a task sees
+// its cgroups' names (/proc/self/cgroup, the mount table), and must not
+// learn an earlier task's id from them.
+func (s *Sandbox) cgroupName(taskID string) string {
+	if s.pool != nil {
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		return "task-" + hex.EncodeToString(rnd[:])
+	}
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	return "task-" + cleanName(taskID, 40) + "-" + hex.EncodeToString(rnd[:])
