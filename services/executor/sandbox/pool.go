@@ -24,7 +24,8 @@ package sandbox
 //     first;
 //   - its limits are the Sandbox's (the sandbox may write none of them:
 //     only the tools' cgroup.procs is given to it) and its CPU weight the
-//     foreground one (SetBackground is undone).
+//     foreground one (SetBackground is undone); the CPU limit is written
+//     again, which refills the period's runtime.
 //
 // A set keeps the host uid (and gid) its files were given to: that uid
 // stays reserved with it in the pool and is handed with it, so no other
@@ -147,6 +148,12 @@ func (t *Task) recycle() bool {
 		if err := t.SetBackground(false); err != nil {
 			return false
 		}
+	}
+	// Writing the CPU limit again refills the CFS period's runtime (and
+	// lifts a throttle): the next task does not start with what is left
+	// of this one's quota.
+	if err := setCPU(t.cpuDir, t.sb.cpu.v2, t.sb.cfg.CPU); err != nil {
+		return false
 	}
 	set := t.cgSet
 	set.throttled0 = 0

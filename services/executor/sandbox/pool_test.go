@@ -158,6 +158,9 @@ func TestCgroupPoolResetsTheSet(t *testing.T) {
 				}
 			}
 		}
+		if v, ok := read(dir, "cpu.cfs_quota_us"); ok && v != "50000" {
+			t.Errorf("%s cpu.cfs_quota_us = %s, want the default 50000 (0.5 cores)", dir, v)
+		}
 		if os.Geteuid() == 0 {
 			if fi, err := os.Stat(filepath.Join(dir, "tools", "cgroup.procs")); err == nil {
 				if uid := fi.Sys().(*syscall.Stat_t).Uid; int(uid) != b.UID() {
