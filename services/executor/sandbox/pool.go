@@ -3,14 +3,18 @@ package sandbox
 // Cgroup sets used again.
 //
 // Making a task's cgroups (five mkdirs on cgroup v1, each allocating the
-// controller's state in the kernel) and removing them (rmdirs, then the
-// kernel's workers freeing that state) was the largest part of the
-// executor's side of a sandboxed spawn (docs/benchmarks.md, "Prepared
-// cgroups used again"). An ended task's cgroup set is instead kept in a
-// small pool and handed to a later task of the same Sandbox, when nothing
-// tells it from a new one:
+// controller's state in the kernel) and its staging directory (on ext4,
+// the inode allocator skips the many recently deleted inodes such churn
+// leaves), and removing them (rmdirs, then the kernel's workers freeing
+// the cgroups' state) was most of the executor's side of a sandboxed
+// spawn (docs/benchmarks.md, "Cgroup sets used again"). An ended task's
+// cgroup set and staging directory are instead kept in a small pool and
+// handed to a later task of the same Sandbox, when nothing tells them
+// from new ones:
 //
-//   - it is empty: no process in any of its directories (the kernel lists
+//   - the staging directory is empty (the task's root was mounted on it
+//     in the task's own mount namespace; on the host it stays empty);
+//   - the set is empty: no process in any of its directories (the kernel lists
 //     every thread group in cgroup.procs; a task's processes cannot leave
 //     its cgroups, so an empty set means none of them is alive);
 //   - its counters a task can read or the executor reports are zero: the
@@ -27,9 +31,9 @@ package sandbox
 //     foreground one (SetBackground is undone); the CPU limit is written
 //     again, which refills the period's runtime.
 //
-// A set keeps the host uid (and gid) its files were given to: that uid
-// stays reserved with it in the pool and is handed with it, so no other
-// task ever runs as the owner of a pooled set's files. A set is in the
+// A set keeps the host uid (and gid) its files and staging directory were
+// given to: that uid stays reserved with it in the pool and is handed with
+// it, so no other task ever runs as the owner of a pooled set's files. A set is in the
 // pool or with exactly one task: take removes it, and only the Cleanup of
 // the task that held it (once, under the task's lock) puts it back. A set
 // that fails any check is removed as before. The pool's directories are
@@ -37,6 +41,8 @@ package sandbox
 // and a dead executor's are swept with its instance (sweep.go).
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,7 +147,7 @@ func (t *Task) recycle() bool {
 			return false
 		}
 	}
-	if charged(t.memDir, t.sb.mem.v2) > recycleMaxCharge {
+	if charged(t.memDir, t.sb.mem.v2) > recycleMaxCharge || !dirEmpty(t.dir) {
 		return false
 	}
 	if t.background {
@@ -156,7 +162,7 @@ func (t *Task) recycle() bool {
 		return false
 	}
 	set := t.cgSet
-	set.throttled0 = 0
+	set.stage, set.throttled0 = t.dir, 0
 	if n, ok := readKey(filepath.Join(t.cpuDir, "cpu.stat"), "nr_throttled"); ok {
 		set.throttled0 = n
 	}
@@ -165,6 +171,17 @@ func (t *Task) recycle() bool {
 	}
 	t.cgSet = cgSet{name: set.name}
 	return true
+}
+
+// dirEmpty reports whether a directory exists and holds nothing.
+func dirEmpty(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return errors.Is(err, io.EOF)
 }
 
 // cgroupEmpty reports whether a cgroup holds no process (false when it

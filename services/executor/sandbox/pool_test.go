@@ -46,7 +46,7 @@ func TestCgroupPoolOneTaskAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	runToEnd(t, a, "ready")
-	dirsA, uidA := a.Cgroups(), a.UID()
+	dirsA, uidA, stageA := a.Cgroups(), a.UID(), a.Stage()
 	b, err := sb.Prepare("b") // a has ended but is not cleaned up: its set is still a's
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +71,12 @@ func TestCgroupPoolOneTaskAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Cleanup()
-	if !slices.Equal(c.Cgroups(), dirsA) || c.UID() != uidA {
-		t.Fatalf("task c got cgroups %v uid %d, want the pooled %v uid %d", c.Cgroups(), c.UID(), dirsA, uidA)
+	if !slices.Equal(c.Cgroups(), dirsA) || c.UID() != uidA || c.Stage() != stageA {
+		t.Fatalf("task c got cgroups %v uid %d stage %s, want the pooled %v uid %d stage %s",
+			c.Cgroups(), c.UID(), c.Stage(), dirsA, uidA, stageA)
+	}
+	if b.Stage() == stageA || b.UID() == uidA && os.Geteuid() == 0 {
+		t.Errorf("task b, prepared while a lived, got a's stage %s or uid %d", b.Stage(), b.UID())
 	}
 	if n := sb.Pooled(); n != 0 {
 		t.Fatalf("after c took the set the pool holds %d, want 0", n)
@@ -91,6 +95,9 @@ func TestCgroupPoolOneTaskAtATime(t *testing.T) {
 		if slices.Contains(dirsA, dir) {
 			t.Fatalf("task d got %s, which task c holds", dir)
 		}
+	}
+	if d.Stage() == stageA {
+		t.Fatalf("task d got the stage %s, which task c holds", stageA)
 	}
 	// c's child runs in the set it was handed.
 	cmd, r := start(t, c, "sleep")
@@ -169,6 +176,11 @@ func TestCgroupPoolResetsTheSet(t *testing.T) {
 			}
 		}
 	}
+	if fi, err := os.Stat(b.Stage()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("task b's stage %s: %v, want mode 0700", b.Stage(), err)
+	} else if os.Geteuid() == 0 && int(fi.Sys().(*syscall.Stat_t).Uid) != b.UID() {
+		t.Errorf("task b's stage belongs to uid %d, want %d", fi.Sys().(*syscall.Stat_t).Uid, b.UID())
+	}
 	if !sawWeight || !sawMem {
 		t.Fatalf("no CPU weight (%v) or memory limit (%v) in %v", sawWeight, sawMem, dirs)
 	}
@@ -177,9 +189,9 @@ func TestCgroupPoolResetsTheSet(t *testing.T) {
 	}
 }
 
-// A set that is not as new is never pooled but removed, as without a
-// pool: one whose child still runs at Cleanup (killed first), one whose
-// agent was OOM-killed.
+// A set that is not as new is never pooled but removed with its staging
+// directory, as without a pool: one whose child still runs at Cleanup
+// (killed first), one whose agent was OOM-killed.
 func TestCgroupPoolSkipsSpentSets(t *testing.T) {
 	sb := strict(t, sandbox.Config{CgroupPool: 4, Memory: 32 << 20})
 	defer sb.Close()
@@ -190,7 +202,7 @@ func TestCgroupPoolSkipsSpentSets(t *testing.T) {
 		}
 		for _, d := range dirs {
 			if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("%s: cgroup %s left after Cleanup (stat: %v)", what, d, err)
+				t.Errorf("%s: %s left after Cleanup (stat: %v)", what, d, err)
 			}
 		}
 	}
@@ -202,7 +214,7 @@ func TestCgroupPoolSkipsSpentSets(t *testing.T) {
 	if line, _ := r.ReadString('\n'); line != "ready\n" {
 		t.Fatalf("child said %q", line)
 	}
-	dirs := running.Cgroups()
+	dirs := append(running.Cgroups(), running.Stage())
 	running.Cleanup()
 	_ = cmd.Wait()
 	gone("a running child", dirs)
@@ -215,7 +227,7 @@ func TestCgroupPoolSkipsSpentSets(t *testing.T) {
 	if !hog.OOMKilled() {
 		t.Fatal("the hog was not OOM-killed at 32 MiB")
 	}
-	dirs = hog.Cgroups()
+	dirs = append(hog.Cgroups(), hog.Stage())
 	hog.Cleanup()
 	gone("an OOM-killed agent", dirs)
 	if !hog.OOMKilled() {
@@ -225,7 +237,7 @@ func TestCgroupPoolSkipsSpentSets(t *testing.T) {
 
 // poolExecutorHelper plays an executor that dies with a set in its pool:
 // one task runs to its end and is cleaned up, and the helper prints the
-// pooled set's cgroups and waits to be killed.
+// pooled set's cgroups and staging directory and waits to be killed.
 func poolExecutorHelper(root string) int {
 	sb, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, Node: poolSweepNode, WorkspaceRoot: root, CgroupPool: 2})
 	if err != nil {
@@ -237,7 +249,7 @@ func poolExecutorHelper(root string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	dirs := task.Cgroups()
+	dirs := append(task.Cgroups(), task.Stage())
 	task.Cleanup()
 	if sb.Pooled() != 1 {
 		fmt.Println("error: the set was not pooled")
@@ -248,8 +260,9 @@ func poolExecutorHelper(root string) int {
 	return 0
 }
 
-// The pool of an executor that died is swept with the rest of its
-// instance by the next executor of the node.
+// The pool of an executor that died (its cgroup sets and their staging
+// directories) is swept with the rest of its instance by the next
+// executor of the node.
 func TestCgroupPoolSweptAfterExecutorDied(t *testing.T) {
 	strict(t, sandbox.Config{}).Close() // skips (or fails in CI) without strict isolation
 	root := t.TempDir()

@@ -591,11 +591,17 @@ type cgSet struct {
 	// throttled0 is the cpu cgroup's nr_throttled when the set was handed
 	// to this task (0 for a new one): CPUThrottled counts from it.
 	throttled0 int64
+	// stage is, in the pool, the ended task's staging directory (empty,
+	// its uid's), handed on with the cgroups.
+	stage string
 }
 
 // Prepare creates a task's staging directory and, for Strict, its uid and
 // cgroups. Call Cleanup when done.
 func (s *Sandbox) Prepare(taskID string) (*Task, error) {
+	if set, ok := s.pool.take(); ok {
+		return &Task{sb: s, dir: set.stage, cgSet: set}, nil
+	}
 	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
@@ -605,14 +611,6 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 	}
 	t := &Task{sb: s, dir: dir, cgSet: cgSet{name: s.cgroupName(taskID), uid: s.uid, gid: s.gid}}
 	if s.cfg.Level == None {
-		return t, nil
-	}
-	if set, ok := s.pool.take(); ok {
-		t.cgSet = set
-		if err := t.setupWorkspace(); err != nil {
-			t.Cleanup()
-			return nil, err
-		}
 		return t, nil
 	}
 	if s.uids != nil {
@@ -634,8 +632,13 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 
 func (t *Task) setup() error {
 	s := t.sb
-	if err := t.setupWorkspace(); err != nil {
-		return err
+	if s.root {
+		if err := os.Chown(t.dir, t.uid, t.gid); err != nil {
+			return fmt.Errorf("sandbox: chown workspace: %w", err)
+		}
+	}
+	if err := os.Chmod(t.dir, 0o700); err != nil {
+		return fmt.Errorf("sandbox: chmod workspace: %w", err)
 	}
 	if !s.cgroups {
 		return nil
@@ -648,19 +651,6 @@ func (t *Task) setup() error {
 		return err
 	}
 	return t.setupCPU()
-}
-
-// setupWorkspace gives the staging directory to the task's ids alone.
-func (t *Task) setupWorkspace() error {
-	if t.sb.root {
-		if err := os.Chown(t.dir, t.uid, t.gid); err != nil {
-			return fmt.Errorf("sandbox: chown workspace: %w", err)
-		}
-	}
-	if err := os.Chmod(t.dir, 0o700); err != nil {
-		return fmt.Errorf("sandbox: chmod workspace: %w", err)
-	}
-	return nil
 }
 
 // setupMemory makes the task's memory cgroups: <base>/<task> (the whole
@@ -1181,7 +1171,6 @@ func (t *Task) Cleanup() {
 	}
 	t.pidsMaxHit = t.pidsHits()
 	if t.recycle() {
-		removeSandboxedWorkspace(t.dir)
 		return
 	}
 	empty := t.removeEmptyCgroups()
