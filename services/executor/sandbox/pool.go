@@ -28,8 +28,11 @@ package sandbox
 //     first;
 //   - its limits are the Sandbox's (the sandbox may write none of them:
 //     only the tools' cgroup.procs is given to it) and its CPU weight the
-//     foreground one (SetBackground is undone); the CPU limit is written
-//     again, which refills the period's runtime.
+//     foreground one (SetBackground is undone); after a task its CPU
+//     limit throttled, the limit is written again, which refills the
+//     period's runtime (a task never throttled leaves some of it: the
+//     next one has at most the rest of that period, ≤ 100 ms, with what
+//     is left of the quota).
 //
 // A set keeps the host uid (and gid) its files and staging directory were
 // given to: that uid stays reserved with it in the pool and is handed with
@@ -155,17 +158,22 @@ func (t *Task) recycle() bool {
 			return false
 		}
 	}
-	// Writing the CPU limit again refills the CFS period's runtime (and
-	// lifts a throttle): the next task does not start with what is left
-	// of this one's quota.
-	if err := setCPU(t.cpuDir, t.sb.cpu.v2, t.sb.cfg.CPU); err != nil {
+	throttled, ok := readKey(filepath.Join(t.cpuDir, "cpu.stat"), "nr_throttled")
+	if !ok {
 		return false
 	}
-	set := t.cgSet
-	set.stage, set.throttled0 = t.dir, 0
-	if n, ok := readKey(filepath.Join(t.cpuDir, "cpu.stat"), "nr_throttled"); ok {
-		set.throttled0 = n
+	// A task its CPU limit throttled may have left its last period's
+	// runtime spent: writing the limit again refills it (and lifts the
+	// throttle), so the next task does not start with what is left of
+	// this one's quota. The write is not made otherwise: it costs ~0.14 ms
+	// (tg_set_bandwidth), a quarter of the executor's side of a spawn.
+	if throttled > t.throttled0 {
+		if err := setCPU(t.cpuDir, t.sb.cpu.v2, t.sb.cfg.CPU); err != nil {
+			return false
+		}
 	}
+	set := t.cgSet
+	set.stage, set.throttled0 = t.dir, throttled
 	if !p.put(set) {
 		return false
 	}
