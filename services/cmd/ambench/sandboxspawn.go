@@ -50,6 +50,9 @@ func sandboxRun(bin string, n, par int) (float64, cpuTimes, error) {
 	if err != nil {
 		return 0, cpuTimes{}, fmt.Errorf("strict isolation unavailable (run as root): %w", err)
 	}
+	// The executor's default pool of ended tasks' cgroup sets, removed
+	// with the rest of the instance when the phase ends.
+	defer sb.Close()
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, cpuTimes{}, err
