@@ -153,7 +153,7 @@ func (t *Task) recycle() bool {
 	if charged(t.memDir, t.sb.mem.v2) > recycleMaxCharge || !dirEmpty(t.dir) {
 		return false
 	}
-	if t.background {
+	if t.background.Load() {
 		if err := t.SetBackground(false); err != nil {
 			return false
 		}

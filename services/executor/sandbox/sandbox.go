@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -561,7 +562,7 @@ type Task struct {
 	cgSet
 	exe *os.File
 	// background: SetBackground(true) was the last weight written.
-	background bool
+	background atomic.Bool
 
 	mu         sync.Mutex
 	cleaned    bool
