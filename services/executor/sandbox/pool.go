@@ -7,16 +7,18 @@ package sandbox
 // the inode allocator skips the many recently deleted inodes such churn
 // leaves), and removing them (rmdirs, then the kernel's workers freeing
 // the cgroups' state) was most of the executor's side of a sandboxed
-// spawn (docs/benchmarks.md, "Cgroup sets used again"). An ended task's
+// spawn (docs/benchmarks.md, "The sandboxed spawn: cgroup sets and
+// staging directories used again"). An ended task's
 // cgroup set and staging directory are instead kept in a small pool and
 // handed to a later task of the same Sandbox, when nothing tells them
 // from new ones:
 //
 //   - the staging directory is empty (the task's root was mounted on it
 //     in the task's own mount namespace; on the host it stays empty);
-//   - the set is empty: no process in any of its directories (the kernel lists
-//     every thread group in cgroup.procs; a task's processes cannot leave
-//     its cgroups, so an empty set means none of them is alive);
+//   - the set is empty: no process in any of its directories (the
+//     kernel lists every thread group in cgroup.procs; a task's processes
+//     cannot leave its cgroups, so an empty set means none of them is
+//     alive);
 //   - its counters a task can read or the executor reports are zero: the
 //     agent's and the tools' oom_kill, the pids limits' "max" events (the
 //     tools' OOM file is bound into the sandbox); nr_throttled, which only
@@ -35,13 +37,14 @@ package sandbox
 //     is left of the quota).
 //
 // A set keeps the host uid (and gid) its files and staging directory were
-// given to: that uid stays reserved with it in the pool and is handed with
-// it, so no other task ever runs as the owner of a pooled set's files. A set is in the
-// pool or with exactly one task: take removes it, and only the Cleanup of
-// the task that held it (once, under the task's lock) puts it back. A set
-// that fails any check is removed as before. The pool's directories are
-// under the instance's cgroup base like a task's, so Close removes them,
-// and a dead executor's are swept with its instance (sweep.go).
+// given to: that uid stays reserved with it in the pool and is handed
+// with it, so no other task ever runs as the owner of a pooled set's
+// files. A set is in the pool or with exactly one task: take removes it,
+// and only the Cleanup of the task that held it (once, under the task's
+// lock) puts it back. A set that fails any check is removed as before.
+// The pool's directories are under the instance's cgroup base and
+// staging directory like a task's, so Close removes them, and a dead
+// executor's are swept with its instance (sweep.go).
 
 import (
 	"errors"
