@@ -389,6 +389,10 @@ func sandboxFromEnv(r *envconf.Reader) sandbox.Config {
 		r.Fail("AGENTMESH_TASK_CPU", "want a number of cores from 0.01 to 1024, e.g. 0.5")
 	}
 	r.Parse("AGENTMESH_SANDBOX_UIDS", func(v string) (err error) { cfg.UIDs, err = sandbox.ParseIDRange(v); return err })
+	cfg.CgroupPool = sandbox.DefaultCgroupPool
+	if r.String("AGENTMESH_SANDBOX_CGROUP_POOL") != "" {
+		cfg.CgroupPool = r.IntRange("AGENTMESH_SANDBOX_CGROUP_POOL", 0, 1024)
+	}
 	return cfg
 }
 

@@ -64,6 +64,9 @@ func TestConfigFromEnvRefusesBadValues(t *testing.T) {
 		{"AGENTMESH_AGENT_CPU_SHARES", "262145"},
 		{"AGENTMESH_SANDBOX_UIDS", "100-50"},
 		{"AGENTMESH_SANDBOX_READ_PATHS", "/opt/ok,opt/relative"},
+		{"AGENTMESH_SANDBOX_CGROUP_POOL", "-1"},
+		{"AGENTMESH_SANDBOX_CGROUP_POOL", "1025"},
+		{"AGENTMESH_SANDBOX_CGROUP_POOL", "some"},
 		{"AGENTMESH_WEB_FETCH_ALLOW", "999.1.1.1/8"},
 		{"AGENTMESH_WEB_FETCH_MAX_BYTES", "50k"},
 		{"AGENTMESH_SQL_URL", "postgres://[::1"},
@@ -85,6 +88,12 @@ func TestConfigFromEnv(t *testing.T) {
 		cfg.ToolSettings.SQL.Policy != sqltool.PolicyApprove || len(cfg.Labels) != 0 || len(cfg.Model.Prices) != 0 {
 		t.Errorf("unset: %+v", cfg)
 	}
+	if cfg.Sandbox.CgroupPool != sandbox.DefaultCgroupPool {
+		t.Errorf("unset: cgroup pool %d, want the default %d", cfg.Sandbox.CgroupPool, sandbox.DefaultCgroupPool)
+	}
+	if off, err := fromEnv(map[string]string{"AGENTMESH_SANDBOX_CGROUP_POOL": "0"}); err != nil || off.Sandbox.CgroupPool != 0 {
+		t.Errorf("AGENTMESH_SANDBOX_CGROUP_POOL=0: cgroup pool %d (%v), want 0 (off)", off.Sandbox.CgroupPool, err)
+	}
 	cfg, err = fromEnv(map[string]string{
 		"AGENTMESH_PREFIX": "xy", "AGENTMESH_NODE": "n1", "AGENTMESH_CAPACITY": "8", "AGENTMESH_MAX_STEPS": "4",
 		"AGENTMESH_WALL_TIME": "1m", "AGENTMESH_ACK_WAIT": "9s", "AGENTMESH_DRAIN_GRACE": "3s",
@@ -93,7 +102,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"AGENTMESH_MODEL": "mini", "AGENTMESH_MODEL_ALLOW": " 127.0.0.1:11434 , ollama.lan ,", "AGENTMESH_MODEL_MAX_BYTES": "8MiB",
 		"AGENTMESH_PRICES": "gpt-4o-mini=0.15/0.60,llama3.1=0/0", "AGENTMESH_ISOLATION": "best-effort",
 		"AGENTMESH_TASK_CPU": "0.25", "AGENTMESH_AGENT_CPU_SHARES": "256", "AGENTMESH_SANDBOX_UIDS": "100000-165535",
-		"AGENTMESH_TASK_PIDS": "64", "AGENTMESH_SANDBOX_READ_PATHS": "/opt/a, /opt/b",
+		"AGENTMESH_TASK_PIDS": "64", "AGENTMESH_SANDBOX_READ_PATHS": "/opt/a, /opt/b", "AGENTMESH_SANDBOX_CGROUP_POOL": "3",
 		"AGENTMESH_WEB_FETCH_ALLOW": "10.0.0.0/8", "AGENTMESH_WEB_FETCH_MAX_BYTES": "1000", "AGENTMESH_SQL_URL": "postgres://x",
 		"AGENTMESH_SQL_POLICY": "refuse", "AGENTMESH_SQL_READ_WRITE": "true", "AGENTMESH_SQL_ALLOW_PRIVILEGED_ROLE": "true",
 		"AGENTMESH_SQL_MAX_ROW_BYTES": "64k", "AGENTMESH_MODEL_PROVIDER": "anthropic", "AGENTMESH_MODEL_WAIT_IN_PLACE": "2s",
@@ -118,6 +127,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"model provider, table, wait", cfg.Model.Provider == "anthropic" && cfg.Model.WaitInPlace == 2*time.Second && len(cfg.Model.Table.Models) == 1},
 		{"sandbox", cfg.Sandbox.Level == sandbox.BestEffort && cfg.Sandbox.CPU == 0.25 && cfg.Sandbox.CPUShares == 256 && cfg.Sandbox.UIDs.First == 100000},
 		{"read paths", strings.Join(cfg.Sandbox.ReadOnlyPaths, "|") == "/opt/a|/opt/b"},
+		{"cgroup pool", cfg.Sandbox.CgroupPool == 3},
 		{"web_fetch", strings.Join(cfg.ToolSettings.WebFetch.Allow, "|") == "10.0.0.0/8" && cfg.ToolSettings.WebFetch.MaxBytes == 1000},
 		{"sql", cfg.ToolSettings.SQL.URL == "postgres://x" && cfg.ToolSettings.SQL.Policy == sqltool.PolicyRefuse &&
 			cfg.ToolSettings.SQL.ReadWrite && cfg.ToolSettings.SQL.AllowPrivilegedRole && cfg.ToolSettings.SQL.MaxRowBytes == 64<<10},

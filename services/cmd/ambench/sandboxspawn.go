@@ -46,10 +46,13 @@ func sandboxRun(bin string, n, par int) (float64, cpuTimes, error) {
 	if err := os.Chmod(ws, 0o711); err != nil {
 		return 0, cpuTimes{}, err
 	}
-	sb, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, WorkspaceRoot: ws, Node: "ambench"})
+	sb, err := sandbox.New(sandbox.Config{Level: sandbox.Strict, WorkspaceRoot: ws, Node: "ambench", CgroupPool: sandbox.DefaultCgroupPool})
 	if err != nil {
 		return 0, cpuTimes{}, fmt.Errorf("strict isolation unavailable (run as root): %w", err)
 	}
+	// The executor's default pool of ended tasks' cgroup sets, removed
+	// with the rest of the instance when the phase ends.
+	defer sb.Close()
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, cpuTimes{}, err

@@ -287,7 +287,7 @@ func (t *Task) CPUThrottled() int64 {
 		return -1
 	}
 	if n, ok := readKey(filepath.Join(t.cpuDir, "cpu.stat"), "nr_throttled"); ok {
-		return n
+		return n - t.throttled0
 	}
 	return -1
 }

@@ -85,6 +85,7 @@ func (t *Task) SetBackground(on bool) error {
 	if t.cpuDir == "" {
 		return nil
 	}
+	t.background.Store(on)
 	if t.sb.cpu.v2 {
 		w := foregroundWeight
 		if on {

@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -147,6 +148,11 @@ type Config struct {
 	// CgroupName names the cgroup, under the executor's own, that holds
 	// the task cgroups ("agentmesh").
 	CgroupName string
+	// CgroupPool is how many ended tasks' cgroup sets are kept and handed
+	// to later tasks instead of new ones (pool.go); 0: none, each task's
+	// are made for it and removed after it (the executor's default is
+	// DefaultCgroupPool).
+	CgroupPool int
 }
 
 // Defaults.
@@ -187,6 +193,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Pids <= 0 {
 		c.Pids = DefaultPids
+	}
+	if c.CgroupPool < 0 || c.CgroupPool > maxCgroupPool {
+		return fmt.Errorf("sandbox: cgroup pool %d: want 0 to %d", c.CgroupPool, maxCgroupPool)
 	}
 	if c.Pids < 32 {
 		return fmt.Errorf("sandbox: pids limit %d is too small (at least 32: the agent process alone runs several threads)", c.Pids)
@@ -263,8 +272,9 @@ type Sandbox struct {
 	mem       controller
 	pids      controller
 	cpu       controller
-	cgroups   bool // memory, pids and CPU limits are had
-	abi       int  // Landlock ABI, 0 without
+	cgroups   bool    // memory, pids and CPU limits are had
+	pool      *cgPool // ended tasks' cgroup sets, for later tasks (nil: none)
+	abi       int     // Landlock ABI, 0 without
 	seccomp   bool
 	instance  string   // "<node>.<pid>[-<n>]": names this executor's cgroups and workspaces (sweep.go)
 	lock      *os.File // the instance's owner lock, held while it lives (sweep.go)
@@ -346,6 +356,7 @@ func New(cfg Config) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("sandbox: %w: %s isolation needs: %s (%s)", ErrUnavailable, cfg.Level, strings.Join(all, "; "), hint)
 	}
 	s.settle(w)
+	s.pool = newCgPool(cfg.CgroupPool)
 	return s, nil
 }
 
@@ -542,13 +553,30 @@ func mib(n int64) string {
 
 // Task is the sandbox of one task attempt: its workspace and cgroups.
 type Task struct {
-	sb       *Sandbox
+	sb    *Sandbox
+	dir   string   // the host directory the sandbox's root is built on
+	syncR *os.File // sub: the child's end of the sync pipe
+	syncW *os.File // sub: the executor's end; a byte releases the child
+	// cgSet is the task's cgroups and host ids: made for it, or an ended
+	// task's taken from the Sandbox's pool (pool.go).
+	cgSet
+	exe *os.File
+	// background: SetBackground(true) was the last weight written.
+	background atomic.Bool
+
+	mu         sync.Mutex
+	cleaned    bool
+	agentOOM   int64
+	toolsOOM   int64
+	pidsMaxHit int64
+}
+
+// cgSet is a task's cgroup directories and the host ids their files are
+// given to (giveToSandbox): one task's at a time.
+type cgSet struct {
 	name     string
-	dir      string   // the host directory the sandbox's root is built on
-	uid, gid int      // host ids of the sandbox's root
-	sub      bool     // mapped to subordinate ids by the helpers (MapIDs)
-	syncR    *os.File // sub: the child's end of the sync pipe
-	syncW    *os.File // sub: the executor's end; a byte releases the child
+	uid, gid int  // host ids of the sandbox's root
+	sub      bool // mapped to subordinate ids by the helpers (MapIDs)
 
 	memDir   string // the task's memory cgroup
 	agentMem string // where the agent process goes in the memory hierarchy
@@ -561,18 +589,20 @@ type Task struct {
 	// cgDirs are the cgroup directories setup created, in order (parents
 	// before their children).
 	cgDirs []string
-	exe    *os.File
-
-	mu         sync.Mutex
-	cleaned    bool
-	agentOOM   int64
-	toolsOOM   int64
-	pidsMaxHit int64
+	// throttled0 is the cpu cgroup's nr_throttled when the set was handed
+	// to this task (0 for a new one): CPUThrottled counts from it.
+	throttled0 int64
+	// stage is, in the pool, the ended task's staging directory (empty,
+	// its uid's), handed on with the cgroups.
+	stage string
 }
 
 // Prepare creates a task's staging directory and, for Strict, its uid and
 // cgroups. Call Cleanup when done.
 func (s *Sandbox) Prepare(taskID string) (*Task, error) {
+	if set, ok := s.pool.take(); ok {
+		return &Task{sb: s, dir: set.stage, cgSet: set}, nil
+	}
 	if err := os.MkdirAll(s.wsRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
@@ -580,7 +610,7 @@ func (s *Sandbox) Prepare(taskID string) (*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create task workspace: %w", err)
 	}
-	t := &Task{sb: s, dir: dir, name: cgroupName(taskID), uid: s.uid, gid: s.gid}
+	t := &Task{sb: s, dir: dir, cgSet: cgSet{name: s.cgroupName(taskID), uid: s.uid, gid: s.gid}}
 	if s.cfg.Level == None {
 		return t, nil
 	}
@@ -764,7 +794,16 @@ func (t *Task) giveToSandbox(f string) error {
 // the agent process's threads.
 func (c Config) toolPids() int { return c.Pids - max(16, c.Pids/8) }
 
-func cgroupName(taskID string) string {
+// cgroupName names a new task's cgroups after the task. A set that may be
+// handed to later tasks (a pool) is named at random alone: a task sees
+// its cgroups' names (/proc/self/cgroup, the mount table), and must not
+// learn an earlier task's id from them.
+func (s *Sandbox) cgroupName(taskID string) string {
+	if s.pool != nil {
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		return "task-" + hex.EncodeToString(rnd[:])
+	}
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	return "task-" + cleanName(taskID, 40) + "-" + hex.EncodeToString(rnd[:])
@@ -1132,6 +1171,9 @@ func (t *Task) Cleanup() {
 		t.toolsOOM = max(oomKills(t.toolsMem, t.sb.mem.v2), 0)
 	}
 	t.pidsMaxHit = t.pidsHits()
+	if t.recycle() {
+		return
+	}
 	empty := t.removeEmptyCgroups()
 	if !empty {
 		for _, d := range []string{t.pidsDir, t.memDir, t.cpuDir} {

@@ -67,6 +67,9 @@ func TestMain(m *testing.M) {
 	if root, ok := os.LookupEnv(envExecutor); ok {
 		os.Exit(executorHelper(root))
 	}
+	if root, ok := os.LookupEnv(envPoolExecutor); ok {
+		os.Exit(poolExecutorHelper(root))
+	}
 	if mode, ok := os.LookupEnv(envMode); ok {
 		sandbox.EnterOrExit()
 		os.Exit(childMode(mode))

@@ -91,6 +91,7 @@ func (s *Sandbox) own() error {
 // if any are left) — and gives up its lock. Call it once its tasks are
 // cleaned up; a clean stop so leaves no empty instance directories.
 func (s *Sandbox) Close() {
+	s.pool.drain()
 	for _, base := range uniq(s.mem.base, s.pids.base, s.cpu.base) {
 		killTree(base)
 		_ = removeCgroup(base)
