@@ -17,9 +17,7 @@ import (
 // per task"). 200 halves the number of collections for a heap that may
 // grow to three times the live data instead of two (the live heap of
 // `agentmesh dev` under load is tens of MiB). GOGC in the environment
-// still decides (e.g. GOGC=100, or GOMEMLIMIT with GOGC=off). Past a live
-// heap of 256 MiB (thousands of tasks waiting for their model) the target
-// falls toward 100 so the garbage stays within 512 MiB (gc.go).
+// still decides (e.g. GOGC=100, or GOMEMLIMIT with GOGC=off).
 const serverGCPercent = 200
 
 // gcPercent returns the GC percent to set, or -1 to leave the runtime's
@@ -34,7 +32,6 @@ func gcPercent(lookup func(string) (string, bool)) int {
 func main() {
 	if p := gcPercent(os.LookupEnv); p >= 0 {
 		debug.SetGCPercent(p)
-		tuneGC(p) // at most gcHeadroom of garbage over a large live heap (gc.go)
 	}
 	os.Exit(app.Main(os.Args[1:]))
 }
