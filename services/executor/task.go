@@ -352,7 +352,7 @@ func (s *Service) appendSteps(ctx context.Context, taskID string, attempt int32,
 		if tries++; tries == 2 || tries%20 == 0 {
 			s.log.WarnContext(ctx, "checkpoint not answered; sending it again", "task_id", taskID, "step", last.GetIndex(), "try", tries)
 		}
-		ctx, cancel := context.WithTimeout(ctx, stepTryTimeout)
+		ctx, cancel := context.WithTimeout(ctx, stepTryWait(tries))
 		defer cancel()
 		var resp busv1.AppendStepResponse
 		return bus.Request(ctx, s.nc, s.names.State(subjects.StateAppendStep), req, &resp)
@@ -368,10 +368,18 @@ func (s *Service) appendSteps(ctx context.Context, taskID string, attempt int32,
 // back is heard from within about 0.4 s.
 var stepBackoff = bus.Backoff{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond}
 
-// stepTryTimeout bounds one try of a checkpoint: a request lost with a
-// state process that died is sent again after this, not after the bus's
+// stepTryTimeout bounds the first try of a checkpoint: a request lost with
+// a state process that died is sent again after this, not after the bus's
 // 10 s default. A slow answer that comes later is harmless (idempotent).
 const stepTryTimeout = 3 * time.Second
+
+// stepTryWait is how long try n (from 1) waits for its answer: 3 s, then
+// twice the try before, at most 24 s. A state service slower than one
+// try's wait — behind a burst of thousands of answers — then answers a
+// later try instead of being sent a new copy every 3 s: at a fixed wait
+// each resend lengthened its queue until no try was ever answered in time
+// (docs/benchmarks.md, "5,000 waiting on a 45 s model").
+func stepTryWait(n int) time.Duration { return stepTryTimeout << min(max(n-1, 0), 3) }
 
 func (s *Service) request(ctx context.Context, op string, req, resp proto.Message) error {
 	ctx, cancel := context.WithTimeout(ctx, stateTimeout)

@@ -27,6 +27,10 @@ type inflightResult struct {
 	submitP50, submitP99 time.Duration // SubmitTask with n in flight
 	getP50, getP99       time.Duration // GetTask with n in flight
 	submits, gets        int
+	rampFor              time.Duration // the n submitted in this long
+	rampCPU, endCPU      cpuTimes      // CPU over the ramp-up; from the window's end to the last end
+	endFor               time.Duration // from the window's end to the last task's end
+	waiting              int           // GetTask answers not yet ended (of gets)
 	serverKiB, kidsKiB   int64
 	totalKiB             int64
 	procs                int
@@ -36,11 +40,30 @@ type inflightResult struct {
 func (r inflightResult) String() string {
 	mib := func(k int64) string { return fmt.Sprintf("%.0f MiB", float64(k)/1024) }
 	return fmt.Sprintf("  in flight: %d tasks, model latency %s: SubmitTask p50=%s p99=%s (%d calls), GetTask p50=%s p99=%s (%d calls); "+
-		"ramp-up SubmitTask p50=%s p99=%s\n"+
+		"ramp-up SubmitTask p50=%s p99=%s, the %d submitted in %s (%.0f/s)\n"+
+		"  still in flight while measured: %.0f%% of the GetTask answers (≈ %d tasks)\n"+
+		"  CPU per task: ramp-up server %s, spawner + children %s; the ends (the answers, a child for each, %s) server %s, spawner + children %s\n"+
 		"  peak PSS: server %s, children %s (%d processes at most), together %s; %d completed, %d failed",
 		r.n, r.latency, ms(r.submitP50), ms(r.submitP99), r.submits, ms(r.getP50), ms(r.getP99), r.gets,
-		ms(r.rampP50), ms(r.rampP99), mib(r.serverKiB), mib(r.kidsKiB), r.procs, mib(r.totalKiB), r.completed, r.failed)
+		ms(r.rampP50), ms(r.rampP99), r.n, r.rampFor.Round(100*time.Millisecond), float64(r.n)/r.rampFor.Seconds(),
+		100*r.waitingShare(), r.inFlight(),
+		msf(r.rampCPU.server/time.Duration(r.n)), msf(r.rampCPU.agents/time.Duration(r.n)), r.endFor.Round(100*time.Millisecond),
+		msf(r.endCPU.server/time.Duration(r.n)), msf(r.endCPU.agents/time.Duration(r.n)), mib(r.serverKiB), mib(r.kidsKiB), r.procs, mib(r.totalKiB), r.completed, r.failed)
 }
+
+// waitingShare is the share of the GetTask answers, taken of random tasks
+// of the n while the API was measured, whose task had not ended.
+func (r inflightResult) waitingShare() float64 {
+	if r.gets == 0 {
+		return 0
+	}
+	return float64(r.waiting) / float64(r.gets)
+}
+
+// inFlight estimates how many of the n were in flight while the API was
+// measured: a ramp-up longer than the model's latency sees the first
+// tasks end before the last go in.
+func (r inflightResult) inFlight() int { return int(r.waitingShare()*float64(r.n) + 0.5) }
 
 func ms(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
 
@@ -94,6 +117,8 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 	}
 
 	// Ramp-up: n tasks from c submitters.
+	cpu0 := readCPU(pid)
+	rampStart := time.Now()
 	ids := make([]string, n)
 	ramp := make([]time.Duration, n)
 	var wg sync.WaitGroup
@@ -122,6 +147,8 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 	if err := <-errs; err != nil {
 		return res, err
 	}
+	res.rampFor = time.Since(rampStart)
+	res.rampCPU = readCPU(pid).sub(cpu0)
 	res.rampP50, res.rampP99 = percentile(ramp, 0.50), percentile(ramp, 0.99)
 
 	// With n in flight: GetTask from 8 readers and SubmitTask from 2
@@ -129,6 +156,7 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 	var (
 		mu      sync.Mutex
 		gets    []time.Duration
+		waiting int
 		submits []time.Duration
 		extra   []string
 	)
@@ -157,7 +185,7 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				t0 := time.Now()
-				_, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: ids[rand.IntN(n)]})
+				resp, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: ids[rand.IntN(n)]})
 				d := time.Since(t0)
 				cancel()
 				if err != nil {
@@ -166,6 +194,9 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 				}
 				mu.Lock()
 				gets = append(gets, d)
+				if !taskstate.Terminal(resp.Task.Status) {
+					waiting++
+				}
 				mu.Unlock()
 			}
 		}()
@@ -180,19 +211,26 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 	if err := <-errs; err != nil {
 		return res, err
 	}
-	res.submits, res.gets = len(submits), len(gets)
+	res.submits, res.gets, res.waiting = len(submits), len(gets), waiting
 	res.submitP50, res.submitP99 = percentile(submits, 0.50), percentile(submits, 0.99)
 	res.getP50, res.getP99 = percentile(gets, 0.50), percentile(gets, 0.99)
 
-	// Every task ends (the model answers after latency).
+	// Every task ends (the model answers after latency, then a child
+	// takes each answer). The tasks are read in the order they went in
+	// (about the order they end); the wait fails when one does not end
+	// within stall of the one before it: 10,000 ends take minutes on a
+	// small machine.
 	all := append(ids, extra...)
-	end := time.Now().Add(3*latency + 2*time.Minute)
+	cpu1, ended := readCPU(pid), time.Now()
+	stall := 3*latency + 2*time.Minute
+	end := time.Now().Add(stall)
 	for _, id := range all {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			resp, err := tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: id})
 			cancel()
 			if err == nil && taskstate.Terminal(resp.Task.Status) {
+				end = time.Now().Add(stall)
 				if resp.Task.Status == taskstate.Completed {
 					res.completed++
 				} else {
@@ -201,11 +239,12 @@ func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, pro
 				break
 			}
 			if time.Now().After(end) {
-				return res, fmt.Errorf("task %s did not end in time (%v)", id, err)
+				return res, fmt.Errorf("task %s did not end within %s of the one before it (%d completed, %d failed; %v)", id, stall, res.completed, res.failed, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	res.endCPU, res.endFor = readCPU(pid).sub(cpu1), time.Since(ended)
 	res.serverKiB, res.kidsKiB, res.totalKiB, res.procs = mem.Stop()
 	stopped = true
 	return res, nil

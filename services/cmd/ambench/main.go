@@ -24,9 +24,13 @@
 //     AGENTMESH_CHILD_REUSE=agent (a child serves the next task of the same
 //     org and agent);
 //
-//   - in flight (-inflight tasks, a slow model: -latency): a second server
-//     with capacity for all of them; SubmitTask and GetTask p50/p99 while
-//     they are in flight, and the peak PSS of the server and the children.
+//   - in flight (-inflight tasks, 10,000 by default, a slow model:
+//     -latency): a second server with capacity for all of them; SubmitTask
+//     and GetTask p50/p99 while they are in flight, how many still were
+//     (the share of GetTask answers not yet ended: a ramp-up slower than
+//     the model's latency sees the first end before the last go in), the
+//     CPU per task of the ramp-up and of the ends, and the peak PSS of the
+//     server and the children.
 //
 // With -trace grpc or -trace http/protobuf every server it starts exports
 // its spans over that protocol to an OTLP receiver in ambench's process
@@ -75,7 +79,7 @@ func main() {
 		spawnN   = flag.Int("spawn", 2000, "spawns of the tiny static child for the spawn ceiling (0: skip)")
 		spawnPar = flag.Int("spawn-par", 8, "spawns at once for the spawn ceiling")
 		c1       = flag.Int("c1", 200, "tasks run one at a time for the concurrency-1 latency (0: skip)")
-		inflight = flag.Int("inflight", 1000, "tasks in flight at once, with a slow model, for the API latency and memory figures (0: skip)")
+		inflight = flag.Int("inflight", 10000, "tasks in flight at once, with a slow model, for the API latency and memory figures (issue 32's target is at 10,000; 0: skip)")
 		latency  = flag.Duration("latency", 10*time.Second, "the slow model's latency in the in-flight phase")
 		getFor   = flag.Duration("get-for", 5*time.Second, "how long GetTask/SubmitTask are measured with the tasks in flight")
 		profile  = flag.String("profile", "", "write a CPU profile of the server taken during the throughput load to this file (and of the reuse run to FILE.reuse)")

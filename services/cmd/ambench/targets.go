@@ -122,11 +122,15 @@ func (t targetFigures) latencyRows(c1 bool) []targetRow {
 		rows = append(rows, targetRow{"concurrency-1 submit → completed p50, reuse", ms(t.reuse.c1p50), "≤ 3 ms", yesNo(t.reuse.c1p50 <= 3*time.Millisecond)})
 	}
 	if ir := t.inflight; ir != nil {
-		at := fmt.Sprintf(" (%d in flight; the target is at 10,000)", ir.n)
+		// The target holds 10,000 in flight at once: a ramp-up slower
+		// than the model's latency sees the first end before the last go
+		// in, and the figure says how many were still in flight.
+		at := fmt.Sprintf(" (%d submitted, ≈ %d in flight while measured; the target is at 10,000)", ir.n, ir.inFlight())
+		held := ir.inFlight() >= 10000
 		ok := ir.submitP99 <= 20*time.Millisecond && ir.getP99 <= 20*time.Millisecond
 		rows = append(rows,
-			targetRow{"SubmitTask / GetTask p99 in flight", ms(ir.submitP99) + " / " + ms(ir.getP99) + at, "≤ 20 ms", yesNo(ok && ir.n >= 10000)},
-			targetRow{"memory in all in flight, children included", fmt.Sprintf("%.0f MiB", float64(ir.totalKiB)/1024) + at, "≤ 3 GiB", yesNo(ir.totalKiB <= 3<<20 && ir.n >= 10000)})
+			targetRow{"SubmitTask / GetTask p99 in flight", ms(ir.submitP99) + " / " + ms(ir.getP99) + at, "≤ 20 ms", yesNo(ok && held)},
+			targetRow{"memory in all in flight, children included", fmt.Sprintf("%.0f MiB", float64(ir.totalKiB)/1024) + at, "≤ 3 GiB", yesNo(ir.totalKiB <= 3<<20 && held)})
 	}
 	return append(rows, t.schedRow())
 }

@@ -15,7 +15,12 @@
 // executor's, which a KV watcher brings it as they happen — and tries its
 // update on that without reading first: a decision costs one round trip
 // per scope unless another executor wrote the same budget in the last
-// moment.
+// moment. One executor's calls decide a budget one at a time (a lock per
+// budget, striped), so they never race one another's compare-and-set: a
+// burst of ten thousand calls in one executor costs one write each, not
+// rounds that grow with the burst until the decision gives up. A call
+// that changes nothing in a budget — one with no limit set or learned,
+// no pause — writes nothing: the decision is the same read (issue 32).
 //
 // A slot reserved for a task that waits in the queue is the entry
 // "slot.<task>". Entries idle for an hour expire (the bucket's MaxAge):
@@ -66,6 +71,21 @@ type Limits struct {
 
 	mu    sync.Mutex
 	cache map[string]entry
+
+	// keyMu serialises this executor's decisions on a budget (the stripe
+	// of its key): they would only race one another's compare-and-set.
+	keyMu [64]sync.Mutex
+}
+
+// lock takes key's stripe and returns its unlock.
+func (l *Limits) lock(key string) func() {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	m := &l.keyMu[h%uint32(len(l.keyMu))]
+	m.Lock()
+	return m.Unlock
 }
 
 var _ llm.Limiter = (*Limits)(nil)
@@ -163,7 +183,7 @@ func (l *Limits) Reserve(ctx context.Context, ask llm.Ask) (llm.Grant, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			spent[i], errs[i] = l.spend(ctx, sc, entries[i], g.At, now, ask.Tokens)
+			spent[i], errs[i] = l.spend(ctx, sc, g.At, now, ask.Tokens)
 		}()
 	}
 	wg.Wait()
@@ -193,16 +213,27 @@ func (l *Limits) Reserve(ctx context.Context, ask llm.Ask) (llm.Grant, error) {
 }
 
 // spend spends one call in scope sc at slot at (or at the scope's own
-// first slot, when a race made it later), starting from e; it returns the
-// slot spent.
-// Six parameters: a budget's scope, entry, times and tokens are the decision's inputs, each used once.
-func (l *Limits) spend(ctx context.Context, sc llm.Scope, e entry, at, now time.Time, tokens int64) (time.Time, error) {
+// first slot, when an earlier decision made it later), starting from the
+// latest state this executor knows; it returns the slot spent. A spend
+// that changes nothing (no limit, no pause) is not written: another
+// executor's write not yet seen here (a limit learned that instant) is
+// then ordered after this call, as if it came a moment later.
+func (l *Limits) spend(ctx context.Context, sc llm.Scope, at, now time.Time, tokens int64) (time.Time, error) {
+	defer l.lock(sc.Key)()
+	// The latest state this executor knows (its own last write included).
+	e, err := l.read(ctx, sc.Key, false)
+	if err != nil {
+		return at, err
+	}
 	for range maxRounds {
 		if s := e.st.Slot(now, sc.Limits, l.window, tokens); s.After(at) {
 			at = s
 		}
 		st := e.st
 		st.Spend(at, sc.Limits, l.window, tokens)
+		if st == e.st {
+			return at, nil // nothing to spend: no limit, no pause
+		}
 		ok, err := l.write(ctx, sc.Key, e.rev, st)
 		if err != nil || ok {
 			return at, err
@@ -216,6 +247,7 @@ func (l *Limits) spend(ctx context.Context, sc llm.Scope, e entry, at, now time.
 
 // update applies f to key's state with compare-and-set.
 func (l *Limits) update(ctx context.Context, key string, f func(*llm.BucketState)) error {
+	defer l.lock(key)()
 	e, err := l.read(ctx, key, false)
 	for range maxRounds {
 		if err != nil {
@@ -223,6 +255,9 @@ func (l *Limits) update(ctx context.Context, key string, f func(*llm.BucketState
 		}
 		st := e.st
 		f(&st)
+		if st == e.st {
+			return nil // a change of nothing is not written
+		}
 		ok, werr := l.write(ctx, key, e.rev, st)
 		if werr != nil || ok {
 			return werr

@@ -209,3 +209,76 @@ func BenchmarkReserveOne(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// A burst of calls in one executor on one limited budget: every call gets
+// its own slot and none gives up on a compare-and-set it lost to a call of
+// the same executor (issue 32: ten thousand tasks in flight made every
+// model call race the others' writes until it was let go unlimited).
+func TestOneExecutorsBurstNeverContends(t *testing.T) {
+	srv := natstest.Start(t)
+	l := executors(t, srv, 1, time.Minute)[0]
+	scope := llm.Scope{Key: "key.burst", Limits: modeltable.Limits{RequestsPerMinute: modeltable.MaxRequestsPerMinute}}
+	const calls = 300
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[time.Time]bool{}
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := l.Reserve(context.Background(), llm.Ask{Scopes: []llm.Scope{scope}, Always: true})
+			if err != nil || !g.Charged {
+				t.Errorf("reserve: %v %+v", err, g)
+				return
+			}
+			mu.Lock()
+			seen[g.At] = true
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(seen) != calls {
+		t.Errorf("%d calls got %d distinct slots", calls, len(seen))
+	}
+}
+
+// Calls on a budget with no limit set or learned and no pause spend
+// nothing, and so write nothing to the bucket (a call is not a KV write
+// when there is nothing to count); a limit learned later applies to the
+// next call.
+func TestUnlimitedCallsWriteNothing(t *testing.T) {
+	srv := natstest.Start(t)
+	l := executors(t, srv, 1, time.Minute)[0]
+	ctx := context.Background()
+	scope := llm.Scope{Key: "key.free", Learn: true}
+	for range 20 {
+		g, err := l.Reserve(ctx, llm.Ask{Scopes: []llm.Scope{scope}, Tokens: 500, Always: true})
+		if err != nil || !g.Charged {
+			t.Fatalf("reserve: %v %+v", err, g)
+		}
+		if err := l.Settle(ctx, g, 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := jetstream.New(natstest.ConnectAs(t, srv, subjects.ServiceExecutor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, subjects.Must("am").ModelLimitsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "key.free"); err == nil {
+		t.Fatalf("an unlimited budget was written: revision %d %s", e.Revision(), e.Value())
+	}
+	// Learned: one a minute; the next call is spent, the one after waits.
+	if err := l.Learn(ctx, "key.free", llm.Learned{RPM: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := l.Reserve(ctx, llm.Ask{Scopes: []llm.Scope{scope}, Within: time.Second}); err != nil || !g.Charged {
+		t.Fatalf("first call after the limit was learned: %v %+v", err, g)
+	}
+	if g, err := l.Reserve(ctx, llm.Ask{Scopes: []llm.Scope{scope}, Within: time.Second}); err != nil || g.Charged {
+		t.Fatalf("second call within the learned minute was not held back: %v %+v", err, g)
+	}
+}
