@@ -6,6 +6,7 @@
 package embednats
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -44,6 +45,10 @@ type Config struct {
 	// Cluster, when its Name is set, makes the server a member of a
 	// JetStream cluster (tests of node loss: pkg/natstest.StartCluster).
 	Cluster Cluster
+	// ReadyTimeout bounds the wait for the server's listeners; 0 = 10 s.
+	// (A clustered server on a machine running a whole test suite has
+	// been seen to need more: pkg/natstest gives 60 s.)
+	ReadyTimeout time.Duration
 }
 
 // Cluster is the route configuration of a clustered server.
@@ -123,9 +128,10 @@ func Start(cfg Config) (*Server, error) {
 	}
 	srv.SetLoggerV2(newLogger(cfg.Log, cfg.Logs), cfg.Logs, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	ready := cmp.Or(cfg.ReadyTimeout, 10*time.Second)
+	if !srv.ReadyForConnections(ready) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("embednats: server not ready after 10s")
+		return nil, fmt.Errorf("embednats: server not ready after %s", ready)
 	}
 	return &Server{Server: srv, auth: cfg.Auth, log: cfg.Log}, nil
 }

@@ -95,7 +95,7 @@ func (c *Cluster) start(i int) {
 			routes = append(routes, "nats-route://"+c.links[[2]int{i, j}].addr())
 		}
 	}
-	srv, err := embednats.Start(embednats.Config{
+	srv, err := embednats.Start(embednats.Config{ReadyTimeout: readyTimeout,
 		StoreDir: filepath.Join(c.dirs[i], "js"), Port: c.ports[i], ServerName: fmt.Sprintf("natstest-%d", i),
 		Auth: c.auth, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// Members gossip an address nobody listens on: every route stays

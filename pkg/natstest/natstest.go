@@ -6,11 +6,17 @@ package natstest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/agentmesh/agentmesh/pkg/embednats"
 	"github.com/agentmesh/agentmesh/pkg/subjects"
 	"github.com/nats-io/nats.go"
 )
+
+// readyTimeout is how long a test server may take to open its listeners:
+// a clustered one, started while a whole suite runs on two cores, has
+// taken over the production default of 10 s (CI, 2026-11-27).
+const readyTimeout = 60 * time.Second
 
 // Start runs a JetStream server on a random loopback port with its store in
 // dir (t.TempDir() when empty), stopped at cleanup. Its identities (for
@@ -31,7 +37,7 @@ func StartPrefix(t testing.TB, prefix string, dir ...string) *embednats.Server {
 	} else {
 		d = t.TempDir()
 	}
-	srv, err := embednats.Start(embednats.Config{StoreDir: d, Port: -1, ServerName: "natstest", Prefix: prefix})
+	srv, err := embednats.Start(embednats.Config{ReadyTimeout: readyTimeout, StoreDir: d, Port: -1, ServerName: "natstest", Prefix: prefix})
 	if err != nil {
 		t.Fatalf("start nats: %v", err)
 	}

@@ -44,7 +44,7 @@ func StartNode(t testing.TB) *Node {
 // Start starts the stopped server again, on the same port and data.
 func (n *Node) Start() {
 	n.t.Helper()
-	srv, err := embednats.Start(embednats.Config{
+	srv, err := embednats.Start(embednats.Config{ReadyTimeout: readyTimeout,
 		StoreDir: filepath.Join(n.dir, "js"), Port: n.port, ServerName: "natstest-node",
 		Auth: n.auth, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
