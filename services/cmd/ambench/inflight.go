@@ -86,6 +86,9 @@ func writeSlowScript(dir string, latency time.Duration) (string, error) {
 // inflight loads a server started with the slow script and capacity n.
 // prof, when not nil, takes the server's CPU profile during the
 // measurement window (it runs while GetTask/SubmitTask are measured).
+// Seven parameters and ~160 lines: the phase's flags from its one call
+// site, and its steps (the ramp-up, the measured window, the ends) in the
+// order they run, sharing the counters and clients the result reports.
 func inflight(addr string, pid int, n, c int, latency, getFor time.Duration, prof func() error) (inflightResult, error) {
 	res := inflightResult{n: n, latency: latency}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

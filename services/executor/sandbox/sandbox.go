@@ -172,6 +172,9 @@ const (
 // rules; the fresh root holds only these anyway).
 var SystemPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc"}
 
+// defaults fills in and checks the configuration one field after another:
+// a flat list, one field a few lines, read in order (over 80 lines only
+// because the fields are many; split, it would scatter them).
 func (c *Config) defaults() error {
 	if c.Level == "" {
 		c.Level = Strict
