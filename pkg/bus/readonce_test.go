@@ -8,18 +8,29 @@ import (
 
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ReadOnce reads what its filter selects, in order, at most limit, and
-// leaves no consumer behind: a burst of reads made per request used to
-// pile up ordered consumers until the server's consumer limit refused
-// every later read.
+// ReadOnce reads what its filter selects, in order, at most limit, makes
+// one consumer per read and leaves none behind when it returns: a burst of
+// reads made per request used to pile up ordered consumers until the
+// server's consumer limit refused every later read, and the ordered
+// consumer that replaced them made two per read and deleted the first in a
+// goroutine, after the read had returned (a CI run saw one still there).
 func TestReadOnceLeavesNoConsumer(t *testing.T) {
 	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv))
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The consumers the reads make, counted from their create requests.
+	creates := make(chan *nats.Msg, 1024)
+	for _, subj := range []string{"$JS.API.CONSUMER.CREATE.READS", "$JS.API.CONSUMER.CREATE.READS.>"} {
+		if _, err := nc.ChanSubscribe(subj, creates); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -55,15 +66,23 @@ func TestReadOnceLeavesNoConsumer(t *testing.T) {
 	if pending, some := read(10); pending != 200 || len(some) != 10 || some[9] != "27" {
 		t.Fatalf("read 10: pending %d, got %v", pending, some)
 	}
-	// Far more reads than the stream allows consumers: each goes with its read.
-	for range 40 {
+	// Far more reads than the stream allows consumers: each is gone when
+	// its read returns, not some time later.
+	for i := range 40 {
+		before := len(creates)
 		read(5)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Consumers != 0 {
-		t.Fatalf("%d consumers left behind after the reads, want 0", info.State.Consumers)
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if made := len(creates) - before; made != 1 {
+			t.Fatalf("read %d made %d consumers, want 1", i, made)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Consumers != 0 {
+			t.Fatalf("after read %d: %d consumers left behind, want 0", i, info.State.Consumers)
+		}
 	}
 }
