@@ -13,6 +13,7 @@ package agentspec
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"slices"
@@ -178,7 +179,9 @@ func Agent(a *agentmeshv1.Agent) error {
 				return bus.FieldError("agent.model.base_url", "must be an http or https URL, got %q", m.BaseUrl)
 			}
 		}
-		if m.Temperature != nil && (*m.Temperature < 0 || *m.Temperature > 2) {
+		// NaN fails both comparisons: it must be refused by name (a model
+		// request cannot be encoded with it, so every task would fail).
+		if t := m.Temperature; t != nil && (math.IsNaN(float64(*t)) || *t < 0 || *t > 2) {
 			return bus.FieldError("agent.model.temperature", "must be between 0 and 2")
 		}
 		if m.MaxTokens < 0 {

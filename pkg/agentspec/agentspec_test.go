@@ -2,6 +2,7 @@ package agentspec
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 // and state all apply.
 func TestAgent(t *testing.T) {
 	temp := float32(3)
+	nanTemp := float32(math.NaN()) // NaN < 0 and NaN > 2 are both false
 	tests := []struct {
 		name      string
 		agent     *agentmeshv1.Agent
@@ -45,6 +47,7 @@ func TestAgent(t *testing.T) {
 		{"negative budget", &agentmeshv1.Agent{Name: "a", Budget: &agentmeshv1.Budget{MaxTokens: -1}}, bus.CodeInvalidArgument, "agent.budget.max_tokens"},
 		{"bad base url", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{BaseUrl: "ftp://x"}}, bus.CodeInvalidArgument, "agent.model.base_url"},
 		{"hot temperature", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{Temperature: &temp}}, bus.CodeInvalidArgument, "agent.model.temperature"},
+		{"NaN temperature", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{Temperature: &nanTemp}}, bus.CodeInvalidArgument, "agent.model.temperature"},
 		{"huge prompt", &agentmeshv1.Agent{Name: "a", SystemPrompt: strings.Repeat("x", MaxSystemPrompt+1)}, bus.CodeResourceExhausted, "agent.system_prompt"},
 		{"huge description", &agentmeshv1.Agent{Name: "a", Description: strings.Repeat("x", MaxDescription+1)}, bus.CodeResourceExhausted, "agent.description"},
 		{"react protocol", &agentmeshv1.Agent{Name: "a", Model: &agentmeshv1.ModelSettings{ToolProtocol: "react"}}, "", ""},
