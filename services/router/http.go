@@ -67,7 +67,7 @@ type httpDoors struct {
 func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 	d := &httpDoors{inLis: bufconn.Listen(inprocBuffer)}
 	d.inproc = grpc.NewServer(s.interceptors()...)
-	s.register(d.inproc)
+	s.register(requestDecoding{d.inproc})
 	conn, err := grpc.NewClient("passthrough:///agentmesh-router",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.inLis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	s.srv = grpc.NewServer(opts...)
-	s.register(s.srv)
+	s.register(requestDecoding{s.srv})
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
@@ -248,6 +248,7 @@ func (s *Service) register(srv grpc.ServiceRegistrar) {
 func (s *Service) interceptors() []grpc.ServerOption {
 	return append(traceOptions(), // tracing.go
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+		grpc.ForceServerCodecV2(newRequestCodec()), // decode.go
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
 	)
