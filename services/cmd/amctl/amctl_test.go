@@ -537,6 +537,8 @@ func TestUsageErrors(t *testing.T) {
 		{"agents create without name", []string{"agents", "create"}, "agents create: NAME is required"},
 		{"bad temperature", []string{"agents", "create", "x", "--temperature", "hot"}, "--temperature: want a number"},
 		{"bad timeout", []string{"--timeout", "soon", "list"}, "invalid value"},
+		{"negative timeout", []string{"--timeout", "-5s", "list"}, "--timeout: must not be negative"},
+		{"negative timeout after the command", []string{"get", "x", "--timeout", "-1ms"}, "--timeout: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -597,5 +599,20 @@ func TestAgentRetryFlags(t *testing.T) {
 	}
 	if got.MaxConcurrency != 2 || got.GetRetryPolicy().GetMaxAttempts() != 6 || got.GetQueueTimeout().AsDuration() != 10*time.Minute {
 		t.Fatalf("created %v, want max_concurrency 2, 6 attempts, queue timeout 10m", got)
+	}
+}
+
+// A command's help lists its flags with their defaults: the API key taken
+// from the environment (or given) is a secret and is never printed.
+func TestHelpHidesAPIKey(t *testing.T) {
+	t.Setenv(envAPIKey, "env-secret-key")
+	for _, args := range [][]string{{"submit", "-h"}, {"--api-key", "flag-secret-key", "get", "-h"}, {"agents", "create", "-h"}} {
+		code, out, errOut := amctl(t, "127.0.0.1:1", args...)
+		if code != 0 || !strings.Contains(out, "-api-key") {
+			t.Fatalf("%v: exit %d, stdout %q, want 0 and the flags' help", args, code, out)
+		}
+		if strings.Contains(out+errOut, "secret-key") {
+			t.Errorf("%v printed the API key:\n%s", args, out)
+		}
 	}
 }

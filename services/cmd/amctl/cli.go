@@ -241,7 +241,8 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.context, "context", ctxName, "the config file's context to use (env "+envContext+")")
 	fs.StringVar(&c.server, "server", server, "agentmesh gRPC address (env "+envServer+")")
-	fs.StringVar(&c.apiKey, "api-key", apiKey, "API key (env "+envAPIKey+")")
+	c.apiKey = apiKey
+	fs.Var(secretValue{&c.apiKey}, "api-key", "API key (env "+envAPIKey+")")
 	fs.BoolVar(&c.useTLS, "tls", c.useTLS, "speak TLS to the server")
 	fs.StringVar(&c.caFile, "ca", c.caFile, "PEM CA bundle to verify the server with (implies --tls)")
 	fs.StringVar(&c.certFile, "cert", c.certFile, "client certificate (PEM) for mutual TLS (implies --tls)")
@@ -249,6 +250,14 @@ func (c *cli) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.output, "o", output, "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "bound each call")
 }
+
+// secretValue is a string flag whose value is never shown: a command's
+// help prints each flag's default, and the API key's default comes from
+// the environment.
+type secretValue struct{ p *string }
+
+func (v secretValue) Set(s string) error { *v.p = s; return nil }
+func (v secretValue) String() string     { return "" }
 
 // cmdFlags is a command's flag set and its help.
 type cmdFlags struct {
@@ -302,6 +311,9 @@ func (c *cli) parse(fs *cmdFlags, args []string) ([]string, error) {
 	}
 	if c.output != "table" && c.output != "json" {
 		return nil, usagef("-o: unknown output format %q (want table or json)", c.output)
+	}
+	if c.timeout < 0 {
+		return nil, usagef("--timeout: must not be negative, got %s (0: no bound)", c.timeout)
 	}
 	return pos, nil
 }
