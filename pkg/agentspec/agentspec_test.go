@@ -130,3 +130,35 @@ func FuzzSkills(f *testing.F) {
 		}
 	})
 }
+
+// A skill's free text (description, prompt template, config values) may
+// hold any UTF-8 but NUL: Postgres keeps no NUL in text or jsonb, so it is
+// refused by name on every store alike.
+func TestSkillText(t *testing.T) {
+	tests := []struct {
+		name      string
+		skill     *agentmeshv1.Skill
+		wantField string
+	}{
+		{"plain", &agentmeshv1.Skill{Name: "s", Description: "Line one.\n\tLine two ✓", PromptTemplate: "Do {x}.\r\n", Config: map[string]string{"k": "v\n"}}, ""},
+		{"NUL in description", &agentmeshv1.Skill{Name: "s", Description: "a\x00b"}, "skill.description"},
+		{"NUL in prompt template", &agentmeshv1.Skill{Name: "s", PromptTemplate: "\x00"}, "skill.prompt_template"},
+		{"NUL in a config value", &agentmeshv1.Skill{Name: "s", Config: map[string]string{"k": "a\x00"}}, "skill.config"},
+		{"description not UTF-8", &agentmeshv1.Skill{Name: "s", Description: "\xff"}, "skill.description"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Skill(tt.skill)
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				return
+			}
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeInvalidArgument || be.Field != tt.wantField {
+				t.Fatalf("got %v, want invalid_argument on %s", err, tt.wantField)
+			}
+		})
+	}
+}

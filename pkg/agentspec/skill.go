@@ -54,14 +54,14 @@ func Skill(sk *agentmeshv1.Skill) error {
 	if n := len(sk.Description); n > MaxSkillDescription {
 		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "skill.description", Message: fmt.Sprintf("%d bytes is over the limit of %d", n, MaxSkillDescription)}
 	}
-	if !utf8.ValidString(sk.Description) {
-		return bus.FieldError("skill.description", "must be valid UTF-8")
+	if err := text("skill.description", sk.Description); err != nil {
+		return err
 	}
 	if n := len(sk.PromptTemplate); n > MaxPromptTemplate {
 		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "skill.prompt_template", Message: fmt.Sprintf("%d bytes is over the limit of %d", n, MaxPromptTemplate)}
 	}
-	if !utf8.ValidString(sk.PromptTemplate) {
-		return bus.FieldError("skill.prompt_template", "must be valid UTF-8")
+	if err := text("skill.prompt_template", sk.PromptTemplate); err != nil {
+		return err
 	}
 	if n := len(sk.RequiredTools); n > MaxSkillTools {
 		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "skill.required_tools", Message: fmt.Sprintf("%d tools is over the limit of %d", n, MaxSkillTools)}
@@ -89,13 +89,27 @@ func Skill(sk *agentmeshv1.Skill) error {
 			return bus.FieldError("skill.config", "key %.32q... is longer than %d bytes", k, MaxConfigKey)
 		case !utf8.ValidString(k) || strings.IndexFunc(k, unicode.IsControl) >= 0:
 			return bus.FieldError("skill.config", "key %.32q must be printable UTF-8", k)
-		case !utf8.ValidString(v):
-			return bus.FieldError("skill.config", "value of %.32q must be valid UTF-8", k)
+		case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+			return bus.FieldError("skill.config", "value of %.32q must be valid UTF-8 without NUL characters", k)
 		}
 		total += len(k) + len(v)
 	}
 	if total > MaxConfigBytes {
 		return &bus.Error{Code: bus.CodeResourceExhausted, Field: "skill.config", Message: fmt.Sprintf("%d bytes is over the limit of %d", total, MaxConfigBytes)}
+	}
+	return nil
+}
+
+// text checks a free-text field of a skill: valid UTF-8 without NUL, the
+// one character Postgres cannot keep in text (or jsonb), so both stores
+// take the same skills and a NUL is refused by name, not failed on by the
+// database.
+func text(field, s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return bus.FieldError(field, "must be valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return bus.FieldError(field, "must not contain NUL characters")
 	}
 	return nil
 }
