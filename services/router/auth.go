@@ -27,7 +27,11 @@ func (s *Service) authenticate(ctx context.Context, method string) (context.Cont
 	if !strings.HasPrefix(method, protectedPrefix) {
 		return ctx, nil
 	}
-	c, err := s.callerOf(apiKey(ctx))
+	key, err := apiKey(ctx)
+	if err != nil && !s.authOff {
+		return nil, err
+	}
+	c, err := s.callerOf(key)
 	if err != nil {
 		return nil, err
 	}
@@ -102,23 +106,36 @@ func orgHeader(ctx context.Context) string {
 	return ""
 }
 
-// apiKey returns the key the caller presented, if any.
-func apiKey(ctx context.Context) string {
+// apiKey returns the key the caller presented, if any: the token of an
+// "authorization: Bearer" header or an x-api-key value. Different keys at
+// once (two headers, or one of each kind) are refused, whatever their
+// order: a proxy in front may have checked one and the router would act
+// on another. The same key sent twice is that key.
+func apiKey(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
+	var keys []string
 	for _, v := range md.Get("authorization") {
 		scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
 		if ok && strings.EqualFold(scheme, "bearer") {
 			if tok = strings.TrimSpace(tok); tok != "" {
-				return tok
+				keys = append(keys, tok)
 			}
 		}
 	}
 	for _, v := range md.Get("x-api-key") {
 		if v = strings.TrimSpace(v); v != "" {
-			return v
+			keys = append(keys, v)
 		}
 	}
-	return ""
+	for _, k := range keys[min(1, len(keys)):] {
+		if k != keys[0] {
+			return "", status.Error(codes.Unauthenticated, "different API keys in one request (authorization, x-api-key): send one key")
+		}
+	}
+	if len(keys) == 0 {
+		return "", nil
+	}
+	return keys[0], nil
 }
 
 func (s *Service) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -254,6 +254,20 @@ func TestAuth(t *testing.T) {
 		{"lower-case bearer", func(ctx context.Context) context.Context { return withKey(ctx, "authorization", "bearer k-acme") }, codes.OK},
 		{"x-api-key", func(ctx context.Context) context.Context { return withKey(ctx, "x-api-key", "k-acme") }, codes.OK},
 		{"key of another org sees no task", func(ctx context.Context) context.Context { return withKey(ctx, "x-api-key", "k-globex") }, codes.NotFound},
+		// Different keys at once are refused, whichever comes first: a proxy
+		// in front may have checked the other one.
+		{"two bearer keys", func(ctx context.Context) context.Context {
+			return withKey(withKey(ctx, "authorization", "Bearer k-acme"), "authorization", "Bearer k-globex")
+		}, codes.Unauthenticated},
+		{"bearer and another x-api-key", func(ctx context.Context) context.Context {
+			return withKey(withKey(ctx, "authorization", "Bearer k-acme"), "x-api-key", "k-globex")
+		}, codes.Unauthenticated},
+		{"bearer and an unknown x-api-key", func(ctx context.Context) context.Context {
+			return withKey(withKey(ctx, "x-api-key", "nope"), "authorization", "Bearer k-acme")
+		}, codes.Unauthenticated},
+		{"the same key twice", func(ctx context.Context) context.Context {
+			return withKey(withKey(ctx, "authorization", "Bearer k-acme"), "x-api-key", "k-acme")
+		}, codes.OK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
