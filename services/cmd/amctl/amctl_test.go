@@ -538,6 +538,10 @@ func TestUsageErrors(t *testing.T) {
 		{"bad temperature", []string{"agents", "create", "x", "--temperature", "hot"}, "--temperature: want a number"},
 		{"bad timeout", []string{"--timeout", "soon", "list"}, "invalid value"},
 		{"negative timeout", []string{"--timeout", "-5s", "list"}, "--timeout: must not be negative"},
+		{"server as a URL", []string{"--server", "http://127.0.0.1:7400", "list"}, "--server: want HOST:PORT"},
+		{"server as an https URL", []string{"list", "--server", "https://agentmesh.example.com"}, "add --tls"},
+		{"server not host:port", []string{"--server", "nonsense::::", "list"}, `--server: "nonsense::::" is not HOST:PORT`},
+		{"API key with a newline", []string{"--api-key", "k\nx-api-key: other", "list"}, "--api-key: the key holds a character"},
 		{"negative timeout after the command", []string{"get", "x", "--timeout", "-1ms"}, "--timeout: must not be negative"},
 	}
 	for _, tt := range tests {
@@ -614,5 +618,24 @@ func TestHelpHidesAPIKey(t *testing.T) {
 		if strings.Contains(out+errOut, "secret-key") {
 			t.Errorf("%v printed the API key:\n%s", args, out)
 		}
+	}
+}
+
+// Without a home or config directory (a service's environment) amctl
+// needs no config file: the flags and the environment are enough; only a
+// context asked for needs one.
+func TestNoConfigDirectory(t *testing.T) {
+	addr, keys := serveVersion(t)
+	t.Setenv(envConfig, "")
+	t.Setenv("HOME", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv(envContext, "")
+	code, out, errOut := runAmctl(t, "--server", addr, "--api-key", "k", "version")
+	if code != 0 || !strings.Contains(out, "server: agentmesh") || <-keys != "Bearer k" {
+		t.Fatalf("exit %d %q %q, want the server's version", code, out, errOut)
+	}
+	code, _, errOut = runAmctl(t, "--server", addr, "--context", "prod", "version")
+	if code != 1 || !strings.Contains(errOut, envConfig) {
+		t.Fatalf("--context without a config directory: exit %d %q, want 1 naming %s", code, errOut, envConfig)
 	}
 }

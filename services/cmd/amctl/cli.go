@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -365,6 +366,13 @@ func (c *cli) connect() error {
 	if c.server == "" {
 		return usagef("--server: an address is required")
 	}
+	if err := checkServer(c.server); err != nil {
+		return err
+	}
+	if strings.IndexFunc(c.apiKey, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+		// Never printed: it is a secret, and one mistyped.
+		return usagef("--api-key: the key holds a character that cannot be sent (a newline, a control or a non-ASCII character; from --api-key, %s or the context)", envAPIKey)
+	}
 	creds, err := c.transport()
 	if err != nil {
 		return err
@@ -385,6 +393,28 @@ func (c *cli) connect() error {
 	c.agents = agentmeshv1.NewAgentServiceClient(conn)
 	c.graph = agentmeshv1.NewTaskGraphServiceClient(conn)
 	c.metrics = agentmeshv1.NewMetricsServiceClient(conn)
+	return nil
+}
+
+// checkServer refuses a --server gRPC cannot dial as written, with what
+// to write instead: a URL (gRPC wants HOST:PORT; https is --tls) or an
+// address that is not HOST:PORT. gRPC targets (dns:///, unix:, ...) and a
+// host without a port (443) pass.
+func checkServer(addr string) error {
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "http", "https", "grpc", "grpcs":
+			return usagef("--server: want HOST:PORT (such as %s), not the URL %q (add --tls for a TLS server; from --server, %s or the context)", defaultServer, addr, envServer)
+		}
+		return nil
+	}
+	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
+		return nil
+	}
+	var ae *net.AddrError
+	if _, _, err := net.SplitHostPort(addr); err != nil && !(errors.As(err, &ae) && ae.Err == "missing port in address") {
+		return usagef("--server: %q is not HOST:PORT: %v", addr, err)
+	}
 	return nil
 }
 

@@ -102,6 +102,9 @@ func (c *cli) contextName(f *profileFile) string {
 // environment gave from the chosen context.
 func (c *cli) applyContext() error {
 	path, err := configPath()
+	if err != nil && c.context == "" { // --context or AGENTMESH_CONTEXT
+		return nil // no config directory (no $HOME): no contexts, none asked for
+	}
 	if err != nil {
 		return err
 	}
