@@ -236,6 +236,11 @@ func (w *webhookServer) RedeliverWebhook(ctx context.Context, req *agentmeshv1.R
 	if req.GetDeliveryId() == "" {
 		return nil, toStatus(w.s.log, "RedeliverWebhook", bus.FieldError("delivery_id", "a delivery id is required"))
 	}
+	// One key token of state's store (msg_<ULID>): a NATS wildcard would
+	// match some other delivery of the org.
+	if id := req.GetDeliveryId(); len(id) > maxIDBytes || !idRe.MatchString(id) {
+		return nil, toStatus(w.s.log, "RedeliverWebhook", bus.FieldError("delivery_id", "malformed delivery id %.40q", id))
+	}
 	var resp busv1.RedeliverResponse
 	err := bus.Request(ctx, w.s.nc, w.s.names.State(subjects.StateRedeliver), &busv1.RedeliverRequest{Org: orgFrom(ctx), DeliveryId: req.GetDeliveryId()}, &resp)
 	if err != nil {
