@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -109,7 +110,7 @@ func (f *agentFlags) apply(a *agentmeshv1.Agent) error {
 				return
 			}
 			v, perr := strconv.ParseFloat(*f.temperature, 32)
-			if perr != nil || v < 0 || v > 2 {
+			if perr != nil || math.IsNaN(v) || v < 0 || v > 2 {
 				err = usagef("--temperature: want a number between 0 and 2, got %q", *f.temperature)
 				return
 			}

@@ -536,6 +536,7 @@ func TestUsageErrors(t *testing.T) {
 		{"proposals unknown command", []string{"proposals", "fly"}, `proposals: unknown command "fly" (want list, show, approve or reject)`},
 		{"agents create without name", []string{"agents", "create"}, "agents create: NAME is required"},
 		{"bad temperature", []string{"agents", "create", "x", "--temperature", "hot"}, "--temperature: want a number"},
+		{"NaN temperature", []string{"agents", "create", "x", "--temperature", "NaN"}, "--temperature: want a number"},
 		{"bad timeout", []string{"--timeout", "soon", "list"}, "invalid value"},
 		{"negative timeout", []string{"--timeout", "-5s", "list"}, "--timeout: must not be negative"},
 		{"server as a URL", []string{"--server", "http://127.0.0.1:7400", "list"}, "--server: want HOST:PORT"},
