@@ -101,6 +101,11 @@ type Config struct {
 }
 
 // Defaults of Config.
+// MaxHeaderBytes bounds the headers (gRPC metadata) of one request on
+// every door: the gRPC server's header list and the HTTP server's
+// MaxHeaderBytes. A key, a trace context and an org fit many times over.
+const MaxHeaderBytes = 64 << 10
+
 const (
 	DefaultListen             = "127.0.0.1:7400"
 	DefaultMaxInputBytes      = 256 << 10

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -284,4 +285,30 @@ func mtlsConfig(ca, cert, key string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// The headers of one request are bounded on the gRPC door as on the HTTP
+// ones (MaxHeaderBytes): gRPC's own default took 16 MiB of metadata per
+// stream, before authentication, from anyone who could connect.
+func TestRequestHeadersBounded(t *testing.T) {
+	e := start(t, Config{})
+	task := e.fake.AddTask(&agentmeshv1.Task{Org: DefaultOrg, Agent: "helper", Input: "x"})
+	call := func(padding int) error {
+		md := metadata.Pairs("x-pad", strings.Repeat("p", padding))
+		ctx := metadata.NewOutgoingContext(testCtx(t), md)
+		_, err := e.tasks.GetTask(ctx, &agentmeshv1.GetTaskRequest{Id: task.Id})
+		return err
+	}
+	if err := call(MaxHeaderBytes / 2); err != nil {
+		t.Fatalf("GetTask with %d bytes of metadata: %v, want it served", MaxHeaderBytes/2, err)
+	}
+	// The server announces its limit (SETTINGS_MAX_HEADER_LIST_SIZE): a
+	// gRPC client refuses to send more; a raw one has the stream reset.
+	if err := call(2 * MaxHeaderBytes); err == nil {
+		t.Fatalf("GetTask with %d bytes of metadata was served, want it refused", 2*MaxHeaderBytes)
+	}
+	// The connection is still good for the next request.
+	if err := call(0); err != nil {
+		t.Fatalf("GetTask after a refused one: %v", err)
+	}
 }

@@ -109,7 +109,7 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 		Handler:           traceHTTP(s.markAuthenticated(edge)), // tracing.go
 		ReadHeaderTimeout: s.cfg.HandshakeTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	// HTTP/1.1 and HTTP/2: over TLS as negotiated, in cleartext with prior

@@ -198,6 +198,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	opts := append(s.interceptors(),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
+		grpc.MaxHeaderListSize(MaxHeaderBytes), // as the HTTP doors' (config.go)
 		// Watch streams can idle for long: ping so dead peers are noticed;
 		// connections without RPCs are closed after IdleTimeout.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: cfg.IdleTimeout}),
