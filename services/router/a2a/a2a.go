@@ -177,11 +177,13 @@ func (s *Server) call(ctx context.Context, r *http.Request, req *request) (any, 
 var errNoPush = &door.RPCError{Code: CodePushNotificationNotSupported,
 	Message: "push notifications are not supported yet (webhook delivery is not built): follow a task with message/stream or tasks/resubscribe, or poll tasks/get"}
 
+// truncate cuts s to at most n bytes (on a rune boundary), marking a cut
+// with "…".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return door.Cut(s, n) + "…"
 }
 
 // apiError is an API error as an A2A error; notFound is what a NotFound

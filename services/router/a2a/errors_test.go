@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
@@ -212,5 +213,23 @@ func TestTenancyOverA2A(t *testing.T) {
 	after := e.stack.WaitStatus(t, "a-reader", blocked.Id, taskstate.Blocked)
 	if after.LastEventSeq != blocked.LastEventSeq || after.GetPendingApproval().GetId() != blocked.GetPendingApproval().GetId() {
 		t.Errorf("A's blocked task changed: %+v", after)
+	}
+}
+
+// A messageId longer than the 200 bytes agentmesh records is cut on a rune
+// boundary: a cut inside a multi-byte character made the task's metadata
+// invalid UTF-8, which the API could not record (-32603 internal error).
+func TestLongMessageIDIsCutOnARune(t *testing.T) {
+	e := start(t)
+	id := strings.Repeat("a", 199) + "€€"
+	r := e.call(t, doortest.Secret(t, "a-op"), MethodSend, map[string]any{
+		"message":       map[string]any{"role": "user", "messageId": id, "parts": []any{map[string]any{"kind": "text", "text": "hello"}}},
+		"configuration": map[string]any{"blocking": false}, "metadata": map[string]any{"agent": doortest.AgentPlain}})
+	var task Task
+	if r.Error != nil || json.Unmarshal(r.Result, &task) != nil || len(task.History) == 0 {
+		t.Fatalf("message/send with a long messageId answered %s %+v", r.Result, r.Error)
+	}
+	if got := task.History[0].MessageID; !utf8.ValidString(got) || !strings.HasPrefix(id, strings.TrimSuffix(got, "…")) {
+		t.Errorf("the recorded messageId %q is not a valid cut of %q", got, id)
 	}
 }

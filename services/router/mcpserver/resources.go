@@ -84,7 +84,7 @@ func (s *server) listResources(ctx context.Context, req *mcp.ListResourcesReques
 	for _, t := range resp.GetTasks() {
 		name := t.GetTitle()
 		if name == "" {
-			name = cut(firstLine(t.GetInput()), 80)
+			name = door.Cut(firstLine(t.GetInput()), 80)
 		}
 		out.Resources = append(out.Resources, &mcp.Resource{
 			URI: taskstate.SubtaskURI(t.GetId()), Name: t.GetId(), Title: name, MIMEType: mimeJSON,

@@ -262,7 +262,7 @@ func (s *server) listTasks(ctx context.Context, _ *mcp.CallToolRequest, in listI
 		v := viewOf(t, false)
 		v.Result, v.ResultTruncated = "", false // a list is an index: get_result reads one
 		out.Tasks = append(out.Tasks, v)
-		fmt.Fprintf(&b, "\n%s  %s  %s  %s", t.GetId(), v.Status, t.GetAgent(), cut(t.GetTitle()+" "+firstLine(t.GetInput()), 80))
+		fmt.Fprintf(&b, "\n%s  %s  %s  %s", t.GetId(), v.Status, t.GetAgent(), door.Cut(t.GetTitle()+" "+firstLine(t.GetInput()), 80))
 	}
 	if out.NextPageToken != "" {
 		b.WriteString("\nmore: page_token " + out.NextPageToken)
