@@ -34,8 +34,14 @@ type env struct {
 
 func start(t testing.TB) *env {
 	t.Helper()
+	return startWith(t, Config{PollInterval: 100 * time.Millisecond})
+}
+
+// startWith is start with cfg.
+func startWith(t testing.TB, cfg Config) *env {
+	t.Helper()
 	st := doortest.Start(t)
-	h, err := New(Config{PollInterval: 100 * time.Millisecond}, Deps{Conn: st.Conn, Log: doortest.Logger()})
+	h, err := New(cfg, Deps{Conn: st.Conn, Log: doortest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,9 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultPollInterval   = time.Second
 	DefaultMaxWait        = 5 * time.Minute
+	// DefaultMaxSessionsPerKey: generous for a key a team shares (one
+	// client holds one session), small beside the router's memory.
+	DefaultMaxSessionsPerKey = 64
 )
 
 // Version is the server version the MCP handshake reports.
@@ -73,6 +76,10 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxWait caps a tool's wait_seconds; default 5 min.
 	MaxWait time.Duration
+	// MaxSessionsPerKey bounds the HTTP sessions one API key holds open:
+	// one more closes the key's least recently used session (its id is
+	// then 404, and the client initializes again); default 64.
+	MaxSessionsPerKey int
 	// KeyTTL is how long a key that was checked is remembered
 	// (door.Checker); default door.DefaultCheckTTL.
 	KeyTTL time.Duration
@@ -96,6 +103,9 @@ func (c *Config) defaults() {
 	if c.MaxWait <= 0 {
 		c.MaxWait = DefaultMaxWait
 	}
+	if c.MaxSessionsPerKey <= 0 {
+		c.MaxSessionsPerKey = DefaultMaxSessionsPerKey
+	}
 }
 
 // Deps are the MCP server's dependencies: Conn, a connection to the
@@ -114,12 +124,14 @@ type server struct {
 	fixedKey string
 	stdio    bool
 	subs     *subscriptions
+	sessions *sessionLimit
 }
 
 func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	cfg.defaults()
 	s := &server{cfg: cfg, log: deps.Log, api: door.NewAPI(deps.Conn), fixedKey: key, stdio: stdio}
 	s.subs = newSubscriptions(s)
+	s.sessions = newSessionLimit(cfg.MaxSessionsPerKey)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentmesh", Title: "agentmesh", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       quiet(deps.Log),
@@ -169,7 +181,7 @@ const instructions = "agentmesh runs tasks on agents (language-model workers wit
 	"A task is also the resource subtask://{id} (subscribe to be told when it changes)."
 
 // middleware runs first for every request: it puts the caller's key in
-// ctx, answers delegate with a task for clients of the tasks extension,
+// ctx, counts the key's HTTP sessions (sessionLimit), answers delegate with a task for clients of the tasks extension,
 // and lists the org's tasks as resources.
 func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -178,6 +190,13 @@ func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			key = door.KeyOf(ex.Header)
 		}
 		ctx = door.WithKey(ctx, key)
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && !s.stdio {
+			if method == "initialize" {
+				s.sessions.opened(door.Fingerprint(key), ss)
+			} else {
+				s.sessions.used(ss)
+			}
+		}
 		switch method {
 		case "tools/call":
 			return s.callTool(ctx, next, method, req)
