@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -55,6 +56,45 @@ func FuzzDeclared(f *testing.F) {
 		canon, _ := json.Marshal(meta)
 		if declared(nil, meta) && !bytes.Contains(canon, []byte(`"`+TasksExtension+`":{`)) {
 			t.Fatalf("%s declares the extension without an object under its key", data)
+		}
+	})
+}
+
+// FuzzCheckBody: any POST body is checked without panicking; a refused one
+// gets parse error or invalid request and an id that is absent or the
+// message's; an accepted single message's id is a string or an integer
+// every JSON reader holds exactly.
+func FuzzCheckBody(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`, `{"jsonrpc":"2.0","id":3,"result":{}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":1.5,"method":"ping"}]`, `[]`, `5`, `{`, ``,
+		`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`, `{"jsonrpc":"2.0","id":-0,"method":7}`, `{"id":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		msg, rerr := checkBody(body)
+		if rerr != nil {
+			if rerr.Code != door.CodeParseError && rerr.Code != door.CodeInvalidRequest {
+				t.Fatalf("%q: code %d", body, rerr.Code)
+			}
+		}
+		if len(msg.id) == 0 {
+			return
+		}
+		var v any
+		if err := json.Unmarshal(msg.id, &v); err != nil {
+			t.Fatalf("%q: id %q is not JSON", body, msg.id)
+		}
+		switch id := v.(type) {
+		case string:
+		case float64:
+			if id != float64(int64(id)) || id > maxExactID || id < -maxExactID {
+				t.Fatalf("%q: id %q is not an exact integer", body, msg.id)
+			}
+		default:
+			t.Fatalf("%q: id %q is neither a string nor a number", body, msg.id)
 		}
 	})
 }

@@ -153,6 +153,8 @@ func textOf(res *mcp.CallToolResult) string {
 type rpcReply struct {
 	status int
 	header http.Header
+	body   []byte
+	ID     json.RawMessage `json:"id"`
 	Result json.RawMessage `json:"result"`
 	Error  *struct {
 		Code    int64           `json:"code"`
@@ -214,7 +216,7 @@ func (e *env) post(t testing.TB, h http.Header, body []byte) rpcReply {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rpcReply{status: resp.StatusCode, header: resp.Header}
+	r := rpcReply{status: resp.StatusCode, header: resp.Header, body: data}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		data = lastSSEData(data)
 	}

@@ -28,10 +28,18 @@
 // Errors: a tool's failure is a tool result with isError (the words of the
 // API's status); the protocol's own requests (resources, tasks) fail with
 // JSON-RPC error objects (package door's codes); nothing carries a stack or
-// an internal address.
+// an internal address. On HTTP a body that is not JSON-RPC 2.0 is checked
+// before the SDK reads it (jsonrpc.go): parse error, invalid request (an id
+// must be a string or an integer within ±2^53-1, which the SDK repeats
+// exactly), method not found, all JSON-RPC error objects; an unknown
+// notification is ignored (202).
+//
+// Sessions: an API key holds at most MaxSessionsPerKey HTTP sessions; one
+// more closes the key's least recently used (sessions.go).
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -258,16 +266,46 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		door.WriteAuthError(w, err)
 		return
 	}
+	r = r.Clone(r.Context())
 	if r.Header.Get("Authorization") == "" {
 		// X-API-Key: the SDK reads the bearer form only.
-		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	if r.Method == http.MethodPost {
+		pe, ok := h.readBody(w, r)
+		if !ok {
+			return
+		}
+		defer pe.finish()
+		w = pe
 	}
 	if v := r.Header.Get("MCP-Protocol-Version"); v >= modernRevision {
 		h.stateless.ServeHTTP(w, r)
 		return
 	}
 	h.stateful.ServeHTTP(w, r)
+}
+
+// readBody reads a POST's body (at most MaxBodyBytes) and checks its
+// JSON-RPC shape (checkBody), answering a bad one itself; the SDK reads
+// the body from r again, and answers through the plainErrors returned.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*plainErrors, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.srv.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, &door.RPCError{Code: door.CodeInvalidRequest,
+				Message: fmt.Sprintf("the request is over the size limit (%d bytes)", h.srv.cfg.MaxBodyBytes)})
+		}
+		return nil, false
+	}
+	msg, rerr := checkBody(body)
+	if rerr != nil {
+		writeRPCError(w, http.StatusBadRequest, msg.id, rerr)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return &plainErrors{ResponseWriter: w, msg: msg}, true
 }
 
 // Close ends every subscription's watch. Sessions end with their HTTP
