@@ -36,6 +36,9 @@ func readSend(req *request) (*sendParams, *door.RPCError) {
 	if c := p.Configuration; c != nil && len(c.PushNotificationConfig) > 0 && string(c.PushNotificationConfig) != "null" {
 		return nil, errNoPush
 	}
+	if c := p.Configuration; c != nil && c.HistoryLength != nil && *c.HistoryLength < 0 {
+		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "configuration.historyLength: must not be negative"}
+	}
 	if m.ContextID != "" {
 		if rerr := checkContextID(m.ContextID); rerr != nil {
 			return nil, rerr
