@@ -187,6 +187,8 @@ func (e *env) raw(t testing.TB, key, method string, params map[string]any, ext b
 	switch name := fmt.Sprint(params["name"]); {
 	case method == "tools/call":
 		h.Set("Mcp-Name", name)
+	case method == "resources/read":
+		h.Set("Mcp-Name", fmt.Sprint(params["uri"]))
 	case strings.HasPrefix(method, "tasks/") && params["taskId"] != nil:
 		h.Set("Mcp-Name", fmt.Sprint(params["taskId"])) // the extension's routing header
 	}

@@ -148,6 +148,7 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 		},
 		SubscribeHandler:   s.subs.subscribe,
 		UnsubscribeHandler: s.subs.unsubscribe,
+		SetCacheable:       cacheable,
 	})
 	s.addTools()
 	s.addResources()
@@ -156,6 +157,20 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	}
 	s.mcp.AddReceivingMiddleware(s.middleware)
 	return s
+}
+
+// cacheScopePrivate: only the asking client may cache the result.
+const cacheScopePrivate = "private"
+
+// cacheable marks what belongs to the caller's org (a task: resources/read;
+// the org's tasks: resources/list) private: the SDK's default, public, lets
+// any intermediary serve one org's answer to anyone. The tools, the same
+// for every key, stay public.
+func cacheable(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+	switch req.(type) {
+	case *mcp.ReadResourceRequest, *mcp.ListResourcesRequest:
+		c.CacheScope = cacheScopePrivate
+	}
 }
 
 // quiet is log for the SDK: warnings and errors only (it logs every

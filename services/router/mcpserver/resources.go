@@ -80,7 +80,8 @@ func (s *server) listResources(ctx context.Context, req *mcp.ListResourcesReques
 	if err != nil {
 		return nil, s.rpcError(err, "")
 	}
-	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, NextCursor: resp.GetNextPageToken()}
+	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, NextCursor: resp.GetNextPageToken(),
+		Cacheable: mcp.Cacheable{CacheScope: cacheScopePrivate}} // the SDK's SetCacheable is not on this path
 	for _, t := range resp.GetTasks() {
 		name := t.GetTitle()
 		if name == "" {

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -192,6 +193,40 @@ func TestHostProtection(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tt.want {
 			t.Errorf("%s with Host agents.example.com: %d, want %d", tt.url, resp.StatusCode, tt.want)
+		}
+	}
+}
+
+// What belongs to an org — a task (resources/read), the org's tasks
+// (resources/list) — is marked cacheScope "private": the SDK's default,
+// "public", lets any intermediary serve one org's answer to anyone (and
+// resources/list, answered by the middleware, said ""). The tools, the
+// same for every key, stay public.
+func TestOrgDataIsNotPubliclyCacheable(t *testing.T) {
+	e := start(t)
+	task := e.stack.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "hello", Agent: doortest.AgentPlain})
+	key := doortest.Secret(t, "a-op")
+	scope := func(method string, params map[string]any) string {
+		r := e.raw(t, key, method, params, false)
+		var c struct {
+			CacheScope *string `json:"cacheScope"`
+		}
+		if r.Error != nil || json.Unmarshal(r.Result, &c) != nil || c.CacheScope == nil {
+			t.Fatalf("%s: %s %+v", method, r.Result, r.Error)
+		}
+		return *c.CacheScope
+	}
+	for _, tt := range []struct {
+		method string
+		params map[string]any
+		want   string
+	}{
+		{"resources/read", map[string]any{"uri": "subtask://" + task.Id}, "private"},
+		{"resources/list", nil, "private"},
+		{"tools/list", nil, "public"},
+	} {
+		if got := scope(tt.method, tt.params); got != tt.want {
+			t.Errorf("%s: cacheScope %q, want %q", tt.method, got, tt.want)
 		}
 	}
 }
