@@ -3,6 +3,8 @@ package mcpserver
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/agentmesh/agentmesh/services/router/door"
@@ -98,3 +100,42 @@ func FuzzCheckBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLineFilter: any stdio input is read through the filter without
+// panicking; every line the SDK gets passes checkBody and fits the limit,
+// and every answer the filter writes is one JSON-RPC error per line.
+func FuzzLineFilter(f *testing.F) {
+	for _, s := range []string{
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{bad\n\n[1]\n",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-03-26\"}}\n[{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}]",
+		"{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}\r\n" + strings.Repeat("x", 300) + "\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, input []byte) {
+		var out bytes.Buffer
+		lf := newLineFilter(io.NopCloser(bytes.NewReader(input)), &lockedWriter{w: nopWriteCloser{&out}}, 256)
+		got, err := io.ReadAll(lf)
+		if err != nil {
+			t.Fatalf("%q: %v", input, err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSuffix(got, []byte("\n")), []byte("\n")) {
+			if len(got) == 0 {
+				break
+			}
+			if _, rerr := checkBody(line); rerr != nil || len(line) > 256 {
+				t.Fatalf("%q: the SDK got %q (%v)", input, line, rerr)
+			}
+		}
+		for _, line := range bytes.Split(bytes.TrimSuffix(out.Bytes(), []byte("\n")), []byte("\n")) {
+			var r door.Response
+			if out.Len() > 0 && (json.Unmarshal(line, &r) != nil || r.Error == nil) {
+				t.Fatalf("%q: the filter answered %q", input, line)
+			}
+		}
+	})
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -77,7 +77,8 @@ type Config struct {
 	// SessionTimeout closes an HTTP session (revisions up to 2025-11-25)
 	// idle this long, with its subscriptions; default 30 min.
 	SessionTimeout time.Duration
-	// MaxBodyBytes bounds an HTTP request body (413 beyond); default 1 MiB.
+	// MaxBodyBytes bounds an HTTP request body (413 beyond) and a stdio
+	// line (an invalid-request error beyond); default 1 MiB.
 	MaxBodyBytes int64
 	// PollInterval is the poll interval the tasks extension suggests
 	// (pollIntervalMs); default 1 s.
@@ -330,7 +331,9 @@ func (h *Handler) Close() {
 }
 
 // ServeStdio serves one MCP client on in and out (newline-delimited
-// JSON-RPC, the stdio transport) until the client hangs up or ctx ends.
+// JSON-RPC, the stdio transport) until the client hangs up or ctx ends; a
+// line that is not JSON-RPC 2.0 gets its error and the session goes on
+// (lineFilter).
 // Every call carries key; with key "" the calls carry what Deps.Conn
 // carries (amctl's connection sends its own key).
 func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.ReadCloser, out io.WriteCloser) error {
@@ -339,7 +342,8 @@ func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.Re
 	}
 	s := newServer(cfg, deps, true, key)
 	defer s.subs.close()
-	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	w := &lockedWriter{w: out}
+	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: newLineFilter(in, w, int(s.cfg.MaxBodyBytes)), Writer: w})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("mcp stdio: %w", err)
 	}
