@@ -51,6 +51,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -229,8 +230,23 @@ func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return s.listResources(ctx, r)
 			}
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		return res, coded(method, err)
 	}
+}
+
+// coded gives an error the SDK raised without a JSON-RPC code (it would
+// send code 0, which JSON-RPC does not define) one: a second initialize is
+// invalid request; the rest are the server's own failures.
+func coded(method string, err error) error {
+	var rpcErr *jsonrpc.Error
+	if err == nil || errors.As(err, &rpcErr) {
+		return err
+	}
+	if method == "initialize" {
+		return &jsonrpc.Error{Code: door.CodeInvalidRequest, Message: err.Error()}
+	}
+	return &jsonrpc.Error{Code: door.CodeInternal, Message: err.Error()}
 }
 
 // Handler serves MCP over streamable HTTP: requests of the 2026-07-28
@@ -302,6 +318,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.stateful.ServeHTTP(w, r)
 }
 
+// needsSession reports whether msg is a call that needs a session it does
+// not name: in the revisions with sessions, anything but initialize, ping
+// and server/discover (the SDK answered it with an error of code 0).
+func needsSession(r *http.Request, msg message) bool {
+	if len(msg.id) == 0 || msg.method == "" || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("MCP-Protocol-Version") >= modernRevision {
+		return false
+	}
+	switch msg.method {
+	case "initialize", "ping", "server/discover":
+		return false
+	}
+	return true
+}
+
 // readBody reads a POST's body (at most MaxBodyBytes) and checks its
 // JSON-RPC shape (checkBody), answering a bad one itself; the SDK reads
 // the body from r again, and answers through the plainErrors returned.
@@ -316,6 +346,10 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*plainErrors
 		return nil, false
 	}
 	msg, rerr := checkBody(body)
+	if rerr == nil && needsSession(r, msg) {
+		rerr = &door.RPCError{Code: door.CodeInvalidRequest, Message: fmt.Sprintf(
+			"Mcp-Session-Id: required for %.80s: initialize a session first (revisions before %s have sessions)", msg.method, modernRevision)}
+	}
 	if rerr != nil {
 		writeRPCError(w, http.StatusBadRequest, msg.id, rerr)
 		return nil, false

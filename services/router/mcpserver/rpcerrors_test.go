@@ -70,3 +70,28 @@ func TestJSONRPCErrors(t *testing.T) {
 		t.Errorf("ping after the errors: %d", got)
 	}
 }
+
+// Errors the SDK raised without a JSON-RPC code (it sent code 0, which
+// JSON-RPC does not define) have one: a call other than initialize (or
+// ping) outside a session is 400 invalid request naming Mcp-Session-Id,
+// as the spec has it; a second initialize in a session is invalid request.
+func TestNoCodeZeroErrors(t *testing.T) {
+	e := start(t)
+	key := doortest.Secret(t, "a-op")
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+key)
+	h.Set("MCP-Protocol-Version", "2025-06-18")
+	r := e.post(t, h, []byte(`{"jsonrpc":"2.0","id":"l","method":"tools/list"}`))
+	if r.status != http.StatusBadRequest || r.Error == nil || r.Error.Code != door.CodeInvalidRequest ||
+		!strings.Contains(r.Error.Message, "Mcp-Session-Id") || string(r.ID) != `"l"` {
+		t.Errorf("tools/list outside a session: %d id %s %+v (%.200s)", r.status, r.ID, r.Error, r.body)
+	}
+	if r := e.post(t, h, []byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)); r.status != http.StatusOK || r.Error != nil {
+		t.Errorf("ping outside a session: %d %+v", r.status, r.Error)
+	}
+	h.Set("Mcp-Session-Id", e.initialize(t, key))
+	r = e.post(t, h, []byte(`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	if r.Error == nil || r.Error.Code != door.CodeInvalidRequest || !strings.Contains(r.Error.Message, "duplicate") {
+		t.Errorf("a second initialize: %d %+v", r.status, r.Error)
+	}
+}
