@@ -45,6 +45,7 @@ func TestBadRequests(t *testing.T) {
 		{"bad context", msg(`,"contextId":"has space"`), door.CodeInvalidParams, "message.contextId", "5"},
 		{"unknown agent", strings.Replace(msg(""), `]}}}`, `]},"metadata":{"agent":"ghost"}}}`, 1), door.CodeFailedPrecondition, `agent: no agent named "ghost"`, "5"},
 		{"skills wrong type", strings.Replace(msg(""), `]}}}`, `]},"metadata":{"skills":"sql"}}}`, 1), door.CodeInvalidParams, "metadata.skills", "5"},
+		{"control character in messageId", strings.Replace(msg(""), `"m1"`, `"m1\n"`, 1), door.CodeInvalidParams, "message.messageId: must not contain control characters", "5"},
 		{"negative historyLength", strings.Replace(msg(""), `]}}}`, `]},"configuration":{"historyLength":-1}}}`, 1), door.CodeInvalidParams, "configuration.historyLength: must not be negative", "5"},
 		{"push config", strings.Replace(msg(""), `]}}}`, `]},"configuration":{"pushNotificationConfig":{"url":"https://x"}}}}`, 1), CodePushNotificationNotSupported, "not supported yet", "5"},
 		{"push set", `{"jsonrpc":"2.0","id":2,"method":"tasks/pushNotificationConfig/set","params":{"taskId":"x","pushNotificationConfig":{"url":"https://x"}}}`, CodePushNotificationNotSupported, "webhook delivery is not built", "2"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/memory"
@@ -30,6 +31,9 @@ func readSend(req *request) (*sendParams, *door.RPCError) {
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: fmt.Sprintf("message.role: %.20q, want user", m.Role)}
 	case m.MessageID == "":
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.messageId: required"}
+	case strings.IndexFunc(m.MessageID, unicode.IsControl) >= 0:
+		// It becomes the task's idempotency key, which may hold none.
+		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.messageId: must not contain control characters"}
 	case len(m.Parts) == 0:
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.parts: required"}
 	}
