@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/doortest"
 	"github.com/agentmesh/agentmesh/services/router/door"
+	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -228,5 +229,39 @@ func TestOrgDataIsNotPubliclyCacheable(t *testing.T) {
 		if got := scope(tt.method, tt.params); got != tt.want {
 			t.Errorf("%s: cacheScope %q, want %q", tt.method, got, tt.want)
 		}
+	}
+}
+
+// A subscription the API refuses to follow (the org holds all the watches
+// it may) is refused at resources/subscribe, naming why: it was answered
+// with success and its watch failed behind it, so the client waited for
+// updates that never came.
+func TestSubscribeRefusedWhenNoWatchIsLeft(t *testing.T) {
+	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
+	h, err := New(Config{}, Deps{Conn: st.Conn, Log: doortest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	e := &env{stack: st, h: h, srv: srv}
+	var blocked []string
+	for i := 0; i < 2; i++ {
+		task := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("ship it %d", i), Agent: doortest.AgentCareful})
+		blocked = append(blocked, st.WaitStatus(t, "a-reader", task.Id, taskstate.Blocked).Id)
+	}
+	cs, _ := e.connect(t, "a-op", "2025-11-25")
+	if err := cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[0]}); err != nil {
+		t.Fatalf("the first subscription: %v", err)
+	}
+	err = cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[1]})
+	if err == nil || !strings.Contains(err.Error(), "WatchTask streams open") {
+		t.Errorf("a subscription past the org's watches: %v, want the API's resource-exhausted words", err)
+	}
+	if n := h.srv.subs.following(); n != 1 {
+		t.Errorf("%d tasks followed, want 1", n)
 	}
 }
