@@ -4,14 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/doortest"
 	"github.com/agentmesh/agentmesh/services/router/door"
+	"github.com/agentmesh/agentmesh/services/stack"
 )
 
 // Bad requests get JSON-RPC error objects with the right code and words
@@ -233,5 +236,51 @@ func TestLongMessageIDIsCutOnARune(t *testing.T) {
 	}
 	if got := task.History[0].MessageID; !utf8.ValidString(got) || !strings.HasPrefix(id, strings.TrimSuffix(got, "…")) {
 		t.Errorf("the recorded messageId %q is not a valid cut of %q", got, id)
+	}
+}
+
+// When the org's watches are all taken, a message still starts its task,
+// and the answer says so: a blocking message/send answers with the task
+// as it stands (as when MaxWait passes) — it answered an error, though the
+// task ran, and a retry with a new messageId ran it twice — and
+// message/stream's error event names the task and how to follow it.
+func TestMessageWhenNoWatchIsLeft(t *testing.T) {
+	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
+	s, err := New(Config{KeepAlive: time.Second}, Deps{Conn: st.Conn, Log: doortest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	e := &env{stack: st, srv: srv}
+	held := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "ship it", Agent: doortest.AgentCareful})
+	held = st.WaitStatus(t, "a-reader", held.Id, taskstate.Blocked)
+	watch, err := st.Tasks.WatchTask(doortest.As(t, "a-op"), &agentmeshv1.WatchTaskRequest{Id: held.Id, AfterSeq: held.LastEventSeq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := watch.Header(); md == nil {
+		t.Fatal("the test's own watch was not admitted")
+	}
+	key := doortest.Secret(t, "a-op")
+	send := func(method, messageID string) (rpcReply, []rpcReply) {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": map[string]any{
+			"message":  map[string]any{"role": "user", "messageId": messageID, "parts": []any{map[string]any{"kind": "text", "text": "slow one"}}},
+			"metadata": map[string]any{"agent": doortest.AgentPlain}}})
+		return e.post(t, key, string(body))
+	}
+	r, _ := send(MethodSend, "blocking-1")
+	var task Task
+	if r.Error != nil || json.Unmarshal(r.Result, &task) != nil || task.ID == "" || final(task.Status.State) {
+		t.Fatalf("a blocking message/send with no watch left: %s %+v, want the running task", r.Result, r.Error)
+	}
+	_, events := send(MethodStream, "stream-1")
+	if len(events) != 2 || events[0].Error != nil || events[1].Error == nil ||
+		!strings.Contains(events[1].Error.Message, "tasks/get") || !strings.Contains(events[1].Error.Message, "WatchTask streams") {
+		t.Fatalf("message/stream with no watch left: %+v", events)
+	}
+	var streamed Task
+	if err := json.Unmarshal(events[0].Result, &streamed); err != nil || !strings.Contains(events[1].Error.Message, streamed.ID) {
+		t.Errorf("the error event %q does not name the task %s", events[1].Error.Message, streamed.ID)
 	}
 }

@@ -240,25 +240,30 @@ func (s *Server) send(ctx context.Context, req *request) (any, *door.RPCError) {
 }
 
 // settle waits (at most MaxWait) until the task ends or asks for input,
-// and returns it as it stands then.
+// and returns it as it stands then. A watch the API refuses or ends (the
+// org's watches all taken) ends the wait, as MaxWait does: the task runs,
+// and the answer names it (not an error a client would retry).
 func (s *Server) settle(ctx context.Context, t *agentmeshv1.Task) (*agentmeshv1.Task, error) {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
 	stream, err := s.api.Watch(wctx, t.GetId(), t.GetLastEventSeq())
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return nil, err
 	}
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) || (err != nil && wctx.Err() != nil && ctx.Err() == nil) {
+	for err == nil {
+		var resp *agentmeshv1.WatchTaskResponse
+		if resp, err = stream.Recv(); err != nil {
 			break
-		}
-		if err != nil {
-			return nil, err
 		}
 		if st := resp.GetStatus(); taskstate.Terminal(st) || (st == agentmeshv1.TaskStatus_TASK_STATUS_BLOCKED && resp.GetEvent().GetApproval() != nil) {
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the client left
+	}
+	if err != nil && !errors.Is(err, io.EOF) && wctx.Err() == nil {
+		s.log.Debug("a2a: the wait for a task ended", "task_id", t.GetId(), "err", err)
 	}
 	return s.api.Get(ctx, t.GetId())
 }

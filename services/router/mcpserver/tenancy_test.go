@@ -232,11 +232,13 @@ func TestOrgDataIsNotPubliclyCacheable(t *testing.T) {
 	}
 }
 
-// A subscription the API refuses to follow (the org holds all the watches
-// it may) is refused at resources/subscribe, naming why: it was answered
-// with success and its watch failed behind it, so the client waited for
-// updates that never came.
-func TestSubscribeRefusedWhenNoWatchIsLeft(t *testing.T) {
+// When the org holds all the watches it may: a subscription the API
+// refuses to follow is refused at resources/subscribe, naming why (it was
+// answered with success and its watch failed behind it, so the client
+// waited for updates that never came); delegate with wait_seconds answers
+// with the task as it stands, as when the wait is over (it answered an
+// error, though the task ran, and a retry ran it twice).
+func TestWhenNoWatchIsLeft(t *testing.T) {
 	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
 	h, err := New(Config{}, Deps{Conn: st.Conn, Log: doortest.Logger()})
 	if err != nil {
@@ -263,5 +265,10 @@ func TestSubscribeRefusedWhenNoWatchIsLeft(t *testing.T) {
 	}
 	if n := h.srv.subs.following(); n != 1 {
 		t.Errorf("%d tasks followed, want 1", n)
+	}
+	var v taskView
+	structured(t, call(t, cs, ToolDelegate, map[string]any{"task": "slow one", "agent": doortest.AgentPlain, "wait_seconds": 30}), &v)
+	if v.TaskID == "" || v.Finished {
+		t.Errorf("delegate that could not wait answered %+v, want the running task", v)
 	}
 }
