@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -246,13 +244,7 @@ func TestLongMessageIDIsCutOnARune(t *testing.T) {
 // message/stream's error event names the task and how to follow it.
 func TestMessageWhenNoWatchIsLeft(t *testing.T) {
 	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
-	s, err := New(Config{KeepAlive: time.Second}, Deps{Conn: st.Conn, Log: doortest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
-	e := &env{stack: st, srv: srv}
+	e := startOn(t, st)
 	held := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "ship it", Agent: doortest.AgentCareful})
 	held = st.WaitStatus(t, "a-reader", held.Id, taskstate.Blocked)
 	watch, err := st.Tasks.WatchTask(doortest.As(t, "a-op"), &agentmeshv1.WatchTaskRequest{Id: held.Id, AfterSeq: held.LastEventSeq})

@@ -40,7 +40,12 @@ func start(t testing.TB) *env {
 // startWith is start with cfg.
 func startWith(t testing.TB, cfg Config) *env {
 	t.Helper()
-	st := doortest.Start(t)
+	return serveOn(t, doortest.Start(t), cfg)
+}
+
+// serveOn serves the MCP handler with cfg on st over real HTTP.
+func serveOn(t testing.TB, st *doortest.Stack, cfg Config) *env {
+	t.Helper()
 	h, err := New(cfg, Deps{Conn: st.Conn, Log: doortest.Logger()})
 	if err != nil {
 		t.Fatal(err)

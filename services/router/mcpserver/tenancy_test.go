@@ -240,16 +240,7 @@ func TestOrgDataIsNotPubliclyCacheable(t *testing.T) {
 // error, though the task ran, and a retry ran it twice).
 func TestWhenNoWatchIsLeft(t *testing.T) {
 	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
-	h, err := New(Config{}, Deps{Conn: st.Conn, Log: doortest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		srv.Close()
-		h.Close()
-	})
-	e := &env{stack: st, h: h, srv: srv}
+	e := serveOn(t, st, Config{})
 	var blocked []string
 	for i := 0; i < 2; i++ {
 		task := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("ship it %d", i), Agent: doortest.AgentCareful})
@@ -259,11 +250,11 @@ func TestWhenNoWatchIsLeft(t *testing.T) {
 	if err := cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[0]}); err != nil {
 		t.Fatalf("the first subscription: %v", err)
 	}
-	err = cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[1]})
+	err := cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[1]})
 	if err == nil || !strings.Contains(err.Error(), "WatchTask streams open") {
 		t.Errorf("a subscription past the org's watches: %v, want the API's resource-exhausted words", err)
 	}
-	if n := h.srv.subs.following(); n != 1 {
+	if n := e.h.srv.subs.following(); n != 1 {
 		t.Errorf("%d tasks followed, want 1", n)
 	}
 	var v taskView
