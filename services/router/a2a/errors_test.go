@@ -69,7 +69,17 @@ func TestBadRequests(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a big body without a key: %d, want 401 before it is read", resp.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/a2a", strings.NewReader(strings.Repeat(" ", DefaultMaxBodyBytes+1)))
+	// The card's path serves the card: JSON-RPC is at the card's url.
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+CardPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"x"}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST to the card's path: %d (Allow %q), want 405 (GET, HEAD)", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	req, _ = http.NewRequest(http.MethodPost, e.srv.URL+"/a2a", strings.NewReader(strings.Repeat(" ", DefaultMaxBodyBytes+1)))
 	req.Header.Set("Authorization", "Bearer "+key)
 	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
