@@ -218,8 +218,11 @@ func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && !s.stdio {
 			if method == "initialize" {
 				s.sessions.opened(door.Fingerprint(key), ss)
-			} else {
-				s.sessions.used(ss)
+			} else if ended := s.sessions.used(ss); ended != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer context.AfterFunc(ended, cancel)()
+				defer cancel()
 			}
 		}
 		switch method {
@@ -302,6 +305,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") == "" {
 		// X-API-Key: the SDK reads the bearer form only.
 		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
+		// The SDK's close of the session waits for its calls in flight.
+		h.srv.sessions.ended(door.Fingerprint(key), id)
 	}
 	if r.Method == http.MethodPost {
 		pe, ok := h.readBody(w, r)

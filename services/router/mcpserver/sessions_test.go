@@ -1,10 +1,14 @@
 package mcpserver
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/services/doortest"
 )
 
@@ -75,4 +79,68 @@ func TestSessionsPerKeyAreBounded(t *testing.T) {
 			t.Errorf("after a DELETE, ping in %s: %d, want 200", name, got)
 		}
 	}
+}
+
+// DELETE of a session ends the calls it has in flight: a delegate waiting
+// for its task (wait_seconds) held the DELETE until the wait was over (up
+// to MaxWait, 5 min), the SDK's close waiting for it. Another key cannot
+// end them (its DELETE is 403).
+func TestDeleteEndsCallsInFlight(t *testing.T) {
+	e := start(t)
+	key := doortest.Secret(t, "a-op")
+	id := e.initialize(t, key)
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+key)
+	h.Set("Mcp-Session-Id", id)
+	h.Set("MCP-Protocol-Version", "2025-06-18")
+	e.post(t, h, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	done := make(chan error, 1)
+	go func() { // not e.post: it fails the test, which only the test's goroutine may
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":5,"method":"tools/call",`+
+			`"params":{"name":"delegate","arguments":{"task":"slow one","agent":"plain","tags":["in-flight"],"wait_seconds":120}}}`))
+		req.Header = h.Clone()
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	for { // the call is in flight once its task is submitted
+		resp, err := e.stack.Tasks.ListTasks(doortest.As(t, "a-reader"), &agentmeshv1.ListTasksRequest{Tag: "in-flight"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetTasks()) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	del := func(who string) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the slow task takes 60 s, the call waits 120 s
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, e.srv.URL, nil)
+		req.Header.Set("Authorization", "Bearer "+doortest.Secret(t, who))
+		req.Header.Set("Mcp-Session-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("DELETE as %s: %v", who, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := del("b-op"); got != http.StatusForbidden {
+		t.Fatalf("another key's DELETE: %d, want 403", got)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("another key's DELETE ended the call (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if got := del("a-op"); got != http.StatusNoContent {
+		t.Fatalf("DELETE: %d, want 204", got)
+	}
+	<-done // the call ended with its session
 }
