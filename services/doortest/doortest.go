@@ -97,6 +97,13 @@ type Stack struct {
 // to its API and creates each org's agents.
 func Start(t testing.TB) *Stack {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith is Start with adjust (when not nil) applied to the stack's
+// configuration before it starts.
+func StartWith(t testing.TB, adjust func(*stack.Config)) *Stack {
+	t.Helper()
 	scriptPath := filepath.Join(t.TempDir(), "script.json")
 	if err := os.WriteFile(scriptPath, []byte(Script), 0o644); err != nil {
 		t.Fatal(err)
@@ -115,6 +122,9 @@ func Start(t testing.TB) *Stack {
 	// The machine is shared: a few agent processes, no warm pool.
 	cfg.Executor.Capacity = 8
 	cfg.Executor.WarmPool = -1
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.New(ctx, cfg)
 	if err != nil {

@@ -43,6 +43,9 @@ import (
 	"github.com/agentmesh/agentmesh/services/router/door"
 )
 
+// CardPath is where the agent card is served (GET only).
+const CardPath = "/.well-known/agent-card.json"
+
 // Defaults of Config.
 const (
 	DefaultPath         = "/a2a"
@@ -113,12 +116,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return &Server{cfg: cfg, log: deps.Log, api: door.NewAPI(deps.Conn), checker: door.NewChecker(deps.Conn, cfg.KeyTTL)}, nil
 }
 
-// ServeHTTP serves the card (GET) and the JSON-RPC methods (POST).
+// ServeHTTP serves the card (GET) and the JSON-RPC methods (POST; not at
+// CardPath, which serves the card only).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
+	switch {
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
 		s.serveCard(w, r)
-	case http.MethodPost:
+	case r.URL.Path == CardPath:
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed: GET the agent card; JSON-RPC requests go to the card's url", http.StatusMethodNotAllowed)
+	case r.Method == http.MethodPost:
 		s.serveRPC(w, r)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
@@ -177,11 +184,13 @@ func (s *Server) call(ctx context.Context, r *http.Request, req *request) (any, 
 var errNoPush = &door.RPCError{Code: CodePushNotificationNotSupported,
 	Message: "push notifications are not supported yet (webhook delivery is not built): follow a task with message/stream or tasks/resubscribe, or poll tasks/get"}
 
+// truncate cuts s to at most n bytes (on a rune boundary), marking a cut
+// with "…".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return door.Cut(s, n) + "…"
 }
 
 // apiError is an API error as an A2A error; notFound is what a NotFound

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/doortest"
 	"github.com/agentmesh/agentmesh/services/router/door"
+	"github.com/agentmesh/agentmesh/services/stack"
 )
 
 // Bad requests get JSON-RPC error objects with the right code and words
@@ -44,6 +46,8 @@ func TestBadRequests(t *testing.T) {
 		{"bad context", msg(`,"contextId":"has space"`), door.CodeInvalidParams, "message.contextId", "5"},
 		{"unknown agent", strings.Replace(msg(""), `]}}}`, `]},"metadata":{"agent":"ghost"}}}`, 1), door.CodeFailedPrecondition, `agent: no agent named "ghost"`, "5"},
 		{"skills wrong type", strings.Replace(msg(""), `]}}}`, `]},"metadata":{"skills":"sql"}}}`, 1), door.CodeInvalidParams, "metadata.skills", "5"},
+		{"control character in messageId", strings.Replace(msg(""), `"m1"`, `"m1\n"`, 1), door.CodeInvalidParams, "message.messageId: must not contain control characters", "5"},
+		{"negative historyLength", strings.Replace(msg(""), `]}}}`, `]},"configuration":{"historyLength":-1}}}`, 1), door.CodeInvalidParams, "configuration.historyLength: must not be negative", "5"},
 		{"push config", strings.Replace(msg(""), `]}}}`, `]},"configuration":{"pushNotificationConfig":{"url":"https://x"}}}}`, 1), CodePushNotificationNotSupported, "not supported yet", "5"},
 		{"push set", `{"jsonrpc":"2.0","id":2,"method":"tasks/pushNotificationConfig/set","params":{"taskId":"x","pushNotificationConfig":{"url":"https://x"}}}`, CodePushNotificationNotSupported, "webhook delivery is not built", "2"},
 	} {
@@ -65,7 +69,17 @@ func TestBadRequests(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a big body without a key: %d, want 401 before it is read", resp.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/a2a", strings.NewReader(strings.Repeat(" ", DefaultMaxBodyBytes+1)))
+	// The card's path serves the card: JSON-RPC is at the card's url.
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+CardPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"x"}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST to the card's path: %d (Allow %q), want 405 (GET, HEAD)", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	req, _ = http.NewRequest(http.MethodPost, e.srv.URL+"/a2a", strings.NewReader(strings.Repeat(" ", DefaultMaxBodyBytes+1)))
 	req.Header.Set("Authorization", "Bearer "+key)
 	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
@@ -212,5 +226,63 @@ func TestTenancyOverA2A(t *testing.T) {
 	after := e.stack.WaitStatus(t, "a-reader", blocked.Id, taskstate.Blocked)
 	if after.LastEventSeq != blocked.LastEventSeq || after.GetPendingApproval().GetId() != blocked.GetPendingApproval().GetId() {
 		t.Errorf("A's blocked task changed: %+v", after)
+	}
+}
+
+// A messageId longer than the 200 bytes agentmesh records is cut on a rune
+// boundary: a cut inside a multi-byte character made the task's metadata
+// invalid UTF-8, which the API could not record (-32603 internal error).
+func TestLongMessageIDIsCutOnARune(t *testing.T) {
+	e := start(t)
+	id := strings.Repeat("a", 199) + "€€"
+	r := e.call(t, doortest.Secret(t, "a-op"), MethodSend, map[string]any{
+		"message":       map[string]any{"role": "user", "messageId": id, "parts": []any{map[string]any{"kind": "text", "text": "hello"}}},
+		"configuration": map[string]any{"blocking": false}, "metadata": map[string]any{"agent": doortest.AgentPlain}})
+	var task Task
+	if r.Error != nil || json.Unmarshal(r.Result, &task) != nil || len(task.History) == 0 {
+		t.Fatalf("message/send with a long messageId answered %s %+v", r.Result, r.Error)
+	}
+	if got := task.History[0].MessageID; !utf8.ValidString(got) || !strings.HasPrefix(id, strings.TrimSuffix(got, "…")) {
+		t.Errorf("the recorded messageId %q is not a valid cut of %q", got, id)
+	}
+}
+
+// When the org's watches are all taken, a message still starts its task,
+// and the answer says so: a blocking message/send answers with the task
+// as it stands (as when MaxWait passes) — it answered an error, though the
+// task ran, and a retry with a new messageId ran it twice — and
+// message/stream's error event names the task and how to follow it.
+func TestMessageWhenNoWatchIsLeft(t *testing.T) {
+	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
+	e := startOn(t, st)
+	held := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "ship it", Agent: doortest.AgentCareful})
+	held = st.WaitStatus(t, "a-reader", held.Id, taskstate.Blocked)
+	watch, err := st.Tasks.WatchTask(doortest.As(t, "a-op"), &agentmeshv1.WatchTaskRequest{Id: held.Id, AfterSeq: held.LastEventSeq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := watch.Header(); md == nil {
+		t.Fatal("the test's own watch was not admitted")
+	}
+	key := doortest.Secret(t, "a-op")
+	send := func(method, messageID string) (rpcReply, []rpcReply) {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": map[string]any{
+			"message":  map[string]any{"role": "user", "messageId": messageID, "parts": []any{map[string]any{"kind": "text", "text": "slow one"}}},
+			"metadata": map[string]any{"agent": doortest.AgentPlain}}})
+		return e.post(t, key, string(body))
+	}
+	r, _ := send(MethodSend, "blocking-1")
+	var task Task
+	if r.Error != nil || json.Unmarshal(r.Result, &task) != nil || task.ID == "" || final(task.Status.State) {
+		t.Fatalf("a blocking message/send with no watch left: %s %+v, want the running task", r.Result, r.Error)
+	}
+	_, events := send(MethodStream, "stream-1")
+	if len(events) != 2 || events[0].Error != nil || events[1].Error == nil ||
+		!strings.Contains(events[1].Error.Message, "tasks/get") || !strings.Contains(events[1].Error.Message, "WatchTask streams") {
+		t.Fatalf("message/stream with no watch left: %+v", events)
+	}
+	var streamed Task
+	if err := json.Unmarshal(events[0].Result, &streamed); err != nil || !strings.Contains(events[1].Error.Message, streamed.ID) {
+		t.Errorf("the error event %q does not name the task %s", events[1].Error.Message, streamed.ID)
 	}
 }

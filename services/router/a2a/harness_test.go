@@ -34,7 +34,12 @@ type env struct {
 
 func start(t testing.TB) *env {
 	t.Helper()
-	st := doortest.Start(t)
+	return startOn(t, doortest.Start(t))
+}
+
+// startOn serves the A2A server on st.
+func startOn(t testing.TB, st *doortest.Stack) *env {
+	t.Helper()
 	s, err := New(Config{KeepAlive: time.Second}, Deps{Conn: st.Conn, Log: doortest.Logger()})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/memory"
@@ -30,11 +31,17 @@ func readSend(req *request) (*sendParams, *door.RPCError) {
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: fmt.Sprintf("message.role: %.20q, want user", m.Role)}
 	case m.MessageID == "":
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.messageId: required"}
+	case strings.IndexFunc(m.MessageID, unicode.IsControl) >= 0:
+		// It becomes the task's idempotency key, which may hold none.
+		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.messageId: must not contain control characters"}
 	case len(m.Parts) == 0:
 		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "message.parts: required"}
 	}
 	if c := p.Configuration; c != nil && len(c.PushNotificationConfig) > 0 && string(c.PushNotificationConfig) != "null" {
 		return nil, errNoPush
+	}
+	if c := p.Configuration; c != nil && c.HistoryLength != nil && *c.HistoryLength < 0 {
+		return nil, &door.RPCError{Code: door.CodeInvalidParams, Message: "configuration.historyLength: must not be negative"}
 	}
 	if m.ContextID != "" {
 		if rerr := checkContextID(m.ContextID); rerr != nil {
@@ -233,25 +240,30 @@ func (s *Server) send(ctx context.Context, req *request) (any, *door.RPCError) {
 }
 
 // settle waits (at most MaxWait) until the task ends or asks for input,
-// and returns it as it stands then.
+// and returns it as it stands then. A watch the API refuses or ends (the
+// org's watches all taken) ends the wait, as MaxWait does: the task runs,
+// and the answer names it (not an error a client would retry).
 func (s *Server) settle(ctx context.Context, t *agentmeshv1.Task) (*agentmeshv1.Task, error) {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
 	stream, err := s.api.Watch(wctx, t.GetId(), t.GetLastEventSeq())
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return nil, err
 	}
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) || (err != nil && wctx.Err() != nil && ctx.Err() == nil) {
+	for err == nil {
+		var resp *agentmeshv1.WatchTaskResponse
+		if resp, err = stream.Recv(); err != nil {
 			break
-		}
-		if err != nil {
-			return nil, err
 		}
 		if st := resp.GetStatus(); taskstate.Terminal(st) || (st == agentmeshv1.TaskStatus_TASK_STATUS_BLOCKED && resp.GetEvent().GetApproval() != nil) {
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the client left
+	}
+	if err != nil && !errors.Is(err, io.EOF) && wctx.Err() == nil {
+		s.log.Debug("a2a: the wait for a task ended", "task_id", t.GetId(), "err", err)
 	}
 	return s.api.Get(ctx, t.GetId())
 }

@@ -50,7 +50,10 @@ func (s *Server) serveStream(ctx context.Context, w http.ResponseWriter, req *re
 		return
 	}
 	if err := s.follow(ctx, out, t); err != nil && ctx.Err() == nil {
-		_ = out.send(nil, s.apiError(err, CodeTaskNotFound))
+		rerr := *s.apiError(err, CodeTaskNotFound) // a copy: it may be shared
+		rerr.Message = fmt.Sprintf("task %s goes on, but this stream cannot follow it: %s; follow it with tasks/resubscribe or tasks/get",
+			t.GetId(), rerr.Message)
+		_ = out.send(nil, &rerr)
 	}
 }
 

@@ -2,7 +2,9 @@ package door
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -121,4 +123,23 @@ func (a *API) Decide(ctx context.Context, approvalID string, approve bool, comme
 // Watch streams the task's events after seq until it ends or ctx does.
 func (a *API) Watch(ctx context.Context, id string, after int64) (agentmeshv1.TaskService_WatchTaskClient, error) {
 	return a.Tasks.WatchTask(Outgoing(ctx, KeyFrom(ctx)), &agentmeshv1.WatchTaskRequest{Id: id, AfterSeq: after})
+}
+
+// WatchAdmitted is Watch that returns once the router accepted the watch
+// (it sends its header then) or refused it (the error: not found, the
+// org's watches all taken): for a door that answers before news comes. A
+// watch that ended at once, with nothing to say, gives io.EOF.
+func (a *API) WatchAdmitted(ctx context.Context, id string, after int64) (agentmeshv1.TaskService_WatchTaskClient, error) {
+	stream, err := a.Watch(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	if md, _ := stream.Header(); md == nil {
+		// Ended without a header: refused, or nothing to say.
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return nil, io.EOF
+	}
+	return stream, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"google.golang.org/grpc"
@@ -132,5 +133,20 @@ func TestChecker(t *testing.T) {
 	srv.Stop()
 	if err := c.Check(ctx, "other"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("the API down: %v", err)
+	}
+}
+
+// Cut never splits a rune: the cut of valid UTF-8 is valid and a prefix.
+func TestCut(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"}, {"abc", 2, "ab"}, {"a€b", 2, "a"}, {"a€b", 3, "a"}, {"a€b", 4, "a€"}, {"€", 0, ""}, {"€€", 1, ""},
+	} {
+		if got := Cut(tt.s, tt.n); got != tt.want || !utf8.ValidString(got) {
+			t.Errorf("Cut(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		}
 	}
 }

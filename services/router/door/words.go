@@ -48,3 +48,15 @@ func BlockedOnName(b agentmeshv1.BlockedOn) string {
 	}
 	return strings.ToLower(strings.TrimPrefix(b.String(), "BLOCKED_ON_"))
 }
+
+// Cut returns s cut to at most n bytes on a rune boundary, so a cut of
+// valid UTF-8 stays valid (the API refuses invalid UTF-8 in strings).
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -34,8 +34,19 @@ type env struct {
 
 func start(t testing.TB) *env {
 	t.Helper()
-	st := doortest.Start(t)
-	h, err := New(Config{PollInterval: 100 * time.Millisecond}, Deps{Conn: st.Conn, Log: doortest.Logger()})
+	return startWith(t, Config{PollInterval: 100 * time.Millisecond})
+}
+
+// startWith is start with cfg.
+func startWith(t testing.TB, cfg Config) *env {
+	t.Helper()
+	return serveOn(t, doortest.Start(t), cfg)
+}
+
+// serveOn serves the MCP handler with cfg on st over real HTTP.
+func serveOn(t testing.TB, st *doortest.Stack, cfg Config) *env {
+	t.Helper()
+	h, err := New(cfg, Deps{Conn: st.Conn, Log: doortest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +158,8 @@ func textOf(res *mcp.CallToolResult) string {
 type rpcReply struct {
 	status int
 	header http.Header
+	body   []byte
+	ID     json.RawMessage `json:"id"`
 	Result json.RawMessage `json:"result"`
 	Error  *struct {
 		Code    int64           `json:"code"`
@@ -179,6 +192,8 @@ func (e *env) raw(t testing.TB, key, method string, params map[string]any, ext b
 	switch name := fmt.Sprint(params["name"]); {
 	case method == "tools/call":
 		h.Set("Mcp-Name", name)
+	case method == "resources/read":
+		h.Set("Mcp-Name", fmt.Sprint(params["uri"]))
 	case strings.HasPrefix(method, "tasks/") && params["taskId"] != nil:
 		h.Set("Mcp-Name", fmt.Sprint(params["taskId"])) // the extension's routing header
 	}
@@ -208,7 +223,7 @@ func (e *env) post(t testing.TB, h http.Header, body []byte) rpcReply {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rpcReply{status: resp.StatusCode, header: resp.Header}
+	r := rpcReply{status: resp.StatusCode, header: resp.Header, body: data}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		data = lastSSEData(data)
 	}

@@ -28,10 +28,18 @@
 // Errors: a tool's failure is a tool result with isError (the words of the
 // API's status); the protocol's own requests (resources, tasks) fail with
 // JSON-RPC error objects (package door's codes); nothing carries a stack or
-// an internal address.
+// an internal address. On HTTP a body that is not JSON-RPC 2.0 is checked
+// before the SDK reads it (jsonrpc.go): parse error, invalid request (an id
+// must be a string or an integer within ±2^53-1, which the SDK repeats
+// exactly), method not found, all JSON-RPC error objects; an unknown
+// notification is ignored (202).
+//
+// Sessions: an API key holds at most MaxSessionsPerKey HTTP sessions; one
+// more closes the key's least recently used (sessions.go).
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +51,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/services/router/door"
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -52,6 +61,9 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultPollInterval   = time.Second
 	DefaultMaxWait        = 5 * time.Minute
+	// DefaultMaxSessionsPerKey: generous for a key a team shares (one
+	// client holds one session), small beside the router's memory.
+	DefaultMaxSessionsPerKey = 64
 )
 
 // Version is the server version the MCP handshake reports.
@@ -66,13 +78,18 @@ type Config struct {
 	// SessionTimeout closes an HTTP session (revisions up to 2025-11-25)
 	// idle this long, with its subscriptions; default 30 min.
 	SessionTimeout time.Duration
-	// MaxBodyBytes bounds an HTTP request body (413 beyond); default 1 MiB.
+	// MaxBodyBytes bounds an HTTP request body (413 beyond) and a stdio
+	// line (an invalid-request error beyond); default 1 MiB.
 	MaxBodyBytes int64
 	// PollInterval is the poll interval the tasks extension suggests
 	// (pollIntervalMs); default 1 s.
 	PollInterval time.Duration
 	// MaxWait caps a tool's wait_seconds; default 5 min.
 	MaxWait time.Duration
+	// MaxSessionsPerKey bounds the HTTP sessions one API key holds open:
+	// one more closes the key's least recently used session (its id is
+	// then 404, and the client initializes again); default 64.
+	MaxSessionsPerKey int
 	// KeyTTL is how long a key that was checked is remembered
 	// (door.Checker); default door.DefaultCheckTTL.
 	KeyTTL time.Duration
@@ -96,6 +113,9 @@ func (c *Config) defaults() {
 	if c.MaxWait <= 0 {
 		c.MaxWait = DefaultMaxWait
 	}
+	if c.MaxSessionsPerKey <= 0 {
+		c.MaxSessionsPerKey = DefaultMaxSessionsPerKey
+	}
 }
 
 // Deps are the MCP server's dependencies: Conn, a connection to the
@@ -114,12 +134,14 @@ type server struct {
 	fixedKey string
 	stdio    bool
 	subs     *subscriptions
+	sessions *sessionLimit
 }
 
 func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	cfg.defaults()
 	s := &server{cfg: cfg, log: deps.Log, api: door.NewAPI(deps.Conn), fixedKey: key, stdio: stdio}
 	s.subs = newSubscriptions(s)
+	s.sessions = newSessionLimit(cfg.MaxSessionsPerKey)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentmesh", Title: "agentmesh", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       quiet(deps.Log),
@@ -128,6 +150,7 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 		},
 		SubscribeHandler:   s.subs.subscribe,
 		UnsubscribeHandler: s.subs.unsubscribe,
+		SetCacheable:       cacheable,
 	})
 	s.addTools()
 	s.addResources()
@@ -136,6 +159,20 @@ func newServer(cfg Config, deps Deps, stdio bool, key string) *server {
 	}
 	s.mcp.AddReceivingMiddleware(s.middleware)
 	return s
+}
+
+// cacheScopePrivate: only the asking client may cache the result.
+const cacheScopePrivate = "private"
+
+// cacheable marks what belongs to the caller's org (a task: resources/read;
+// the org's tasks: resources/list) private: the SDK's default, public, lets
+// any intermediary serve one org's answer to anyone. The tools, the same
+// for every key, stay public.
+func cacheable(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+	switch req.(type) {
+	case *mcp.ReadResourceRequest, *mcp.ListResourcesRequest:
+		c.CacheScope = cacheScopePrivate
+	}
 }
 
 // quiet is log for the SDK: warnings and errors only (it logs every
@@ -169,7 +206,7 @@ const instructions = "agentmesh runs tasks on agents (language-model workers wit
 	"A task is also the resource subtask://{id} (subscribe to be told when it changes)."
 
 // middleware runs first for every request: it puts the caller's key in
-// ctx, answers delegate with a task for clients of the tasks extension,
+// ctx, counts the key's HTTP sessions (sessionLimit), answers delegate with a task for clients of the tasks extension,
 // and lists the org's tasks as resources.
 func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -178,6 +215,16 @@ func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			key = door.KeyOf(ex.Header)
 		}
 		ctx = door.WithKey(ctx, key)
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && !s.stdio {
+			if method == "initialize" {
+				s.sessions.opened(door.Fingerprint(key), ss)
+			} else if ended := s.sessions.used(ss); ended != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer context.AfterFunc(ended, cancel)()
+				defer cancel()
+			}
+		}
 		switch method {
 		case "tools/call":
 			return s.callTool(ctx, next, method, req)
@@ -186,8 +233,23 @@ func (s *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return s.listResources(ctx, r)
 			}
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		return res, coded(method, err)
 	}
+}
+
+// coded gives an error the SDK raised without a JSON-RPC code (it would
+// send code 0, which JSON-RPC does not define) one: a second initialize is
+// invalid request; the rest are the server's own failures.
+func coded(method string, err error) error {
+	var rpcErr *jsonrpc.Error
+	if err == nil || errors.As(err, &rpcErr) {
+		return err
+	}
+	if method == "initialize" {
+		return &jsonrpc.Error{Code: door.CodeInvalidRequest, Message: err.Error()}
+	}
+	return &jsonrpc.Error{Code: door.CodeInternal, Message: err.Error()}
 }
 
 // Handler serves MCP over streamable HTTP: requests of the 2026-07-28
@@ -239,16 +301,68 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		door.WriteAuthError(w, err)
 		return
 	}
+	r = r.Clone(r.Context())
 	if r.Header.Get("Authorization") == "" {
 		// X-API-Key: the SDK reads the bearer form only.
-		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
+		// The SDK's close of the session waits for its calls in flight.
+		h.srv.sessions.ended(door.Fingerprint(key), id)
+	}
+	if r.Method == http.MethodPost {
+		pe, ok := h.readBody(w, r)
+		if !ok {
+			return
+		}
+		defer pe.finish()
+		w = pe
 	}
 	if v := r.Header.Get("MCP-Protocol-Version"); v >= modernRevision {
 		h.stateless.ServeHTTP(w, r)
 		return
 	}
 	h.stateful.ServeHTTP(w, r)
+}
+
+// needsSession reports whether msg is a call that needs a session it does
+// not name: in the revisions with sessions, anything but initialize, ping
+// and server/discover (the SDK answered it with an error of code 0).
+func needsSession(r *http.Request, msg message) bool {
+	if len(msg.id) == 0 || msg.method == "" || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("MCP-Protocol-Version") >= modernRevision {
+		return false
+	}
+	switch msg.method {
+	case "initialize", "ping", "server/discover":
+		return false
+	}
+	return true
+}
+
+// readBody reads a POST's body (at most MaxBodyBytes) and checks its
+// JSON-RPC shape (checkBody), answering a bad one itself; the SDK reads
+// the body from r again, and answers through the plainErrors returned.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (*plainErrors, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.srv.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, &door.RPCError{Code: door.CodeInvalidRequest,
+				Message: fmt.Sprintf("the request is over the size limit (%d bytes)", h.srv.cfg.MaxBodyBytes)})
+		}
+		return nil, false
+	}
+	msg, rerr := checkBody(body)
+	if rerr == nil && needsSession(r, msg) {
+		rerr = &door.RPCError{Code: door.CodeInvalidRequest, Message: fmt.Sprintf(
+			"Mcp-Session-Id: required for %.80s: initialize a session first (revisions before %s have sessions)", msg.method, modernRevision)}
+	}
+	if rerr != nil {
+		writeRPCError(w, http.StatusBadRequest, msg.id, rerr)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return &plainErrors{ResponseWriter: w, msg: msg}, true
 }
 
 // Close ends every subscription's watch. Sessions end with their HTTP
@@ -258,7 +372,9 @@ func (h *Handler) Close() {
 }
 
 // ServeStdio serves one MCP client on in and out (newline-delimited
-// JSON-RPC, the stdio transport) until the client hangs up or ctx ends.
+// JSON-RPC, the stdio transport) until the client hangs up or ctx ends; a
+// line that is not JSON-RPC 2.0 gets its error and the session goes on
+// (lineFilter).
 // Every call carries key; with key "" the calls carry what Deps.Conn
 // carries (amctl's connection sends its own key).
 func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.ReadCloser, out io.WriteCloser) error {
@@ -267,7 +383,8 @@ func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.Re
 	}
 	s := newServer(cfg, deps, true, key)
 	defer s.subs.close()
-	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	w := &lockedWriter{w: out}
+	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: newLineFilter(in, w, int(s.cfg.MaxBodyBytes)), Writer: w})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("mcp stdio: %w", err)
 	}

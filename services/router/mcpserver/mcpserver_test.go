@@ -192,6 +192,9 @@ func TestToolErrors(t *testing.T) {
 		{"unknown agent", ToolDelegate, map[string]any{"task": "x", "agent": "ghost"}, `failed precondition: agent: no agent named "ghost"`},
 		{"unknown task", ToolCheckStatus, map[string]any{"task_id": "01JUNKNOWN00000000000000000"}, `not found: task "01JUNKNOWN00000000000000000" not found`},
 		{"bad status", ToolListTasks, map[string]any{"status": []string{"sleeping"}}, "enum: sleeping"},
+		{"negative wait", ToolDelegate, map[string]any{"task": "x", "agent": "plain", "wait_seconds": -5}, "/properties/wait_seconds: minimum: -5"},
+		{"negative result wait", ToolGetResult, map[string]any{"task_id": "x", "wait_seconds": -1}, "/properties/wait_seconds: minimum: -1"},
+		{"negative page size", ToolListTasks, map[string]any{"page_size": -1}, "/properties/page_size: minimum: -1"},
 		{"extra argument", ToolCheckStatus, map[string]any{"task_id": "x", "sql": "drop"}, `unexpected additional properties ["sql"]`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

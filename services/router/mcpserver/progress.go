@@ -16,7 +16,9 @@ import (
 // with WatchTask; when the call carries a progress token, every recorded
 // event of the task is a progress notification (progress = the event's
 // seq, so it only grows). It returns the task as it stands at the end of
-// the wait, finished or not.
+// the wait, finished or not; a watch the API refuses or ends (the org's
+// watches all taken) ends the wait too: the task runs, and the answer
+// names it.
 func (s *server) follow(ctx context.Context, req *mcp.CallToolRequest, t *agentmeshv1.Task, secs int) (*agentmeshv1.Task, error) {
 	if taskstate.Terminal(t.GetStatus()) {
 		return t, nil
@@ -28,20 +30,11 @@ func (s *server) follow(ctx context.Context, req *mcp.CallToolRequest, t *agentm
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stream, err := s.api.Watch(wctx, t.GetId(), t.GetLastEventSeq())
-	if err != nil {
-		return nil, err
-	}
 	token := req.Params.GetProgressToken()
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break // the task ended
-		}
-		if err != nil {
-			if wctx.Err() != nil && ctx.Err() == nil {
-				break // the wait is over: answer with where it stands
-			}
-			return nil, err
+	for err == nil {
+		var resp *agentmeshv1.WatchTaskResponse
+		if resp, err = stream.Recv(); err != nil {
+			break // io.EOF: the task ended; or the wait is over
 		}
 		ev := resp.GetEvent()
 		if ev.GetSeq() == 0 || token == nil {
@@ -52,6 +45,12 @@ func (s *server) follow(ctx context.Context, req *mcp.CallToolRequest, t *agentm
 		}); err != nil {
 			s.log.Debug("mcp: progress notification", "task_id", t.GetId(), "err", err)
 		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the call was cancelled
+	}
+	if !errors.Is(err, io.EOF) && wctx.Err() == nil {
+		s.log.Debug("mcp: the wait for a task ended", "task_id", t.GetId(), "err", err)
 	}
 	return s.api.Get(ctx, t.GetId())
 }

@@ -80,11 +80,12 @@ func (s *server) listResources(ctx context.Context, req *mcp.ListResourcesReques
 	if err != nil {
 		return nil, s.rpcError(err, "")
 	}
-	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, NextCursor: resp.GetNextPageToken()}
+	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, NextCursor: resp.GetNextPageToken(),
+		Cacheable: mcp.Cacheable{CacheScope: cacheScopePrivate}} // the SDK's SetCacheable is not on this path
 	for _, t := range resp.GetTasks() {
 		name := t.GetTitle()
 		if name == "" {
-			name = cut(firstLine(t.GetInput()), 80)
+			name = door.Cut(firstLine(t.GetInput()), 80)
 		}
 		out.Resources = append(out.Resources, &mcp.Resource{
 			URI: taskstate.SubtaskURI(t.GetId()), Name: t.GetId(), Title: name, MIMEType: mimeJSON,
@@ -132,9 +133,18 @@ func (u *subscriptions) subscribe(ctx context.Context, req *mcp.SubscribeRequest
 		return u.s.rpcError(err, uri)
 	}
 	ss := req.Session
+	var watch *watchStart
+	if !taskstate.Terminal(t.GetStatus()) && !u.followed(uri) {
+		// Started (admitted by the API) before the answer: a watch the API
+		// refuses refuses the subscription.
+		if watch, err = u.startWatch(ctx, id, t.GetLastEventSeq()); err != nil && !errors.Is(err, io.EOF) {
+			return u.s.rpcError(err, uri)
+		}
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
+		watch.stop()
 		return &jsonrpc.Error{Code: door.CodeUnavailable, Message: "the server is shutting down"}
 	}
 	if u.sessions[ss] == nil {
@@ -142,18 +152,53 @@ func (u *subscriptions) subscribe(ctx context.Context, req *mcp.SubscribeRequest
 		go u.endWith(ss)
 	}
 	u.sessions[ss][uri] = struct{}{}
-	if taskstate.Terminal(t.GetStatus()) {
-		return nil
-	}
 	f := u.follows[uri]
-	if f == nil {
-		wctx, cancel := context.WithCancel(door.WithKey(context.Background(), door.KeyFrom(ctx)))
-		f = &following{cancel: cancel, by: map[*mcp.ServerSession]struct{}{}}
+	switch {
+	case f == nil && watch == nil:
+		return nil // finished: it does not change any more
+	case f == nil:
+		f = &following{cancel: watch.cancel, by: map[*mcp.ServerSession]struct{}{}}
 		u.follows[uri] = f
-		go u.watch(wctx, f, uri, t)
+		go u.watch(watch.ctx, f, uri, watch.stream)
+	default:
+		watch.stop() // another subscriber's watch came first
 	}
 	f.by[ss] = struct{}{}
 	return nil
+}
+
+// watchStart is a watch the API admitted, not yet followed.
+type watchStart struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	stream agentmeshv1.TaskService_WatchTaskClient
+}
+
+// stop ends a watch no one will follow (nil: none).
+func (w *watchStart) stop() {
+	if w != nil {
+		w.cancel()
+	}
+}
+
+// startWatch opens the watch of a task with the key in ctx, for as long as
+// it is followed (not ctx's request); io.EOF: the task has nothing more to
+// say.
+func (u *subscriptions) startWatch(ctx context.Context, id string, after int64) (*watchStart, error) {
+	wctx, cancel := context.WithCancel(door.WithKey(context.Background(), door.KeyFrom(ctx)))
+	stream, err := u.s.api.WatchAdmitted(wctx, id, after)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &watchStart{ctx: wctx, cancel: cancel, stream: stream}, nil
+}
+
+// followed reports whether uri has its watch already.
+func (u *subscriptions) followed(uri string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.follows[uri] != nil
 }
 
 // unsubscribe is the SDK's UnsubscribeHandler.
@@ -186,9 +231,9 @@ func (u *subscriptions) endWith(ss *mcp.ServerSession) {
 	delete(u.sessions, ss)
 }
 
-// watch follows one task until it ends (or the last subscriber leaves),
-// telling the subscribers of every recorded event.
-func (u *subscriptions) watch(ctx context.Context, f *following, uri string, t *agentmeshv1.Task) {
+// watch follows one task on its admitted stream until it ends (or the
+// last subscriber leaves), telling the subscribers of every recorded event.
+func (u *subscriptions) watch(ctx context.Context, f *following, uri string, stream agentmeshv1.TaskService_WatchTaskClient) {
 	defer func() {
 		u.mu.Lock()
 		if u.follows[uri] == f {
@@ -197,16 +242,11 @@ func (u *subscriptions) watch(ctx context.Context, f *following, uri string, t *
 		u.mu.Unlock()
 		f.cancel()
 	}()
-	stream, err := u.s.api.Watch(ctx, t.GetId(), t.GetLastEventSeq())
-	if err != nil {
-		u.s.log.Warn("mcp: subscription watch", "task_id", t.GetId(), "err", err)
-		return
-	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-				u.s.log.Warn("mcp: subscription watch ended", "task_id", t.GetId(), "err", err)
+				u.s.log.Warn("mcp: subscription watch ended", "uri", uri, "err", err)
 			}
 			return
 		}

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/pkg/taskstate"
 	"github.com/agentmesh/agentmesh/services/doortest"
 	"github.com/agentmesh/agentmesh/services/router/door"
+	"github.com/agentmesh/agentmesh/services/stack"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -193,5 +195,71 @@ func TestHostProtection(t *testing.T) {
 		if resp.StatusCode != tt.want {
 			t.Errorf("%s with Host agents.example.com: %d, want %d", tt.url, resp.StatusCode, tt.want)
 		}
+	}
+}
+
+// What belongs to an org — a task (resources/read), the org's tasks
+// (resources/list) — is marked cacheScope "private": the SDK's default,
+// "public", lets any intermediary serve one org's answer to anyone (and
+// resources/list, answered by the middleware, said ""). The tools, the
+// same for every key, stay public.
+func TestOrgDataIsNotPubliclyCacheable(t *testing.T) {
+	e := start(t)
+	task := e.stack.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: "hello", Agent: doortest.AgentPlain})
+	key := doortest.Secret(t, "a-op")
+	scope := func(method string, params map[string]any) string {
+		r := e.raw(t, key, method, params, false)
+		var c struct {
+			CacheScope *string `json:"cacheScope"`
+		}
+		if r.Error != nil || json.Unmarshal(r.Result, &c) != nil || c.CacheScope == nil {
+			t.Fatalf("%s: %s %+v", method, r.Result, r.Error)
+		}
+		return *c.CacheScope
+	}
+	for _, tt := range []struct {
+		method string
+		params map[string]any
+		want   string
+	}{
+		{"resources/read", map[string]any{"uri": "subtask://" + task.Id}, "private"},
+		{"resources/list", nil, "private"},
+		{"tools/list", nil, "public"},
+	} {
+		if got := scope(tt.method, tt.params); got != tt.want {
+			t.Errorf("%s: cacheScope %q, want %q", tt.method, got, tt.want)
+		}
+	}
+}
+
+// When the org holds all the watches it may: a subscription the API
+// refuses to follow is refused at resources/subscribe, naming why (it was
+// answered with success and its watch failed behind it, so the client
+// waited for updates that never came); delegate with wait_seconds answers
+// with the task as it stands, as when the wait is over (it answered an
+// error, though the task ran, and a retry ran it twice).
+func TestWhenNoWatchIsLeft(t *testing.T) {
+	st := doortest.StartWith(t, func(c *stack.Config) { c.Router.MaxWatchesPerOrg = 1 })
+	e := serveOn(t, st, Config{})
+	var blocked []string
+	for i := 0; i < 2; i++ {
+		task := st.Submit(t, "a-op", &agentmeshv1.SubmitTaskRequest{Input: fmt.Sprintf("ship it %d", i), Agent: doortest.AgentCareful})
+		blocked = append(blocked, st.WaitStatus(t, "a-reader", task.Id, taskstate.Blocked).Id)
+	}
+	cs, _ := e.connect(t, "a-op", "2025-11-25")
+	if err := cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[0]}); err != nil {
+		t.Fatalf("the first subscription: %v", err)
+	}
+	err := cs.Subscribe(ctxT(t), &mcp.SubscribeParams{URI: "subtask://" + blocked[1]})
+	if err == nil || !strings.Contains(err.Error(), "WatchTask streams open") {
+		t.Errorf("a subscription past the org's watches: %v, want the API's resource-exhausted words", err)
+	}
+	if n := e.h.srv.subs.following(); n != 1 {
+		t.Errorf("%d tasks followed, want 1", n)
+	}
+	var v taskView
+	structured(t, call(t, cs, ToolDelegate, map[string]any{"task": "slow one", "agent": doortest.AgentPlain, "wait_seconds": 30}), &v)
+	if v.TaskID == "" || v.Finished {
+		t.Errorf("delegate that could not wait answered %+v, want the running task", v)
 	}
 }

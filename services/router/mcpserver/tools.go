@@ -117,11 +117,20 @@ func enum(s *jsonschema.Schema, prop string, values ...string) {
 	}
 }
 
+// atLeastZero makes the properties' schemas refuse a negative number
+// (wait_seconds -5 was taken as 0, a task submitted nonetheless).
+func atLeastZero(s *jsonschema.Schema, props ...string) *jsonschema.Schema {
+	for _, prop := range props {
+		s.Properties[prop].Minimum = ptr(0.0)
+	}
+	return s
+}
+
 var statusNames = []string{"created", "queued", "assigned", "running", "blocked", "completed", "failed", "cancelled"}
 
 func (s *server) addTools() {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}
-	in := schema[delegateIn]()
+	in := atLeastZero(schema[delegateIn](), "wait_seconds")
 	enum(in, "priority", door.PriorityNames...)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: ToolDelegate, Title: "Delegate a task",
@@ -137,7 +146,7 @@ func (s *server) addTools() {
 			"shows the exact tool call), and a preview of the result.",
 		InputSchema: schema[taskIn](), OutputSchema: schema[taskView](), Annotations: readOnly,
 	}, s.checkStatus)
-	list := schema[listIn]()
+	list := atLeastZero(schema[listIn](), "page_size")
 	enum(list, "status", statusNames...)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: ToolListTasks, Title: "List tasks",
@@ -153,7 +162,7 @@ func (s *server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name: ToolGetResult, Title: "Get a task's result",
 		Description: "The answer of a finished task (or why it failed), waiting up to wait_seconds for it to end.",
-		InputSchema: schema[resultIn](), OutputSchema: schema[resultOut](), Annotations: readOnly,
+		InputSchema: atLeastZero(schema[resultIn](), "wait_seconds"), OutputSchema: schema[resultOut](), Annotations: readOnly,
 	}, s.getResult)
 }
 
@@ -262,7 +271,7 @@ func (s *server) listTasks(ctx context.Context, _ *mcp.CallToolRequest, in listI
 		v := viewOf(t, false)
 		v.Result, v.ResultTruncated = "", false // a list is an index: get_result reads one
 		out.Tasks = append(out.Tasks, v)
-		fmt.Fprintf(&b, "\n%s  %s  %s  %s", t.GetId(), v.Status, t.GetAgent(), cut(t.GetTitle()+" "+firstLine(t.GetInput()), 80))
+		fmt.Fprintf(&b, "\n%s  %s  %s  %s", t.GetId(), v.Status, t.GetAgent(), door.Cut(t.GetTitle()+" "+firstLine(t.GetInput()), 80))
 	}
 	if out.NextPageToken != "" {
 		b.WriteString("\nmore: page_token " + out.NextPageToken)

@@ -91,7 +91,7 @@ func viewOf(t *agentmeshv1.Task, full bool) taskView {
 	if full {
 		v.Input = t.GetInput()
 	} else if len(v.Result) > previewBytes {
-		v.Result, v.ResultTruncated = cut(v.Result, previewBytes), true
+		v.Result, v.ResultTruncated = door.Cut(v.Result, previewBytes), true
 	}
 	return v
 }
@@ -115,17 +115,6 @@ func stamp(ts *timestamppb.Timestamp) string {
 		return ""
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339Nano)
-}
-
-// cut returns s cut to at most n bytes on a rune boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }
 
 // summary is a task in one or two sentences, for a model to read.
