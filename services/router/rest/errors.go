@@ -23,7 +23,8 @@ const Challenge = `Bearer realm="agentmesh"`
 // WriteError answers err over HTTP the way every agentmesh door does: the
 // HTTP status of its gRPC code (runtime.HTTPStatusFromCode: InvalidArgument
 // and FailedPrecondition 400, Unauthenticated 401, PermissionDenied 403,
-// NotFound 404, AlreadyExists and Aborted 409, ResourceExhausted 429,
+// NotFound 404, AlreadyExists and Aborted 409, ResourceExhausted 429 (413
+// when it names a field of the request: a value over its limit),
 // Unavailable 503, ...) and its google.rpc.Status as JSON
 // ({"code", "message", "details"}). A 401 carries WWW-Authenticate: Bearer;
 // a status with a RetryInfo detail a Retry-After header. An error that is
@@ -33,7 +34,27 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		st = status.New(codes.Internal, "internal error")
 	}
-	writeStatus(w, st, runtime.HTTPStatusFromCode(st.Code()))
+	writeStatus(w, st, httpStatus(st))
+}
+
+// httpStatus is the HTTP status of st: runtime.HTTPStatusFromCode, but a
+// ResourceExhausted that names a field of the request (a value over its
+// size or count limit) is 413, not 429: sending it again will not help.
+func httpStatus(st *status.Status) int {
+	if st.Code() == codes.ResourceExhausted && fieldOf(st) != "" {
+		return http.StatusRequestEntityTooLarge
+	}
+	return runtime.HTTPStatusFromCode(st.Code())
+}
+
+// fieldOf is the first field st's BadRequest detail names ("" if none).
+func fieldOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+			return br.GetFieldViolations()[0].GetField()
+		}
+	}
+	return ""
 }
 
 // writeStatus writes st with the HTTP status code httpStatus.
