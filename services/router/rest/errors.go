@@ -104,7 +104,7 @@ func gatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 var (
 	// protojson: `unknown field "inptu"`, `invalid value for string field
 	// input: 5`, `missing value for field page_size` ...
-	jsonFieldRe = regexp.MustCompile(`(?:unknown field "([^"]+)"|field ([A-Za-z0-9_.\[\]]+))`)
+	jsonFieldRe = regexp.MustCompile(`(?:(?:unknown|duplicate) field "([^"]+)"|field ([A-Za-z0-9_.\[\]]+))`)
 	// the gateway's query and path parameters: `parsing field "page_size": ...`
 	paramFieldRe = regexp.MustCompile(`^parsing (?:field|list) "([^"]+)"`)
 )
