@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -144,13 +145,21 @@ func withField(st *status.Status, field string) *status.Status {
 }
 
 // routingError answers a path no endpoint serves (404) or a method the
-// path does not take (405).
+// path does not take (405, with Allow naming those it takes). An OPTIONS
+// request (no CORS preflight: Edge answers those) gets 204 with Allow.
 func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if allow := allowedMethods(r.URL.EscapedPath()); len(allow) > 0 && (r.Method == http.MethodOptions || !slices.Contains(allow, r.Method)) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeStatus(w, status.Newf(codes.Unimplemented, "%s %s: method not allowed (this path takes %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", ")), http.StatusMethodNotAllowed)
+		return
+	}
 	switch httpStatus {
-	case http.StatusNotFound:
-		writeStatus(w, status.Newf(codes.NotFound, "no endpoint %s %s (the API is described at /v1/openapi.json)", r.Method, r.URL.Path), http.StatusNotFound)
-	case http.StatusMethodNotAllowed:
-		writeStatus(w, status.Newf(codes.Unimplemented, "%s %s: method not allowed", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		writeStatus(w, status.Newf(codes.NotFound, "no endpoint %s %s (the API is described at /v1/openapi.json)", r.Method, r.URL.EscapedPath()), http.StatusNotFound)
 	default:
 		writeStatus(w, status.Newf(codes.InvalidArgument, "bad request path %q", r.URL.Path), http.StatusBadRequest)
 	}

@@ -140,6 +140,9 @@ func New(o Options) (http.Handler, error) {
 		runtime.WithErrorHandler(gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithDisableHTTPMethodOverride(),
+		// An escaped "/" stays in its path parameter ("a%2Fb" is one id,
+		// which the API then refuses), never a path of its own.
+		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptSlash),
 	)
 	// The handlers only keep ctx for their registration; nothing to cancel.
 	for _, register := range registrations {

@@ -153,10 +153,11 @@ func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	out := &sseStream{w: w, tokens: tokens, every: e.keepAlive}
+	out := &sseStream{w: w, tokens: tokens, every: e.keepAlive, head: r.Method == http.MethodHead}
 	defer out.close()
 	err = e.watch(r, &agentmeshv1.WatchTaskRequest{Id: r.PathValue("id"), AfterSeq: after}, out)
 	switch {
+	case out.started && out.head: // the headers were the answer
 	case !out.started && err == nil:
 		w.WriteHeader(http.StatusNoContent) // nothing after the cursor; an EventSource stops here
 	case !out.started:
@@ -177,6 +178,7 @@ type sseStream struct {
 	tokens  bool
 	every   time.Duration
 	started bool
+	head    bool // a HEAD request: the stream ends once accepted
 	last    agentmeshv1.TaskStatus
 
 	mu     sync.Mutex
@@ -185,9 +187,16 @@ type sseStream struct {
 	buf    []byte
 }
 
+// errHead ends the watch of a HEAD request once it is accepted: its
+// answer is the headers alone, and it holds no watch open.
+var errHead = errors.New("event stream: HEAD answered")
+
 // Accepted starts the stream: 200, text/event-stream, the retry delay.
 func (s *sseStream) Accepted() error {
 	if s.started {
+		if s.head {
+			return errHead
+		}
 		return nil
 	}
 	s.started = true
@@ -196,6 +205,9 @@ func (s *sseStream) Accepted() error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
 	s.w.WriteHeader(http.StatusOK)
+	if s.head {
+		return errHead
+	}
 	s.rc = http.NewResponseController(s.w)
 	s.mu.Lock()
 	defer s.mu.Unlock()
