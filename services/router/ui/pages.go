@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/router"
@@ -135,8 +136,9 @@ func (d *Dashboard) shell(w http.ResponseWriter, r *http.Request) {
 // org's (the page then says so): the REST API's own GetTask decides.
 func (d *Dashboard) taskShell(w http.ResponseWriter, r *http.Request) {
 	si := sessionFrom(r.Context())
-	get, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/tasks/"+escapePath(r.PathValue("id")), nil)
-	get.RemoteAddr = r.RemoteAddr
+	id := r.PathValue("id")
+	get := (&http.Request{Method: http.MethodGet, Header: http.Header{}, Host: r.Host, RemoteAddr: r.RemoteAddr,
+		URL: &url.URL{Path: "/v1/tasks/" + id, RawPath: "/v1/tasks/" + url.PathEscape(id)}}).WithContext(r.Context())
 	get = keyRequest(get, si.s.Key)
 	if si.s.Org != "" {
 		get.Header.Set(router.OrgHeader, si.s.Org)
@@ -168,9 +170,4 @@ func (d *Dashboard) serveShell(w http.ResponseWriter, r *http.Request, code int)
 
 func (d *Dashboard) notFound(w http.ResponseWriter, r *http.Request) {
 	d.page(w, http.StatusNotFound, "message", pageData{Title: "Not found", Message: "There is no such page in the dashboard."})
-}
-
-// escapePath keeps a path value one segment.
-func escapePath(s string) string {
-	return strings.NewReplacer("/", "%2F", "?", "%3F", "#", "%23").Replace(s)
 }
