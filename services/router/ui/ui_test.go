@@ -41,7 +41,7 @@ func (f *fakeAPI) REST() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{
 			"path": r.URL.Path, "query": r.URL.RawQuery, "auth": r.Header.Get("Authorization"), "org": r.Header.Get(router.OrgHeader),
-			"cookie": r.Header.Get("Cookie"), "csrf": r.Header.Get(CSRFHeader), "method": r.Method,
+			"cookie": r.Header.Get("Cookie"), "csrf": r.Header.Get(CSRFHeader), "method": r.Method, "escaped": r.URL.EscapedPath(),
 		})
 	})
 }
