@@ -106,8 +106,9 @@ var (
 	// protojson: `unknown field "inptu"`, `invalid value for string field
 	// input: 5`, `missing value for field page_size` ...
 	jsonFieldRe = regexp.MustCompile(`(?:(?:unknown|duplicate) field "([^"]+)"|field ([A-Za-z0-9_.\[\]]+))`)
-	// the gateway's query and path parameters: `parsing field "page_size": ...`
-	paramFieldRe = regexp.MustCompile(`^parsing (?:field|list) "([^"]+)"`)
+	// the gateway's query and path parameters: `parsing field "page_size": ...`,
+	// `too many values for field "page_size": 1, 2`
+	paramFieldRe = regexp.MustCompile(`^(?:parsing (?:field|list)|too many values for field) "([^"]+)"`)
 )
 
 // decodeError turns the gateway's failure to decode a request into a

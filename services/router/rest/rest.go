@@ -143,6 +143,8 @@ func New(o Options) (http.Handler, error) {
 		// An escaped "/" stays in its path parameter ("a%2Fb" is one id,
 		// which the API then refuses), never a path of its own.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptSlash),
+		// A query parameter that names no field is refused (query.go).
+		runtime.SetQueryParameterParser(&strictQuery{}),
 	)
 	// The handlers only keep ctx for their registration; nothing to cancel.
 	for _, register := range registrations {
