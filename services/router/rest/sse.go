@@ -49,12 +49,13 @@ func ParseCursor(s string) (int64, error) {
 }
 
 // streamParams reads the cursor (Last-Event-ID, which a reconnecting
-// EventSource sends, else ?after= or ?after_seq=) and ?tokens=.
-func streamParams(r *http.Request) (after int64, tokens bool, err error) {
+// EventSource sends, else ?after= or ?after_seq=), the name of what gave
+// it ("" when nothing did) and ?tokens=.
+func streamParams(r *http.Request) (after int64, cursor string, tokens bool, err error) {
 	q := r.URL.Query()
 	name, raw, given := LastEventID, "", false
 	if vs := r.Header.Values(LastEventID); len(vs) > 1 {
-		return 0, false, badParam(LastEventID, "given more than once")
+		return 0, "", false, badParam(LastEventID, "given more than once")
 	} else if len(vs) == 1 && vs[0] != "" {
 		raw, given = vs[0], true
 	}
@@ -65,15 +66,29 @@ func streamParams(r *http.Request) (after int64, tokens bool, err error) {
 	}
 	if given {
 		if after, err = ParseCursor(strings.TrimSpace(raw)); err != nil {
-			return 0, false, badParam(name, "%v, got %q", err, raw)
+			return 0, "", false, badParam(name, "%v, got %q", err, raw)
 		}
+	} else {
+		name = ""
 	}
 	if q.Has("tokens") {
 		if tokens, err = strconv.ParseBool(q.Get("tokens")); err != nil {
-			return 0, false, badParam("tokens", "want true or false, got %q", q.Get("tokens"))
+			return 0, "", false, badParam("tokens", "want true or false, got %q", q.Get("tokens"))
 		}
 	}
-	return after, tokens, nil
+	return after, name, tokens, nil
+}
+
+// asCursor renames the router's after_seq in a refusal of the cursor to
+// what the client gave it as (Last-Event-ID, after): the client never
+// said after_seq.
+func asCursor(err error, cursor string) error {
+	st, ok := status.FromError(err)
+	if !ok || cursor == "" || cursor == "after_seq" || fieldOf(st) != "after_seq" {
+		return err
+	}
+	msg := cursor + strings.TrimPrefix(st.Message(), "after_seq")
+	return fieldError(cursor, "%s", msg)
 }
 
 func badParam(field, format string, args ...any) error {
@@ -148,7 +163,7 @@ type events struct {
 var eventJSON = protojson.MarshalOptions{UseProtoNames: true}
 
 func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	after, tokens, err := streamParams(r)
+	after, cursor, tokens, err := streamParams(r)
 	if err != nil {
 		WriteError(w, r, err)
 		return
@@ -161,7 +176,7 @@ func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !out.started && err == nil:
 		w.WriteHeader(http.StatusNoContent) // nothing after the cursor; an EventSource stops here
 	case !out.started:
-		WriteError(w, r, err)
+		WriteError(w, r, asCursor(err, cursor))
 	case err == nil:
 		_ = out.event("end", "", &agentmeshv1.WatchTaskResponse{Status: out.last})
 	case r.Context().Err() == nil: // not the client going away
