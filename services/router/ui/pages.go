@@ -59,11 +59,21 @@ func (d *Dashboard) page(w http.ResponseWriter, code int, name string, data page
 }
 
 // safeNext is where to go after signing in: a dashboard path, else the
-// task list (never another site).
+// task list (never another site, nor — by a "." or ".." segment, escaped
+// or not, which a browser resolves — another path of this one).
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") ||
 		strings.HasPrefix(next, "/ui/api/") || strings.HasPrefix(next, "/ui/sign") {
 		return Prefix
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" {
+		return Prefix
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return Prefix
+		}
 	}
 	return next
 }

@@ -472,7 +472,8 @@ func FuzzOpenSession(f *testing.F) {
 
 // FuzzSafeNext: where a sign-in goes is always a dashboard path.
 func FuzzSafeNext(f *testing.F) {
-	for _, s := range []string{"/ui/tasks", "//evil.example", "/ui/../x", "https://evil.example/ui/", "/ui/\\evil", "", "/ui/api/v1/tasks"} {
+	for _, s := range []string{"/ui/tasks", "//evil.example", "/ui/../x", "https://evil.example/ui/", "/ui/\\evil", "", "/ui/api/v1/tasks",
+		"/ui/%2e%2e/x", "/ui/tasks/./../../x", "/ui/tasks?x=/../"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, next string) {
@@ -480,8 +481,15 @@ func FuzzSafeNext(f *testing.F) {
 		if !strings.HasPrefix(got, "/ui/") || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
 			t.Fatalf("safeNext(%q) = %q", next, got)
 		}
-		if u, err := url.Parse(got); err != nil || u.Host != "" || u.Scheme != "" {
+		u, err := url.Parse(got)
+		if err != nil || u.Host != "" || u.Scheme != "" {
 			t.Fatalf("safeNext(%q) = %q leaves the site", next, got)
+		}
+		// Where a browser goes: the path with its dot segments (escaped
+		// ones too) resolved.
+		base, _ := url.Parse("http://h/ui/signin")
+		if to := base.ResolveReference(&url.URL{Path: u.Path}); !strings.HasPrefix(to.Path, "/ui/") {
+			t.Fatalf("safeNext(%q) = %q sends the browser to %s", next, got, to.Path)
 		}
 	})
 }
