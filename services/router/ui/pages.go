@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sort"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/router"
@@ -178,6 +179,35 @@ func (d *Dashboard) serveShell(w http.ResponseWriter, r *http.Request, code int)
 	})
 }
 
+// notFound answers what no route of the dashboard serves: 405 with Allow
+// when the path is served for other methods (OPTIONS: 204 with Allow),
+// else the not-found page.
 func (d *Dashboard) notFound(w http.ResponseWriter, r *http.Request) {
+	if allow := d.allowed(r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		d.refuse(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here (this path takes "+strings.Join(allow, ", ")+")")
+		return
+	}
 	d.page(w, http.StatusNotFound, "message", pageData{Title: "Not found", Message: "There is no such page in the dashboard."})
+}
+
+// allowed are the methods a route of the dashboard serves r's path for
+// (none when only the not-found page does).
+func (d *Dashboard) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := d.mux.Handler(probe); pattern != "" && pattern != Prefix {
+			out = append(out, m)
+		}
+	}
+	if len(out) > 0 {
+		out = append(out, http.MethodOptions)
+		sort.Strings(out)
+	}
+	return out
 }

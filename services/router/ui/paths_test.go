@@ -38,3 +38,26 @@ func TestProxyKeepsEscapes(t *testing.T) {
 		}
 	}
 }
+
+// A dashboard path asked with a method it does not take is 405 naming the
+// methods it does (OPTIONS: 204 with them), not the not-found page.
+func TestMethodNotAllowed(t *testing.T) {
+	h := newHarness(t, Config{})
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"POST", "/ui/static/app.css", 405, "GET, HEAD, OPTIONS"},
+		{"DELETE", "/ui/tasks", 405, "GET, HEAD, OPTIONS"},
+		{"PUT", "/ui/signin", 405, "GET, HEAD, OPTIONS, POST"},
+		{"GET", "/ui/signout", 405, "OPTIONS, POST"},
+		{"OPTIONS", "/ui/tasks/T1", 204, "GET, HEAD, OPTIONS"},
+		{"POST", "/ui/nope", 404, ""},
+	} {
+		resp := h.do(t, tc.method, tc.path, "", nil, nil)
+		if resp.StatusCode != tc.code || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d Allow %q, want %d Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.code, tc.allow)
+		}
+	}
+}

@@ -48,6 +48,8 @@ func jsonError(httpCode int, msg string) []byte {
 		code = 7 // PERMISSION_DENIED
 	case http.StatusNotFound:
 		code = 5 // NOT_FOUND
+	case http.StatusMethodNotAllowed:
+		code = 12 // UNIMPLEMENTED
 	case http.StatusBadRequest:
 		code = 3 // INVALID_ARGUMENT
 	case http.StatusTooManyRequests:
