@@ -95,13 +95,13 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		d.page(w, http.StatusUnauthorized, "signin", pageData{Title: "Sign in", Next: next, Message: "Enter an API key."})
 		return
 	}
-	if d.signins.TokensAt(d.now()) < 1 {
+	if d.signins.limited(r.RemoteAddr, d.now()) {
 		w.Header().Set("Retry-After", "1")
 		d.page(w, http.StatusTooManyRequests, "signin", pageData{Title: "Sign in", Next: next, Message: "Too many failed sign-ins: wait a moment."})
 		return
 	}
 	if _, err := d.api.Authenticate(keyRequest(r, key)); err != nil {
-		d.signins.AllowN(d.now(), 1) // only failures count
+		d.signins.failed(r.RemoteAddr, d.now()) // only failures count
 		d.page(w, http.StatusUnauthorized, "signin", pageData{Title: "Sign in", Next: next, Message: "That API key is not valid."})
 		return
 	}
