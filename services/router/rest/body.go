@@ -1,11 +1,14 @@
 package rest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -152,4 +155,129 @@ func hex4(b []byte) int {
 		}
 	}
 	return v
+}
+
+// bodyKey holds a request's body in its context, for the error handler
+// to name the field a decoding error points at.
+type bodyKey struct{}
+
+// protoPosRe is the position protojson gives an error: (line L:C), C
+// counted in runes from 1.
+var protoPosRe = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
+
+// fieldAtError is the JSON path ("budget.max_wall_time", "metadata.a",
+// "tags[2]") of the key or value in body that a protojson error message
+// points at; "" when it names no position or the body does not lead there.
+func fieldAtError(body []byte, msg string) string {
+	m := protoPosRe.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	line, _ := strconv.Atoi(m[1])
+	col, _ := strconv.Atoi(m[2])
+	// protojson reads the value the gateway's decoder cut out: the body
+	// without the white space before it.
+	body = bytes.TrimLeft(body, " \t\r\n")
+	off := offsetOf(body, line, col)
+	if off < 0 {
+		return ""
+	}
+	return jsonPathAt(body, off)
+}
+
+// offsetOf is the byte offset of line and column (runes, both from 1) in
+// b, -1 when b has no such place.
+func offsetOf(b []byte, line, col int) int {
+	off := 0
+	for ; line > 1; line-- {
+		i := bytes.IndexByte(b[off:], '\n')
+		if i < 0 {
+			return -1
+		}
+		off += i + 1
+	}
+	for ; col > 1; col-- {
+		if off >= len(b) {
+			return -1
+		}
+		_, n := utf8.DecodeRune(b[off:])
+		off += n
+	}
+	return off
+}
+
+// pathFrame is one open object (key: its current key) or array (index:
+// its current element) on the way to a token.
+type pathFrame struct {
+	object  bool
+	key     string
+	index   int
+	wantKey bool
+}
+
+// jsonPathAt is the path of the token of body that ends past off (a key
+// names its own path), "" when no token does.
+func jsonPathAt(body []byte, off int) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var stack []pathFrame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		top := len(stack) - 1
+		isKey := top >= 0 && stack[top].object && stack[top].wantKey
+		if isKey {
+			if k, ok := tok.(string); ok {
+				stack[top].key, stack[top].wantKey = k, false
+			}
+		}
+		if dec.InputOffset() > int64(off) {
+			return framePath(stack)
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, pathFrame{object: true, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, pathFrame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			valueDone(stack)
+		default:
+			if !isKey {
+				valueDone(stack)
+			}
+		}
+	}
+}
+
+// valueDone moves the innermost container past a value.
+func valueDone(stack []pathFrame) {
+	if top := len(stack) - 1; top >= 0 {
+		if stack[top].object {
+			stack[top].wantKey = true
+		} else {
+			stack[top].index++
+		}
+	}
+}
+
+// framePath spells a stack as a field path.
+func framePath(stack []pathFrame) string {
+	var b strings.Builder
+	for _, f := range stack {
+		if f.object {
+			if f.wantKey {
+				break // between keys: the object itself
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(f.key)
+			continue
+		}
+		fmt.Fprintf(&b, "[%d]", f.index)
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package rest
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,38 @@ func FuzzCheckJSON(f *testing.F) {
 		if err := protojson.Unmarshal(body, &v); err != nil && strings.Contains(err.Error(), "unexpected EOF") {
 			t.Fatalf("checkJSON passed %q, which protojson cannot read: %v", body, err)
 		}
+	})
+}
+
+// A body that does not decode names the field by its path in the body,
+// where protojson says the error is.
+func TestBodyFieldPath(t *testing.T) {
+	ts := serveStub(t, &stub{}, time.Minute)
+	for body, want := range map[string]string{
+		`{"input": "x", "metadata": {"a": 1}}`:           "metadata.a",
+		"\n  {\"input\": \"x\",\n \"tags\": [\"a\", 2]}": "tags[1]",
+		`{"input": "x", "budget": {"max_wall_time": 5}}`: "budget.max_wall_time",
+		`{"input": 5}`:                         "input",
+		`{"inptu": "x"}`:                       "inptu",
+		`{"input": "x", "priority": "URGENT"}`: "priority",
+	} {
+		r := send(t, "POST", ts.URL+"/v1/tasks", strings.NewReader(body), nil)
+		if st := r.Status(); r.Code != 400 || st == nil || fieldOf(st) != want {
+			t.Errorf("%s: HTTP %d %s, want 400 naming %s", body, r.Code, r.Body, want)
+		}
+	}
+}
+
+// FuzzJSONPathAt: whatever the body and the place, finding the path there
+// ends without a panic, and no path is found past the body's end.
+func FuzzJSONPathAt(f *testing.F) {
+	f.Add([]byte(`{"a": {"b": [1, {"c": 2}]}}`), 20)
+	f.Add([]byte(`[[[`), 2)
+	f.Add([]byte(`{"a":`), 4)
+	f.Fuzz(func(t *testing.T, body []byte, off int) {
+		if p := jsonPathAt(body, off); p != "" && off >= len(body) {
+			t.Fatalf("path %q at %d, past the end of %q", p, off, body)
+		}
+		_ = fieldAtError(body, fmt.Sprintf("proto: (line %d:%d): x", off%7, off))
 	})
 }

@@ -95,7 +95,8 @@ func retryAfter(st *status.Status) (int, bool) {
 // reworded to name the field.
 func gatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
-		if d := decodeError(st.Message()); d != nil {
+		body, _ := r.Context().Value(bodyKey{}).([]byte)
+		if d := decodeError(st.Message(), body); d != nil {
 			err = d.Err()
 		}
 	}
@@ -114,13 +115,18 @@ var (
 // decodeError turns the gateway's failure to decode a request into a
 // status whose message says where (the body or a parameter) and which
 // field, with a BadRequest detail naming it; nil for any other message.
-func decodeError(msg string) *status.Status {
+// The field of a body is its path in the body where protojson says the
+// error is ("metadata.a", not the map entry's "value"), else the name
+// protojson gives.
+func decodeError(msg string, body []byte) *status.Status {
 	var field, text string
 	switch {
 	case strings.HasPrefix(msg, "proto:"):
 		text = "request body is not valid JSON for this call: " + strings.TrimSpace(strings.TrimPrefix(msg, "proto:"))
-		if m := jsonFieldRe.FindStringSubmatch(msg); m != nil {
-			field = m[1] + m[2]
+		if field = fieldAtError(body, msg); field == "" {
+			if m := jsonFieldRe.FindStringSubmatch(msg); m != nil {
+				field = m[1] + m[2]
+			}
 		}
 	case paramFieldRe.MatchString(msg):
 		field = paramFieldRe.FindStringSubmatch(msg)[1]

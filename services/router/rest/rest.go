@@ -193,6 +193,7 @@ func jsonBody(next http.Handler) http.Handler {
 				return
 			}
 		}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
