@@ -100,3 +100,15 @@ func TestEventsHead(t *testing.T) {
 		t.Fatal("the watch of a HEAD request is still open while its connection idles")
 	}
 }
+
+// The API's answers are the caller's own: not to be stored by any cache,
+// nor sniffed as anything but their type.
+func TestAnswersNotStored(t *testing.T) {
+	ts := serveStub(t, &stub{}, time.Minute)
+	for _, p := range []string{"/v1/tasks/T1", "/v1/nope"} {
+		r := send(t, "GET", ts.URL+p, nil, map[string]string{"X-Api-Key": "k"})
+		if r.Header.Get("Cache-Control") != "no-store" || r.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: HTTP %d Cache-Control %q X-Content-Type-Options %q, want no-store and nosniff", p, r.Code, r.Header.Get("Cache-Control"), r.Header.Get("X-Content-Type-Options"))
+		}
+	}
+}

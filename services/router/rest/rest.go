@@ -160,7 +160,8 @@ func New(o Options) (http.Handler, error) {
 	return mux, nil
 }
 
-// jsonBody is what every gateway call passes first. HEAD is served as
+// jsonBody is what every gateway call passes first: its answer is not
+// to be stored (Cache-Control: no-store). HEAD is served as
 // GET (the server sends the headers only). A body is refused, naming what
 // is wrong, when it is encoded (415: Content-Encoding), of a media type
 // that is not JSON (415: Content-Type) or not JSON at all (400, saying
@@ -169,6 +170,12 @@ func New(o Options) (http.Handler, error) {
 // refuse, naming the field (gatewayError).
 func jsonBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An answer is the caller's own (its key's org): no cache keeps it
+		// (a request with X-Api-Key, unlike Authorization, is one a shared
+		// cache may store), and no browser reads it as anything but JSON.
+		h := w.Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
 		if r.Method == http.MethodHead {
 			r = r.Clone(r.Context())
 			r.Method = http.MethodGet
