@@ -93,6 +93,8 @@ func TestBodyFieldPath(t *testing.T) {
 		`{"input": 5}`:                         "input",
 		`{"inptu": "x"}`:                       "inptu",
 		`{"input": "x", "priority": "URGENT"}`: "priority",
+		`[]`:                                   "body",
+		`null`:                                 "body",
 	} {
 		r := send(t, "POST", ts.URL+"/v1/tasks", strings.NewReader(body), nil)
 		if st := r.Status(); r.Code != 400 || st == nil || fieldOf(st) != want {

@@ -124,6 +124,7 @@ func decodeError(msg string, body []byte) *status.Status {
 	case strings.HasPrefix(msg, "proto:"):
 		text = "request body is not valid JSON for this call: " + strings.TrimSpace(strings.TrimPrefix(msg, "proto:"))
 		if field = fieldAtError(body, msg); field == "" {
+			field = "body" // the body as a whole (null, an array …) unless protojson names a field
 			if m := jsonFieldRe.FindStringSubmatch(msg); m != nil {
 				field = m[1] + m[2]
 			}
