@@ -1,10 +1,13 @@
 package rest
 
 import (
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -40,3 +43,25 @@ func TestQueryParameters(t *testing.T) {
 		}
 	}
 }
+
+// Handlers are made while others serve (router replicas in one process):
+// making one writes nothing a serving one reads (go test -race).
+func TestNewWhileServing(t *testing.T) {
+	ts := serveStub(t, &stub{}, time.Minute)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			send(t, "GET", ts.URL+"/v1/tasks?page_size=1", nil, nil)
+		}
+	}()
+	for range 20 {
+		if _, err := New(Options{Conn: noConn{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {
+			t.Error(err)
+		}
+	}
+	<-done
+}
+
+// noConn is a connection no call is made through.
+type noConn struct{ grpc.ClientConnInterface }

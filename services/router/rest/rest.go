@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -72,6 +73,9 @@ type Options struct {
 	// default ConnTasksWatcher(Conn).
 	WatchTasks TasksWatcher
 }
+
+// strictQueryOnce sets the gateway's query parser once per process.
+var strictQueryOnce sync.Once
 
 // ErrNoConn is returned by New without Options.Conn.
 var ErrNoConn = errors.New("rest: Options.Conn is required")
@@ -132,7 +136,7 @@ func New(o Options) (http.Handler, error) {
 	if o.WatchTasks == nil {
 		o.WatchTasks = ConnTasksWatcher(o.Conn)
 	}
-	gw := runtime.NewServeMux(
+	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
@@ -143,9 +147,12 @@ func New(o Options) (http.Handler, error) {
 		// An escaped "/" stays in its path parameter ("a%2Fb" is one id,
 		// which the API then refuses), never a path of its own.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptSlash),
-		// A query parameter that names no field is refused (query.go).
-		runtime.SetQueryParameterParser(&strictQuery{}),
-	)
+	}
+	// A query parameter that names no field is refused (query.go). The
+	// parser is the gateway's global: set once, as a handler made while
+	// another serves must not write what that one reads.
+	strictQueryOnce.Do(func() { opts = append(opts, runtime.SetQueryParameterParser(&strictQuery{})) })
+	gw := runtime.NewServeMux(opts...)
 	// The handlers only keep ctx for their registration; nothing to cancel.
 	for _, register := range registrations {
 		if err := register(context.Background(), gw, o.Conn); err != nil {
