@@ -12,9 +12,13 @@ import (
 	"github.com/agentmesh/agentmesh/services/router/rest/resttest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-func (s *stub) GetTask(_ context.Context, req *agentmeshv1.GetTaskRequest) (*agentmeshv1.GetTaskResponse, error) {
+func (s *stub) GetTask(ctx context.Context, req *agentmeshv1.GetTaskRequest) (*agentmeshv1.GetTaskResponse, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return nil, status.Error(codes.FailedPrecondition, "stub: the call has a deadline")
+	}
 	return &agentmeshv1.GetTaskResponse{Task: &agentmeshv1.Task{Id: req.GetId()}}, nil
 }
 
@@ -110,5 +114,15 @@ func TestAnswersNotStored(t *testing.T) {
 		if r.Header.Get("Cache-Control") != "no-store" || r.Header.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("GET %s: HTTP %d Cache-Control %q X-Content-Type-Options %q, want no-store and nosniff", p, r.Code, r.Header.Get("Cache-Control"), r.Header.Get("X-Content-Type-Options"))
 		}
+	}
+}
+
+// A REST call takes no deadline from a gRPC transport header: the client
+// times its own calls (the gateway obeyed Grpc-Timeout, and its expiry
+// was answered 503 with Retry-After).
+func TestNoGRPCTimeoutHeader(t *testing.T) {
+	ts := serveStub(t, &stub{}, time.Minute)
+	if r := send(t, "GET", ts.URL+"/v1/tasks/T1", nil, map[string]string{"Grpc-Timeout": "1S"}); r.Code != 200 {
+		t.Fatalf("HTTP %d %s, want 200 with no deadline on the call", r.Code, r.Body)
 	}
 }

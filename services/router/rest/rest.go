@@ -183,9 +183,14 @@ func jsonBody(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Content-Type-Options", "nosniff")
-		if r.Method == http.MethodHead {
+		if r.Method == http.MethodHead || r.Header.Get("Grpc-Timeout") != "" {
 			r = r.Clone(r.Context())
-			r.Method = http.MethodGet
+			if r.Method == http.MethodHead {
+				r.Method = http.MethodGet
+			}
+			// A gRPC transport header the gateway would obey: an HTTP
+			// client times its own calls (its expiry read as a 503).
+			r.Header.Del("Grpc-Timeout")
 		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
