@@ -328,7 +328,9 @@ func TestHTTPEventsBadInput(t *testing.T) {
 		{"spaces inside", "", "1 2", "Last-Event-ID", "Last-Event-ID"},
 		{"bad after", "?after=1.5", "", "after", "after"},
 		{"bad tokens", "?tokens=maybe", "", "tokens", "tokens"},
-		{"past the end", "", "99", "after_seq: 99 is past the task's last event (2)", "after_seq"},
+		{"past the end", "", "99", "Last-Event-ID: 99 is past the task's last event (2)", "Last-Event-ID"},
+		{"past the end by after", "?after=99", "", "after: 99 is past the task's last event (2)", "after"},
+		{"past the end by after_seq", "?after_seq=99", "", "after_seq: 99 is past the task's last event (2)", "after_seq"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, r, err := c.Events(context.Background(), "/v1/tasks/"+task.Id+"/events"+tc.query, tc.lastID)

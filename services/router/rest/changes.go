@@ -58,10 +58,11 @@ func (c *changes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	out := &sseStream{w: w, every: c.keepAlive}
+	out := &sseStream{w: w, every: c.keepAlive, head: r.Method == http.MethodHead}
 	defer out.close()
 	err = c.watch(r, req, changesStream{out})
 	switch {
+	case out.started && out.head: // the headers were the answer
 	case !out.started && err != nil:
 		WriteError(w, r, err)
 	case !out.started:

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +20,11 @@ type EdgeOptions struct {
 	// MaxBodyBytes bounds a request's body: a larger one is answered 413
 	// before any handler sees it. Required (> 0).
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// once its headers have (a client trickling it holds a connection and
+	// a goroutine): a slower one is answered 408 and its connection
+	// closed. Default DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// CORSOrigins are the origins (scheme://host[:port], or "*" for any)
 	// browsers may call the listener from; none means no CORS headers at
 	// all (ParseCORSOrigins reads them).
@@ -26,23 +33,31 @@ type EdgeOptions struct {
 
 // Edge wraps h with what every request on the router's HTTP listener
 // passes before any door sees it: CORS for the configured origins (a
-// preflight is answered here) and the body limit (413, with the body read
-// into memory, so no door reads past it).
+// preflight is answered here), the body limit (413, with the body read
+// into memory, so no door reads past it) and the body timeout (408).
 func Edge(h http.Handler, o EdgeOptions) (http.Handler, error) {
 	if o.MaxBodyBytes <= 0 {
 		return nil, errors.New("rest: EdgeOptions.MaxBodyBytes must be positive")
 	}
-	e := &edge{next: h, max: o.MaxBodyBytes, origins: map[string]bool{}}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	e := &edge{next: h, max: o.MaxBodyBytes, bodyTimeout: o.BodyTimeout, origins: map[string]bool{}}
 	for _, orig := range o.CORSOrigins {
 		e.origins[orig] = true
 	}
 	return e, nil
 }
 
+// DefaultBodyTimeout is EdgeOptions.BodyTimeout's default: a body of the
+// largest size (4 MiB by default) then needs about 70 KB/s.
+const DefaultBodyTimeout = time.Minute
+
 type edge struct {
-	next    http.Handler
-	max     int64
-	origins map[string]bool // "*" allows any
+	next        http.Handler
+	max         int64
+	bodyTimeout time.Duration
+	origins     map[string]bool // "*" allows any
 }
 
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,19 +69,38 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		body, err := io.ReadAll(io.LimitReader(r.Body, e.max+1))
-		if err != nil {
-			WriteError(w, r, status.Errorf(codes.InvalidArgument, "request body could not be read: %v", err))
-			return
-		}
-		if int64(len(body)) > e.max {
-			e.tooLarge(w, "more bytes")
+		body, ok := e.readBody(w, r)
+		if !ok {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
 	e.next.ServeHTTP(w, r)
+}
+
+// readBody reads r's body within the body limit and timeout; false when
+// it answered the request instead (413, 408 or 400).
+func (e *edge) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	rc := http.NewResponseController(w)
+	// A writer without deadlines (a test's recorder) has no connection to
+	// hold: the error is ignored.
+	_ = rc.SetReadDeadline(time.Now().Add(e.bodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, e.max+1))
+	_ = rc.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		writeStatus(w, status.Newf(codes.DeadlineExceeded, "request body not received within %s (%d bytes came)", e.bodyTimeout, len(body)), http.StatusRequestTimeout)
+		return nil, false
+	case err != nil:
+		WriteError(w, r, status.Errorf(codes.InvalidArgument, "request body could not be read: %v", err))
+		return nil, false
+	case int64(len(body)) > e.max:
+		e.tooLarge(w, "more bytes")
+		return nil, false
+	}
+	return body, true
 }
 
 func (e *edge) tooLarge(w http.ResponseWriter, size string) {

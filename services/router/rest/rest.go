@@ -19,16 +19,19 @@
 //	                        from the proto (openapi/, `make generate`)
 //
 // JSON field names are the proto names (snake_case; lowerCamelCase is
-// accepted on input), enums their names, unknown fields refused. Errors
-// are google.rpc.Status JSON with the HTTP status of the gRPC code
-// (errors.go). Edge (edge.go) bounds request bodies (413) and answers CORS
+// accepted on input), enums their names, unknown fields refused; a body
+// must be unencoded UTF-8 JSON (body.go: 415 for another Content-Type or
+// a Content-Encoding). Errors are google.rpc.Status JSON with the HTTP
+// status of the gRPC code (errors.go). HTTP's method semantics hold
+// (methods.go): 405 with Allow, OPTIONS, HEAD wherever GET is. An escaped
+// "/" stays inside its path parameter. Edge (edge.go) bounds request
+// bodies (413) and the time they take to arrive (408), and answers CORS
 // for the configured origins only.
 package rest
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +40,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
@@ -69,6 +73,9 @@ type Options struct {
 	// default ConnTasksWatcher(Conn).
 	WatchTasks TasksWatcher
 }
+
+// strictQueryOnce sets the gateway's query parser once per process.
+var strictQueryOnce sync.Once
 
 // ErrNoConn is returned by New without Options.Conn.
 var ErrNoConn = errors.New("rest: Options.Conn is required")
@@ -129,7 +136,7 @@ func New(o Options) (http.Handler, error) {
 	if o.WatchTasks == nil {
 		o.WatchTasks = ConnTasksWatcher(o.Conn)
 	}
-	gw := runtime.NewServeMux(
+	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 		runtime.WithIncomingHeaderMatcher(forwardHeader),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
@@ -137,7 +144,15 @@ func New(o Options) (http.Handler, error) {
 		runtime.WithErrorHandler(gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithDisableHTTPMethodOverride(),
-	)
+		// An escaped "/" stays in its path parameter ("a%2Fb" is one id,
+		// which the API then refuses), never a path of its own.
+		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptSlash),
+	}
+	// A query parameter that names no field is refused (query.go). The
+	// parser is the gateway's global: set once, as a handler made while
+	// another serves must not write what that one reads.
+	strictQueryOnce.Do(func() { opts = append(opts, runtime.SetQueryParameterParser(&strictQuery{})) })
+	gw := runtime.NewServeMux(opts...)
 	// The handlers only keep ctx for their registration; nothing to cancel.
 	for _, register := range registrations {
 		if err := register(context.Background(), gw, o.Conn); err != nil {
@@ -152,12 +167,31 @@ func New(o Options) (http.Handler, error) {
 	return mux, nil
 }
 
-// jsonBody answers 400 for a request body that is not JSON at all, saying
-// where it breaks (the gateway's decoder would say only "unexpected EOF");
+// jsonBody is what every gateway call passes first: its answer is not
+// to be stored (Cache-Control: no-store). HEAD is served as
+// GET (the server sends the headers only). A body is refused, naming what
+// is wrong, when it is encoded (415: Content-Encoding), of a media type
+// that is not JSON (415: Content-Type) or not JSON at all (400, saying
+// where it breaks: the gateway's decoder would say only "unexpected EOF");
 // a body that is JSON but not the call's message is the gateway's to
 // refuse, naming the field (gatewayError).
 func jsonBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An answer is the caller's own (its key's org): no cache keeps it
+		// (a request with X-Api-Key, unlike Authorization, is one a shared
+		// cache may store), and no browser reads it as anything but JSON.
+		h := w.Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		if r.Method == http.MethodHead || r.Header.Get("Grpc-Timeout") != "" {
+			r = r.Clone(r.Context())
+			if r.Method == http.MethodHead {
+				r.Method = http.MethodGet
+			}
+			// A gRPC transport header the gateway would obey: an HTTP
+			// client times its own calls (its expiry read as a 503).
+			r.Header.Del("Grpc-Timeout")
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
@@ -167,27 +201,21 @@ func jsonBody(next http.Handler) http.Handler {
 			WriteError(w, r, status.Errorf(codes.InvalidArgument, "request body could not be read: %v", err))
 			return
 		}
-		if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
-			WriteError(w, r, fieldError("body", "request body is not valid JSON: %s", jsonSyntax(body)))
-			return
+		if len(bytes.TrimSpace(body)) > 0 {
+			if st := unsupportedBody(r.Header); st != nil {
+				w.Header().Set("Accept-Encoding", "identity")
+				writeStatus(w, st, http.StatusUnsupportedMediaType)
+				return
+			}
+			if err := checkJSON(body); err != nil {
+				WriteError(w, r, err)
+				return
+			}
 		}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
-}
-
-// jsonSyntax says where and why body is not JSON.
-func jsonSyntax(body []byte) string {
-	var v any
-	err := json.Unmarshal(body, &v)
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
-	}
-	if err == nil {
-		return "unexpected data after the value"
-	}
-	return err.Error()
 }
 
 // forwarded are the request headers, besides Authorization (which the

@@ -49,12 +49,13 @@ func ParseCursor(s string) (int64, error) {
 }
 
 // streamParams reads the cursor (Last-Event-ID, which a reconnecting
-// EventSource sends, else ?after= or ?after_seq=) and ?tokens=.
-func streamParams(r *http.Request) (after int64, tokens bool, err error) {
+// EventSource sends, else ?after= or ?after_seq=), the name of what gave
+// it ("" when nothing did) and ?tokens=.
+func streamParams(r *http.Request) (after int64, cursor string, tokens bool, err error) {
 	q := r.URL.Query()
 	name, raw, given := LastEventID, "", false
 	if vs := r.Header.Values(LastEventID); len(vs) > 1 {
-		return 0, false, badParam(LastEventID, "given more than once")
+		return 0, "", false, badParam(LastEventID, "given more than once")
 	} else if len(vs) == 1 && vs[0] != "" {
 		raw, given = vs[0], true
 	}
@@ -65,15 +66,29 @@ func streamParams(r *http.Request) (after int64, tokens bool, err error) {
 	}
 	if given {
 		if after, err = ParseCursor(strings.TrimSpace(raw)); err != nil {
-			return 0, false, badParam(name, "%v, got %q", err, raw)
+			return 0, "", false, badParam(name, "%v, got %q", err, raw)
 		}
+	} else {
+		name = ""
 	}
 	if q.Has("tokens") {
 		if tokens, err = strconv.ParseBool(q.Get("tokens")); err != nil {
-			return 0, false, badParam("tokens", "want true or false, got %q", q.Get("tokens"))
+			return 0, "", false, badParam("tokens", "want true or false, got %q", q.Get("tokens"))
 		}
 	}
-	return after, tokens, nil
+	return after, name, tokens, nil
+}
+
+// asCursor renames the router's after_seq in a refusal of the cursor to
+// what the client gave it as (Last-Event-ID, after): the client never
+// said after_seq.
+func asCursor(err error, cursor string) error {
+	st, ok := status.FromError(err)
+	if !ok || cursor == "" || cursor == "after_seq" || fieldOf(st) != "after_seq" {
+		return err
+	}
+	msg := cursor + strings.TrimPrefix(st.Message(), "after_seq")
+	return fieldError(cursor, "%s", msg)
 }
 
 func badParam(field, format string, args ...any) error {
@@ -148,19 +163,20 @@ type events struct {
 var eventJSON = protojson.MarshalOptions{UseProtoNames: true}
 
 func (e *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	after, tokens, err := streamParams(r)
+	after, cursor, tokens, err := streamParams(r)
 	if err != nil {
 		WriteError(w, r, err)
 		return
 	}
-	out := &sseStream{w: w, tokens: tokens, every: e.keepAlive}
+	out := &sseStream{w: w, tokens: tokens, every: e.keepAlive, head: r.Method == http.MethodHead}
 	defer out.close()
 	err = e.watch(r, &agentmeshv1.WatchTaskRequest{Id: r.PathValue("id"), AfterSeq: after}, out)
 	switch {
+	case out.started && out.head: // the headers were the answer
 	case !out.started && err == nil:
 		w.WriteHeader(http.StatusNoContent) // nothing after the cursor; an EventSource stops here
 	case !out.started:
-		WriteError(w, r, err)
+		WriteError(w, r, asCursor(err, cursor))
 	case err == nil:
 		_ = out.event("end", "", &agentmeshv1.WatchTaskResponse{Status: out.last})
 	case r.Context().Err() == nil: // not the client going away
@@ -177,6 +193,7 @@ type sseStream struct {
 	tokens  bool
 	every   time.Duration
 	started bool
+	head    bool // a HEAD request: the stream ends once accepted
 	last    agentmeshv1.TaskStatus
 
 	mu     sync.Mutex
@@ -185,9 +202,16 @@ type sseStream struct {
 	buf    []byte
 }
 
+// errHead ends the watch of a HEAD request once it is accepted: its
+// answer is the headers alone, and it holds no watch open.
+var errHead = errors.New("event stream: HEAD answered")
+
 // Accepted starts the stream: 200, text/event-stream, the retry delay.
 func (s *sseStream) Accepted() error {
 	if s.started {
+		if s.head {
+			return errHead
+		}
 		return nil
 	}
 	s.started = true
@@ -196,6 +220,9 @@ func (s *sseStream) Accepted() error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies: do not hold events back
 	s.w.WriteHeader(http.StatusOK)
+	if s.head {
+		return errHead
+	}
 	s.rc = http.NewResponseController(s.w)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"html/template"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"sort"
 	"strings"
 
 	"github.com/agentmesh/agentmesh/services/router"
@@ -58,11 +60,21 @@ func (d *Dashboard) page(w http.ResponseWriter, code int, name string, data page
 }
 
 // safeNext is where to go after signing in: a dashboard path, else the
-// task list (never another site).
+// task list (never another site, nor — by a "." or ".." segment, escaped
+// or not, which a browser resolves — another path of this one).
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") ||
 		strings.HasPrefix(next, "/ui/api/") || strings.HasPrefix(next, "/ui/sign") {
 		return Prefix
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" {
+		return Prefix
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return Prefix
+		}
 	}
 	return next
 }
@@ -83,13 +95,13 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		d.page(w, http.StatusUnauthorized, "signin", pageData{Title: "Sign in", Next: next, Message: "Enter an API key."})
 		return
 	}
-	if d.signins.TokensAt(d.now()) < 1 {
+	if d.signins.limited(r.RemoteAddr, d.now()) {
 		w.Header().Set("Retry-After", "1")
 		d.page(w, http.StatusTooManyRequests, "signin", pageData{Title: "Sign in", Next: next, Message: "Too many failed sign-ins: wait a moment."})
 		return
 	}
 	if _, err := d.api.Authenticate(keyRequest(r, key)); err != nil {
-		d.signins.AllowN(d.now(), 1) // only failures count
+		d.signins.failed(r.RemoteAddr, d.now()) // only failures count
 		d.page(w, http.StatusUnauthorized, "signin", pageData{Title: "Sign in", Next: next, Message: "That API key is not valid."})
 		return
 	}
@@ -135,8 +147,9 @@ func (d *Dashboard) shell(w http.ResponseWriter, r *http.Request) {
 // org's (the page then says so): the REST API's own GetTask decides.
 func (d *Dashboard) taskShell(w http.ResponseWriter, r *http.Request) {
 	si := sessionFrom(r.Context())
-	get, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/tasks/"+escapePath(r.PathValue("id")), nil)
-	get.RemoteAddr = r.RemoteAddr
+	id := r.PathValue("id")
+	get := (&http.Request{Method: http.MethodGet, Header: http.Header{}, Host: r.Host, RemoteAddr: r.RemoteAddr,
+		URL: &url.URL{Path: "/v1/tasks/" + id, RawPath: "/v1/tasks/" + url.PathEscape(id)}}).WithContext(r.Context())
 	get = keyRequest(get, si.s.Key)
 	if si.s.Org != "" {
 		get.Header.Set(router.OrgHeader, si.s.Org)
@@ -166,11 +179,35 @@ func (d *Dashboard) serveShell(w http.ResponseWriter, r *http.Request, code int)
 	})
 }
 
+// notFound answers what no route of the dashboard serves: 405 with Allow
+// when the path is served for other methods (OPTIONS: 204 with Allow),
+// else the not-found page.
 func (d *Dashboard) notFound(w http.ResponseWriter, r *http.Request) {
+	if allow := d.allowed(r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		d.refuse(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here (this path takes "+strings.Join(allow, ", ")+")")
+		return
+	}
 	d.page(w, http.StatusNotFound, "message", pageData{Title: "Not found", Message: "There is no such page in the dashboard."})
 }
 
-// escapePath keeps a path value one segment.
-func escapePath(s string) string {
-	return strings.NewReplacer("/", "%2F", "?", "%3F", "#", "%23").Replace(s)
+// allowed are the methods a route of the dashboard serves r's path for
+// (none when only the not-found page does).
+func (d *Dashboard) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := d.mux.Handler(probe); pattern != "" && pattern != Prefix {
+			out = append(out, m)
+		}
+	}
+	if len(out) > 0 {
+		out = append(out, http.MethodOptions)
+		sort.Strings(out)
+	}
+	return out
 }

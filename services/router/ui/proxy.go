@@ -26,7 +26,9 @@ func (d *Dashboard) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := keyRequest(r, si.s.Key)
-	out.URL.Path, out.URL.RawPath = path, ""
+	// The escaped path too: an escaped "/" or ".." in an id stays inside
+	// its segment (the REST API refuses the id), never a path of its own.
+	out.URL.Path, out.URL.RawPath = path, strings.TrimPrefix(r.URL.EscapedPath(), apiPrefix)
 	out.RequestURI = ""
 	if si.s.Org != "" && !strings.HasPrefix(path, "/v1/executors") {
 		out.Header.Set(router.OrgHeader, si.s.Org)
@@ -46,6 +48,8 @@ func jsonError(httpCode int, msg string) []byte {
 		code = 7 // PERMISSION_DENIED
 	case http.StatusNotFound:
 		code = 5 // NOT_FOUND
+	case http.StatusMethodNotAllowed:
+		code = 12 // UNIMPLEMENTED
 	case http.StatusBadRequest:
 		code = 3 // INVALID_ARGUMENT
 	case http.StatusTooManyRequests:

@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/services/router"
-	"golang.org/x/time/rate"
 )
 
 // Prefix is the path the dashboard is mounted at.
@@ -57,14 +56,14 @@ type Dashboard struct {
 	rest    http.Handler
 	log     *slog.Logger
 	keys    *sealer
-	signins *rate.Limiter // failed sign-ins, all clients together
+	signins *signinLimiter // failed sign-ins, per client (signinrate.go)
 	mux     *http.ServeMux
 	assets  *assets
 	now     func() time.Time
 }
 
-// signinRate bounds failed sign-ins (per second, and the burst): enough
-// for people mistyping, too few to try keys.
+// signinRate bounds a client's failed sign-ins (per second, and the
+// burst): enough for people mistyping, too few to try keys.
 const (
 	signinRate  = 5
 	signinBurst = 20
@@ -92,7 +91,7 @@ func New(cfg Config, deps Deps) (*Dashboard, error) {
 		return nil, err
 	}
 	d := &Dashboard{api: deps.API, rest: deps.API.REST(), log: deps.Log, keys: keys,
-		signins: rate.NewLimiter(signinRate, signinBurst), now: time.Now}
+		signins: newSigninLimiter(), now: time.Now}
 	if err := d.routes(); err != nil {
 		return nil, err
 	}

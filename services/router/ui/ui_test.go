@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -41,7 +42,7 @@ func (f *fakeAPI) REST() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{
 			"path": r.URL.Path, "query": r.URL.RawQuery, "auth": r.Header.Get("Authorization"), "org": r.Header.Get(router.OrgHeader),
-			"cookie": r.Header.Get("Cookie"), "csrf": r.Header.Get(CSRFHeader), "method": r.Method,
+			"cookie": r.Header.Get("Cookie"), "csrf": r.Header.Get(CSRFHeader), "method": r.Method, "escaped": r.URL.EscapedPath(),
 		})
 	})
 }
@@ -416,8 +417,8 @@ func TestAssets(t *testing.T) {
 	}
 }
 
-// Failed sign-ins are rate limited (all clients together); good keys are
-// not counted.
+// Failed sign-ins are rate limited per client; good keys are not
+// counted, and one client's failures do not lock another out.
 func TestSignInRate(t *testing.T) {
 	h := newHarness(t, Config{})
 	hdr := map[string]string{"Origin": h.srv.URL}
@@ -427,6 +428,37 @@ func TestSignInRate(t *testing.T) {
 	}
 	if last != http.StatusTooManyRequests {
 		t.Errorf("sign-in %d after %d failures: %d, want 429", signinBurst+1, signinBurst, last)
+	}
+	// Another client (another loopback address) still signs in.
+	other := h.client()
+	other.Transport = &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}
+	for key, want := range map[string]int{"wrong": http.StatusUnauthorized, "k-admin": http.StatusSeeOther} {
+		req, _ := http.NewRequest("POST", h.srv.URL+"/ui/signin", strings.NewReader("key="+key))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", h.srv.URL)
+		resp, err := other.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("another client's sign-in with %s: %d, want %d", key, resp.StatusCode, want)
+		}
+	}
+}
+
+// A client is its IP address; an IPv6 one its /64.
+func TestClientKey(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:5000":             "192.0.2.7",
+		"[::ffff:192.0.2.7]:5000":    "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ff::1]:443":   "2001:db8:1:2::/64",
+		"not an address":             "not an address",
+	} {
+		if got := clientKey(addr); got != want {
+			t.Errorf("clientKey(%q) = %q, want %q", addr, got, want)
+		}
 	}
 }
 
@@ -472,7 +504,8 @@ func FuzzOpenSession(f *testing.F) {
 
 // FuzzSafeNext: where a sign-in goes is always a dashboard path.
 func FuzzSafeNext(f *testing.F) {
-	for _, s := range []string{"/ui/tasks", "//evil.example", "/ui/../x", "https://evil.example/ui/", "/ui/\\evil", "", "/ui/api/v1/tasks"} {
+	for _, s := range []string{"/ui/tasks", "//evil.example", "/ui/../x", "https://evil.example/ui/", "/ui/\\evil", "", "/ui/api/v1/tasks",
+		"/ui/%2e%2e/x", "/ui/tasks/./../../x", "/ui/tasks?x=/../"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, next string) {
@@ -480,8 +513,15 @@ func FuzzSafeNext(f *testing.F) {
 		if !strings.HasPrefix(got, "/ui/") || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
 			t.Fatalf("safeNext(%q) = %q", next, got)
 		}
-		if u, err := url.Parse(got); err != nil || u.Host != "" || u.Scheme != "" {
+		u, err := url.Parse(got)
+		if err != nil || u.Host != "" || u.Scheme != "" {
 			t.Fatalf("safeNext(%q) = %q leaves the site", next, got)
+		}
+		// Where a browser goes: the path with its dot segments (escaped
+		// ones too) resolved.
+		base, _ := url.Parse("http://h/ui/signin")
+		if to := base.ResolveReference(&url.URL{Path: u.Path}); !strings.HasPrefix(to.Path, "/ui/") {
+			t.Fatalf("safeNext(%q) = %q sends the browser to %s", next, got, to.Path)
 		}
 	})
 }
