@@ -133,6 +133,9 @@ func checkMetadata(md map[string]string, l limits) error {
 		if err := printable("metadata", k); err != nil {
 			return err
 		}
+		if !utf8.ValidString(v) {
+			return bus.FieldError("metadata", "the value of %q must be valid UTF-8", k)
+		}
 		total += len(k) + len(v)
 	}
 	if total > l.maxMetadataBytes {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzValidateSubmit checks that validation never panics, that every
@@ -19,6 +20,7 @@ func FuzzValidateSubmit(f *testing.F) {
 	f.Add("hello", "title", "helper", "", int32(0), "k", "v", "")
 	f.Add("", "", "", "sql", int32(9), "", "", "idem")
 	f.Add("x", "a\nb", "Bad", "a b", int32(-1), "k\x00", "v", strings.Repeat("i", 300))
+	f.Add("x", "", "", "", int32(0), "k", "\xff", "")
 	l := limits{maxInputBytes: 64, maxMetadataEntries: 4, maxMetadataBytes: 32}
 	f.Fuzz(func(t *testing.T, input, title, agent, skill string, prio int32, mk, mv, idem string) {
 		req := &agentmeshv1.SubmitTaskRequest{
@@ -52,6 +54,11 @@ func FuzzValidateSubmit(f *testing.F) {
 			t.Fatalf("accepted metadata of %d bytes", len(mk)+len(mv))
 		case strings.ContainsAny(title, "\n\r\x00"):
 			t.Fatalf("accepted title %q", title)
+		}
+		// What the doors that call the API in process hand it must go on
+		// the bus: a string that is not UTF-8 does not encode (Internal).
+		if _, err := proto.Marshal(req); err != nil {
+			t.Fatalf("accepted a request that does not encode: %v", err)
 		}
 	})
 }
