@@ -95,7 +95,7 @@ func (s *Service) newHTTP(ctx context.Context, tlsConf *tls.Config) error {
 	d.api = api
 	d.mux = http.NewServeMux()
 	d.mux.Handle("/", api)
-	edge, err := rest.Edge(d.mux, rest.EdgeOptions{MaxBodyBytes: int64(s.cfg.MaxRequestBytes), CORSOrigins: s.cfg.HTTPCORSOrigins})
+	edge, err := rest.Edge(d.mux, rest.EdgeOptions{MaxBodyBytes: int64(s.cfg.MaxRequestBytes), CORSOrigins: s.cfg.HTTPCORSOrigins, AuthOff: s.authOff})
 	if err != nil {
 		return err
 	}

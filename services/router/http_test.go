@@ -554,3 +554,77 @@ func TestHTTPTLS(t *testing.T) {
 		t.Error("plain HTTP on the TLS listener: answered 200")
 	}
 }
+
+// A browser page of another site cannot make the API do anything: a
+// no-cors POST (plain-text body, no preflight) is refused unless its
+// origin is configured, and with authentication off a request by a host
+// name — a page that rebound its own name to this address — is refused
+// too. Clients that are not browsers (no Origin, no Sec-Fetch-Site) and
+// reads are served as before.
+func TestHTTPBrowserRequestsOfOtherSites(t *testing.T) {
+	send := func(c *resttest.Client, method, host string, hdr map[string]string) int {
+		t.Helper()
+		var body any
+		if method == "POST" {
+			body = `{"agent":"helper","input":"from a page"}`
+		}
+		req, err := c.Request(context.Background(), method, "/v1/tasks", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	noCors := map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain;charset=UTF-8"}
+	oldBrowser := map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain;charset=UTF-8"}
+
+	e, open := startHTTP(t, Config{APIKeys: map[string]string{}}) // authentication off
+	_, port, _ := strings.Cut(e.svc.HTTPAddr(), ":")
+	own := map[string]string{"Origin": "http://127.0.0.1:" + port, "Sec-Fetch-Site": "same-origin"}
+	for _, tc := range []struct {
+		name, method, host string
+		hdr                map[string]string
+		want               int
+	}{
+		{"a page of another site", "POST", "", noCors, 403},
+		{"a browser without Sec-Fetch-Site", "POST", "", oldBrowser, 403},
+		{"a page rebound to this address", "POST", "evil.example:" + port, own, 403},
+		{"a read by a rebound name", "GET", "evil.example:" + port, nil, 403},
+		{"the dashboard's own page", "POST", "", own, 200},
+		{"by localhost", "POST", "localhost:" + port, nil, 200},
+		{"a client that is not a browser", "POST", "", nil, 200},
+		{"a read from another site", "GET", "", noCors, 200},
+	} {
+		if got := send(open, tc.method, tc.host, tc.hdr); got != tc.want {
+			t.Errorf("authentication off, %s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	e.fake.mu.Lock()
+	created := len(e.fake.creates)
+	e.fake.mu.Unlock()
+	if created != 3 {
+		t.Errorf("%d tasks created, want the 3 served POSTs", created)
+	}
+
+	_, keyed := startHTTP(t, Config{HTTPCORSOrigins: []string{"https://app.example"}})
+	app := map[string]string{"Origin": "https://app.example", "Sec-Fetch-Site": "cross-site"}
+	if got := send(keyed, "POST", "", noCors); got != 403 {
+		t.Errorf("with keys, a page of another site: %d, want 403", got)
+	}
+	if got := send(keyed, "POST", "", app); got != 200 {
+		t.Errorf("with keys, a configured origin: %d, want 200", got)
+	}
+	if got := send(keyed, "POST", "agentmesh.example.com", nil); got != 200 {
+		t.Errorf("with keys, by host name: %d, want 200", got)
+	}
+}

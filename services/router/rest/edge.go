@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -29,6 +31,11 @@ type EdgeOptions struct {
 	// browsers may call the listener from; none means no CORS headers at
 	// all (ParseCORSOrigins reads them).
 	CORSOrigins []string
+	// AuthOff says the router runs without API keys (every caller is the
+	// admin of org "default"): then only a Host that is localhost or an
+	// IP address is served, so a web page that rebinds its own DNS name to
+	// this address cannot use the API (403).
+	AuthOff bool
 }
 
 // Edge wraps h with what every request on the router's HTTP listener
@@ -42,9 +49,15 @@ func Edge(h http.Handler, o EdgeOptions) (http.Handler, error) {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = DefaultBodyTimeout
 	}
-	e := &edge{next: h, max: o.MaxBodyBytes, bodyTimeout: o.BodyTimeout, origins: map[string]bool{}}
+	e := &edge{next: h, max: o.MaxBodyBytes, bodyTimeout: o.BodyTimeout, origins: map[string]bool{}, authOff: o.AuthOff}
+	e.crossSite = http.NewCrossOriginProtection()
 	for _, orig := range o.CORSOrigins {
 		e.origins[orig] = true
+		if orig != "*" {
+			if err := e.crossSite.AddTrustedOrigin(orig); err != nil {
+				return nil, fmt.Errorf("rest: CORS origin %q: %w", orig, err)
+			}
+		}
 	}
 	return e, nil
 }
@@ -58,10 +71,14 @@ type edge struct {
 	max         int64
 	bodyTimeout time.Duration
 	origins     map[string]bool // "*" allows any
+	// crossSite refuses a browser's request from another site that is not
+	// GET, HEAD or OPTIONS, unless its origin is one of origins.
+	crossSite *http.CrossOriginProtection
+	authOff   bool
 }
 
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if e.cors(w, r) {
+	if e.refused(w, r) || e.cors(w, r) {
 		return
 	}
 	if r.ContentLength > e.max {
@@ -106,6 +123,43 @@ func (e *edge) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 func (e *edge) tooLarge(w http.ResponseWriter, size string) {
 	w.Header().Set("Connection", "close")
 	writeStatus(w, status.Newf(codes.ResourceExhausted, "request body of %s is over the limit of %d bytes", size, e.max), http.StatusRequestEntityTooLarge)
+}
+
+// refused answers 403 to what a browser must not do here, and says so
+// (true): a request of another site that changes something — a page's form
+// or no-cors fetch, which a browser sends without a preflight, carrying a
+// plain-text JSON body the API reads — unless its origin is configured
+// (any origin with "*"); and, with authentication off, a request by a host
+// name other than localhost (DNS rebinding: the page's own name, resolved
+// to this address, makes the request same-origin).
+func (e *edge) refused(w http.ResponseWriter, r *http.Request) bool {
+	if e.authOff && !localOrIP(r.Host) {
+		writeStatus(w, status.Newf(codes.PermissionDenied,
+			"authentication is off: requests by host name %q are refused (a web page could rebind it to this address); use localhost or an IP address, or configure API keys", r.Host), http.StatusForbidden)
+		return true
+	}
+	if e.origins["*"] {
+		return false
+	}
+	if err := e.crossSite.Check(r); err != nil {
+		writeStatus(w, status.Newf(codes.PermissionDenied,
+			"a browser request of another site (origin %q) may not %s here; allow its origin with AGENTMESH_HTTP_CORS_ORIGINS", r.Header.Get("Origin"), r.Method), http.StatusForbidden)
+		return true
+	}
+	return false
+}
+
+// localOrIP reports whether host (a Host header, with or without a port)
+// is an IP address, localhost or a name under .localhost.
+func localOrIP(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return true
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // cors adds the CORS headers for an allowed origin and answers a
