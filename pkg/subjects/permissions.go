@@ -25,7 +25,7 @@ var Services = []string{ServiceState, ServiceRegistry, ServiceScheduler, Service
 // StoreBuckets are the KV buckets of the embedded store (kvstore opens only
 // these; StoreBucket names them). Only the state identity may touch them.
 var StoreBuckets = []string{"tasks", "agents", "idempotency", "graphs", "skills", "agent_versions",
-	"keys", "schedules", "webhooks", "deliveries",
+	"keys", "key_names", "schedules", "webhooks", "deliveries",
 	"working_state", "memories", "threads"}
 
 // Permission is what one NATS identity may publish and subscribe to.

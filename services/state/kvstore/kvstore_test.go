@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/agentmesh/agentmesh/pkg/natstest"
@@ -515,5 +516,38 @@ func TestHistoryReadsShareOneSubscription(t *testing.T) {
 	}
 	if grew := subsz.NumInserts - inserts; grew >= rounds {
 		t.Errorf("%d history reads inserted %d subscriptions in the server, want none per read", rounds*len(ids), grew)
+	}
+}
+
+// Keys stored before name claims existed (an older version kept no claim,
+// and may hold two keys of one org with one name) keep their names: both
+// stay, and a new key of that name is refused once the store is open.
+func TestKeyNamesOfKeysStoredBeforeClaims(t *testing.T) {
+	ctx := context.Background()
+	nc := natstest.Connect(t, natstest.Start(t))
+	s, js := openOn(t, nc)
+	kv, err := js.KeyValue(ctx, names.StoreBucket("keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"key_01", "key_02"} {
+		data, err := proto.Marshal(&busv1.KeyRecord{Key: &agentmeshv1.ApiKey{Id: id, Org: "acme", Name: "x1", Role: "reader", Version: 1}, Sha256: []byte(id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, id, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s, _ = openOn(t, nc)
+	_, err = s.PutKey(ctx, &busv1.KeyRecord{Key: &agentmeshv1.ApiKey{Id: "key_03", Org: "acme", Name: "x1", Role: "reader"}, Sha256: []byte("s")}, true, 0)
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeAlreadyExists || be.Field != "name" {
+		t.Fatalf("create x1 beside the older keys: %v, want already_exists naming name", err)
+	}
+	recs, _, err := s.ListKeys(ctx, store.RecordQuery{Org: "acme"})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("acme keeps its 2 older keys: %d (%v)", len(recs), err)
 	}
 }

@@ -32,6 +32,8 @@ const DeliveryLogTTL = 7 * 24 * time.Hour
 // opsStore holds the buckets and indexes of the records.
 type opsStore struct {
 	keysKV, schedulesKV, endpointsKV, deliveriesKV jetstream.KeyValue
+	// keyNamesKV holds a created key's name claim (keynames.go).
+	keyNamesKV jetstream.KeyValue
 
 	keyIndex      *index[*busv1.KeyRecord]
 	scheduleIndex *index[*agentmeshv1.Schedule]
@@ -41,6 +43,9 @@ type opsStore struct {
 func (s *Store) openOps(ctx, wctx context.Context, bucket func(name, desc string) (jetstream.KeyValue, error)) error {
 	var err error
 	if s.keysKV, err = bucket("keys", "agentmesh API keys (id → bus.v1.KeyRecord: the SHA-256, never the secret)"); err != nil {
+		return err
+	}
+	if s.keyNamesKV, err = bucket("key_names", "agentmesh API key names (hash(org, name) → the id of the key that has it)"); err != nil {
 		return err
 	}
 	if s.schedulesKV, err = bucket("schedules", "agentmesh schedules (id → agentmesh.v1.Schedule)"); err != nil {
@@ -292,8 +297,12 @@ func (s *Store) endpoints() records[*busv1.WebhookEndpointRecord] {
 	}
 }
 
-// PutKey creates or replaces a key (see store.KeyStore).
+// PutKey creates or replaces a key (see store.KeyStore); a create claims
+// its name first (keynames.go).
 func (s *Store) PutKey(ctx context.Context, rec *busv1.KeyRecord, create bool, expectedVersion int64) (*busv1.KeyRecord, error) {
+	if create {
+		return s.createKey(ctx, rec)
+	}
 	return s.keys().put(ctx, rec.GetKey().GetId(), rec, create, expectedVersion)
 }
 

@@ -31,6 +31,9 @@ type records[T proto.Message] struct {
 	org        func(T) string
 	hidden     func(T) bool
 	newT       func() T
+	// name, when set, is T's unique name among its org's (the table's
+	// name column, written by a create; api_keys only: keynames.go).
+	name func(T) string
 }
 
 // put creates or replaces rec (id) and returns it at its new version.
@@ -43,8 +46,17 @@ func (r records[T]) put(ctx context.Context, id string, rec T, create bool, expe
 		if err != nil {
 			return zero, err
 		}
-		tag, err := r.s.pool.Exec(ctx, `INSERT INTO `+r.table+` (id, org, version, hidden, data) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (id) DO NOTHING`,
-			id, r.org(rec), r.hidden(rec), data)
+		var tag pgconn.CommandTag
+		if r.name == nil {
+			tag, err = r.s.pool.Exec(ctx, `INSERT INTO `+r.table+` (id, org, version, hidden, data) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (id) DO NOTHING`,
+				id, r.org(rec), r.hidden(rec), data)
+		} else {
+			tag, err = r.s.pool.Exec(ctx, `INSERT INTO `+r.table+` (id, org, version, hidden, data, name) VALUES ($1, $2, 1, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+				id, r.org(rec), r.hidden(rec), data, r.name(rec))
+		}
+		if r.name != nil && keyNameTaken(err) {
+			return zero, store.KeyNameTaken(r.org(rec), r.name(rec))
+		}
 		if err != nil {
 			return zero, dbError("put "+r.kind, err)
 		}
@@ -163,6 +175,7 @@ func (s *Store) keys() records[*busv1.KeyRecord] {
 		org:        func(r *busv1.KeyRecord) string { return r.GetKey().GetOrg() },
 		hidden:     store.Revoked,
 		newT:       func() *busv1.KeyRecord { return &busv1.KeyRecord{} },
+		name:       func(r *busv1.KeyRecord) string { return r.GetKey().GetName() },
 	}
 }
 

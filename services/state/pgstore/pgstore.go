@@ -10,7 +10,8 @@
 //	             agentmesh.v1.Agent; org '' holds the shared agents
 //
 // and those of migration 00080 (memory.go): working_state, memories,
-// memory_counters, memory_forgotten and threads.
+// memory_counters, memory_forgotten and threads. Migration 90 is in Go
+// (keynames.go): api_keys.name and its unique index.
 //
 // The tasks row also keeps the task's usage totals in columns
 // (prompt_tokens, completion_tokens, total_tokens, cost_usd), written with
@@ -27,6 +28,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -95,22 +97,33 @@ func Open(ctx context.Context, url string) (*Store, error) {
 func migrate(ctx context.Context, cc *pgx.ConnConfig) error {
 	db := stdlib.OpenDB(*cc.Copy())
 	defer db.Close()
-	sub, err := fs.Sub(migrations, "migrations")
+	p, err := migrator(db)
 	if err != nil {
-		return fmt.Errorf("pgstore: migrations: %w", err)
-	}
-	locker, err := lock.NewPostgresSessionLocker()
-	if err != nil {
-		return fmt.Errorf("pgstore: migration lock: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker))
-	if err != nil {
-		return fmt.Errorf("pgstore: migrations: %w", err)
+		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	return nil
+}
+
+// migrator is the goose provider of the embedded migrations (and the Go
+// one, keynames.go) on db, under a Postgres advisory lock.
+func migrator(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: migration lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker),
+		goose.WithGoMigrations(keyNamesMigration))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	return p, nil
 }
 
 // Close closes the pool.

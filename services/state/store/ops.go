@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -30,7 +31,10 @@ type Ops interface {
 // never the secret.
 type KeyStore interface {
 	// PutKey creates or replaces rec (by rec.Key.Id); it sets
-	// rec.Key.Version to the version stored.
+	// rec.Key.Version to the version stored. A create whose name the
+	// org's keys already use (revoked ones too) is KeyNameTaken, also
+	// when creates race; a replace keeps the stored name's claim (a
+	// key's name never changes).
 	PutKey(ctx context.Context, rec *busv1.KeyRecord, create bool, expectedVersion int64) (*busv1.KeyRecord, error)
 	// GetKey returns the key id of org ("" = of any org), or not_found.
 	GetKey(ctx context.Context, org, id string) (*busv1.KeyRecord, error)
@@ -126,6 +130,17 @@ func ValidRecordID(id, prefix string) bool {
 		}
 	}
 	return true
+}
+
+// KeyNameTaken is the error for a created key whose name its org's keys
+// created here already use (revoked ones included: a task's created_by
+// and an approval's decided_by name keys by name, so a name is never
+// given to a second key). Platform keys (org "") are one scope.
+func KeyNameTaken(org, name string) error {
+	if org == "" {
+		return &bus.Error{Code: bus.CodeAlreadyExists, Field: "name", Message: fmt.Sprintf("a platform key named %q already exists", name)}
+	}
+	return &bus.Error{Code: bus.CodeAlreadyExists, Field: "name", Message: fmt.Sprintf("org %s already has a key named %q", org, name)}
 }
 
 // Revoked reports whether a key record is revoked.

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -17,6 +19,8 @@ var opsTests = []struct {
 	fn   func(t *testing.T, s store.Store)
 }{
 	{"Keys", testKeys},
+	{"KeyNamesUnique", testKeyNamesUnique},
+	{"ConcurrentKeyNames", testConcurrentKeyNames},
 	{"Schedules", testSchedules},
 	{"WebhookEndpoints", testWebhookEndpoints},
 	{"WebhookDeliveries", testWebhookDeliveries},
@@ -44,7 +48,7 @@ func testKeys(t *testing.T, s store.Store) {
 	_, err = o.PutKey(ctx, keyRec("key_1", "org-b", "ci"), true, 0)
 	wantCode(t, "create a taken id", err, bus.ErrAlreadyExists)
 	for i := 2; i <= 5; i++ {
-		if _, err := o.PutKey(ctx, keyRec(fmt.Sprintf("key_%d", i), "org-a", "k"), true, 0); err != nil {
+		if _, err := o.PutKey(ctx, keyRec(fmt.Sprintf("key_%d", i), "org-a", fmt.Sprintf("k%d", i)), true, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,7 +68,7 @@ func testKeys(t *testing.T, s store.Store) {
 	wantCode(t, "get another org's key", err, bus.ErrNotFound)
 
 	// Replace: compare-and-set on the version.
-	rev := keyRec("key_2", "org-a", "k")
+	rev := keyRec("key_2", "org-a", "k2")
 	rev.Key.RevokedAt = timestamppb.Now()
 	_, err = o.PutKey(ctx, rev, false, 7)
 	wantCode(t, "replace at a wrong version", err, bus.ErrFailedPrecondition)
@@ -106,6 +110,83 @@ func testKeys(t *testing.T, s store.Store) {
 		if got := fmt.Sprint(ids(tc.q)); got != tc.want {
 			t.Errorf("list %+v: got %s, want %s", tc.q, got, tc.want)
 		}
+	}
+}
+
+// wantNameTaken checks err is already_exists naming the field name.
+func wantNameTaken(t *testing.T, what string, err error) {
+	t.Helper()
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeAlreadyExists || be.Field != "name" {
+		t.Fatalf("%s: got %v, want already_exists naming name", what, err)
+	}
+}
+
+// A key's name is unique among its org's keys (the platform keys are one
+// more scope), revoked ones included: audit records name keys by name.
+func testKeyNamesUnique(t *testing.T, s store.Store) {
+	o, ctx := opsOf(t, s), ctxT(t)
+	for _, r := range []*busv1.KeyRecord{keyRec("key_1", "org-a", "x1"), keyRec("key_2", "org-b", "x1"), keyRec("key_3", "", "x1")} {
+		if _, err := o.PutKey(ctx, r, true, 0); err != nil {
+			t.Fatalf("create %s in org %q: %v", r.Key.Id, r.Key.Org, err)
+		}
+	}
+	_, err := o.PutKey(ctx, keyRec("key_4", "org-a", "x1"), true, 0)
+	wantNameTaken(t, "a second x1 in org-a", err)
+	_, err = o.PutKey(ctx, keyRec("key_5", "", "x1"), true, 0)
+	wantNameTaken(t, "a second platform x1", err)
+	if _, err := o.GetKey(ctx, "", "key_4"); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("the refused key_4 was stored: %v", err)
+	}
+
+	// Revoked, its name stays taken.
+	rev := keyRec("key_1", "org-a", "x1")
+	rev.Key.RevokedAt = timestamppb.Now()
+	if _, err := o.PutKey(ctx, rev, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = o.PutKey(ctx, keyRec("key_6", "org-a", "x1"), true, 0)
+	wantNameTaken(t, "x1 of a revoked key", err)
+
+	// A create refused for its id does not take its name.
+	_, err = o.PutKey(ctx, keyRec("key_2", "org-c", "fresh"), true, 0)
+	wantCode(t, "create a taken id", err, bus.ErrAlreadyExists)
+	if _, err := o.PutKey(ctx, keyRec("key_7", "org-c", "fresh"), true, 0); err != nil {
+		t.Fatalf("fresh after a refused create: %v", err)
+	}
+	// Replacing a key (revoke, rotate) is not a second use of its name.
+	if _, err := o.PutKey(ctx, keyRec("key_7", "org-c", "fresh"), false, 1); err != nil {
+		t.Fatalf("replace key_7: %v", err)
+	}
+}
+
+// Creates of one name at once: exactly one wins, the others are told the
+// name is taken, and one key holds it.
+func testConcurrentKeyNames(t *testing.T, s store.Store) {
+	o, ctx := opsOf(t, s), ctxT(t)
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = o.PutKey(ctx, keyRec(fmt.Sprintf("key_%d", i), "org-a", "x1"), true, 0)
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		wantNameTaken(t, fmt.Sprintf("create %d", i), err)
+	}
+	if won != 1 {
+		t.Fatalf("%d creates of x1 won, want 1: %v", won, errs)
+	}
+	recs, _, err := o.ListKeys(ctx, store.RecordQuery{Org: "org-a", IncludeRevoked: true})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("org-a holds %d keys (%v), want 1", len(recs), err)
 	}
 }
 

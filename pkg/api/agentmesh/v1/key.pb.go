@@ -86,7 +86,11 @@ type ApiKey struct {
 	// "key_" and a ULID for keys created here; the configured name otherwise.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Name shown in audit records (an approval's decided_by, a task's
-	// created_by); unique among the org's keys created here.
+	// created_by); unique among the org's keys created here (platform keys:
+	// among the platform keys created here), revoked ones included: a
+	// revoked key's name is never given to another key, as records still
+	// name it. CreateKey with a taken name is ALREADY_EXISTS (field name).
+	// The keys of the keys file and AGENTMESH_API_KEYS are not counted.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The org the key acts for; empty for a platform key.
 	Org string `protobuf:"bytes,3,opt,name=org,proto3" json:"org,omitempty"`
