@@ -269,6 +269,26 @@ func TestOpsCheckTheOrg(t *testing.T) {
 	}
 }
 
+// A redelivery names one delivery by its id: an id that is a pattern of
+// keys ('*', '>', a dot) or no delivery id at all is invalid_argument
+// naming delivery_id, whoever on the bus asks, and nothing is queued.
+func TestRedeliverRefusesAPatternID(t *testing.T) {
+	r := startKV(t)
+	ep := &busv1.WebhookEndpointRecord{Endpoint: &agentmeshv1.WebhookEndpoint{Id: "ep_1", Url: "https://example.com/h"},
+		Secrets: []*busv1.WebhookSecret{{Secret: "whsec_AAAA"}}}
+	mustCall(t, r.nc, subjects.StateCreateWebhook, &busv1.PutWebhookEndpointRequest{Org: "acme", Record: ep}, &busv1.WebhookEndpointResponse{})
+	mustCall(t, r.nc, subjects.StateRecordDeliveries, &busv1.RecordDeliveriesRequest{Deliveries: []*agentmeshv1.WebhookDelivery{
+		{Id: "msg_1", Org: "acme", EndpointId: "ep_1", Attempts: 1}}}, &busv1.RecordDeliveriesResponse{})
+	for _, id := range []string{"*", ">", "msg_*", "ep_1.msg_1", "msg_1.>", "", "msg 1"} {
+		resp := &busv1.RedeliverResponse{}
+		_, err := call(t, r.nc, subjects.StateRedeliver, &busv1.RedeliverRequest{DeliveryId: id, Org: "acme"}, resp)
+		var be *bus.Error
+		if !errors.As(err, &be) || be.Code != bus.CodeInvalidArgument || be.Field != "delivery_id" {
+			t.Errorf("redeliver %q: got %v (%v), want invalid_argument naming delivery_id", id, resp.GetDelivery(), err)
+		}
+	}
+}
+
 // Key changes are announced once each, without the hash; a second
 // revocation changes nothing and announces nothing.
 func TestKeyEvents(t *testing.T) {

@@ -115,8 +115,8 @@ type records[T proto.Message] struct {
 func (r records[T]) read(ctx context.Context, id string) (T, uint64, error) {
 	var zero T
 	e, err := r.kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return zero, 0, nil
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return zero, 0, nil // an id that cannot be a key ("*") names no record
 	}
 	if err != nil {
 		return zero, 0, kvError("get "+r.kind, err)
@@ -454,7 +454,11 @@ func (s *Store) recordDelivery(ctx context.Context, d *agentmeshv1.WebhookDelive
 }
 
 // GetDelivery returns a delivery (see store.WebhookStore).
+// The id is checked first: it becomes part of a key filter ("*.<id>").
 func (s *Store) GetDelivery(ctx context.Context, org, id string) (*agentmeshv1.WebhookDelivery, error) {
+	if err := store.CheckDeliveryID(id); err != nil {
+		return nil, err
+	}
 	lister, err := s.deliveriesKV.ListKeysFiltered(ctx, "*."+id)
 	if err != nil {
 		return nil, kvError("get webhook delivery", err)

@@ -291,6 +291,9 @@ func (s *Store) RecordDeliveries(ctx context.Context, ds []*agentmeshv1.WebhookD
 
 // GetDelivery returns a delivery (see store.WebhookStore).
 func (s *Store) GetDelivery(ctx context.Context, org, id string) (*agentmeshv1.WebhookDelivery, error) {
+	if err := store.CheckDeliveryID(id); err != nil {
+		return nil, err
+	}
 	var data []byte
 	err := s.pool.QueryRow(ctx, `SELECT data FROM webhook_deliveries WHERE id = $1 AND org = $2`, id, org).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {

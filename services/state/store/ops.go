@@ -72,7 +72,8 @@ type WebhookStore interface {
 	// RecordDeliveries stores each delivery (by id) unless the one stored
 	// has more attempts (a late report of an earlier try changes nothing).
 	RecordDeliveries(ctx context.Context, ds []*agentmeshv1.WebhookDelivery) error
-	// GetDelivery returns the delivery id of org, or not_found.
+	// GetDelivery returns the delivery id of org, or not_found; an id
+	// that is not one (CheckDeliveryID) is invalid_argument.
 	GetDelivery(ctx context.Context, org, id string) (*agentmeshv1.WebhookDelivery, error)
 	// ListDeliveries returns one page of the deliveries of q.Org's endpoint
 	// q.Parent, newest (highest id) first.
@@ -141,6 +142,17 @@ func KeyNameTaken(org, name string) error {
 		return &bus.Error{Code: bus.CodeAlreadyExists, Field: "name", Message: fmt.Sprintf("a platform key named %q already exists", name)}
 	}
 	return &bus.Error{Code: bus.CodeAlreadyExists, Field: "name", Message: fmt.Sprintf("org %s already has a key named %q", org, name)}
+}
+
+// CheckDeliveryID refuses what cannot be a webhook delivery's id
+// (invalid_argument naming delivery_id): a store looks an id up as
+// itself, never as a pattern ('*', '>', '.') that would match another
+// delivery.
+func CheckDeliveryID(id string) error {
+	if !ValidRecordID(id, "msg") {
+		return bus.FieldError("delivery_id", "%.80q is not a delivery id (msg_ and 1-64 letters or digits)", id)
+	}
+	return nil
 }
 
 // Revoked reports whether a key record is revoked.

@@ -293,6 +293,14 @@ func testWebhookDeliveries(t *testing.T, s store.Store) {
 	}
 	_, err = o.GetDelivery(ctx, "org-b", "msg_3")
 	wantCode(t, "get another org's delivery", err, bus.ErrNotFound)
+	// An id is one id, never a pattern of them.
+	for _, id := range []string{"*", ">", "msg_*", "msg_3.>", "ep_1.msg_3", "", "msg 3"} {
+		d, err := o.GetDelivery(ctx, "org-a", id)
+		var be *bus.Error
+		if !errors.As(err, &be) || be.Code != bus.CodeInvalidArgument || be.Field != "delivery_id" {
+			t.Errorf("GetDelivery(%q): got %v, %v; want invalid_argument naming delivery_id", id, d, err)
+		}
+	}
 	var got []string
 	q := store.RecordQuery{Org: "org-a", Parent: "ep_1", PageSize: 2}
 	for {
@@ -313,6 +321,10 @@ func testWebhookDeliveries(t *testing.T, s store.Store) {
 	}
 	_, _, err = o.ListDeliveries(ctx, store.RecordQuery{Org: "org-b", Parent: "ep_1"})
 	wantCode(t, "list another org's deliveries", err, bus.ErrNotFound)
+	for _, ep := range []string{"*", ">", "ep_*"} {
+		_, _, err = o.ListDeliveries(ctx, store.RecordQuery{Org: "org-a", Parent: ep})
+		wantCode(t, fmt.Sprintf("list the deliveries of endpoint %q", ep), err, bus.ErrNotFound)
+	}
 	// Deleting the endpoint drops its log.
 	if err := o.DeleteWebhookEndpoint(ctx, "org-a", "ep_1"); err != nil {
 		t.Fatal(err)
