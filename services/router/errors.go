@@ -32,8 +32,9 @@ var busCodes = map[string]codes.Code{
 
 // toStatus is the one place where errors become gRPC statuses. A *bus.Error
 // keeps its message, prefixed by its field ("input: required"), and an
-// invalid argument or a value over its limit (ResourceExhausted) also
-// carries a BadRequest detail naming the field.
+// invalid argument, a value over its limit (ResourceExhausted) or a value
+// already taken (AlreadyExists: a key's name) also carries a BadRequest
+// detail naming the field.
 // Unavailable carries a RetryInfo detail (retry after RetryDelay).
 // Anything else is Internal with a generic message; the cause is logged,
 // never sent.
@@ -68,7 +69,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		msg = be.Field + ": " + msg
 	}
 	st := status.New(code, msg)
-	if (code == codes.InvalidArgument || code == codes.ResourceExhausted) && be.Field != "" {
+	if (code == codes.InvalidArgument || code == codes.ResourceExhausted || code == codes.AlreadyExists) && be.Field != "" {
 		if d, derr := st.WithDetails(&errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: be.Field, Description: be.Message}},
 		}); derr == nil {

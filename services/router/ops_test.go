@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/services/state"
 	"github.com/agentmesh/agentmesh/services/state/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -196,6 +197,49 @@ func TestKeysAcrossRouters(t *testing.T) {
 	}
 	if status.Code(c.accepted(created.Secret)) != codes.Unauthenticated {
 		t.Error("a new router accepts a revoked key")
+	}
+}
+
+// A key's name is its org's once: a second CreateKey of it, or one after
+// the first key is revoked, is AlreadyExists with a BadRequest naming the
+// field name; another org, or a platform key, may use it.
+func TestCreateKeyNameTaken(t *testing.T) {
+	srv := natstest.Start(t)
+	startState(t, srv)
+	r := startOpsRouter(t, srv)
+	first, err := r.keys().CreateKey(as("acme-admin-secret"), &agentmeshv1.CreateKeyRequest{Name: "x1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTaken := func(what string) {
+		t.Helper()
+		_, err := r.keys().CreateKey(as("acme-admin-secret"), &agentmeshv1.CreateKeyRequest{Name: "x1", Role: "operator"})
+		st := status.Convert(err)
+		if st.Code() != codes.AlreadyExists {
+			t.Fatalf("%s: got %v, want AlreadyExists", what, err)
+		}
+		var fields []string
+		for _, d := range st.Details() {
+			if br, ok := d.(*errdetails.BadRequest); ok {
+				for _, v := range br.GetFieldViolations() {
+					fields = append(fields, v.GetField())
+				}
+			}
+		}
+		if len(fields) != 1 || fields[0] != "name" {
+			t.Fatalf("%s: BadRequest fields %v, want [name] (%v)", what, fields, err)
+		}
+	}
+	wantTaken("a second x1")
+	if _, err := r.keys().RevokeKey(as("acme-admin-secret"), &agentmeshv1.RevokeKeyRequest{Id: first.Key.Id}); err != nil {
+		t.Fatal(err)
+	}
+	wantTaken("x1 after its key is revoked")
+	if _, err := r.keys().CreateKey(as("globex-admin-secret"), &agentmeshv1.CreateKeyRequest{Name: "x1"}); err != nil {
+		t.Errorf("x1 in another org: %v", err)
+	}
+	if _, err := r.keys().CreateKey(as("platform-secret"), &agentmeshv1.CreateKeyRequest{Name: "x1", Role: "platform"}); err != nil {
+		t.Errorf("a platform x1: %v", err)
 	}
 }
 
