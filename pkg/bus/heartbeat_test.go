@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
@@ -14,24 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 )
-
-// lockedBuffer is a log sink the reader may write from any goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func heartbeatMsg(t testing.TB, subject, node string) *nats.Msg {
 	t.Helper()
@@ -48,7 +29,7 @@ func heartbeatMsg(t testing.TB, subject, node string) *nats.Msg {
 // read; an undecodable one or one on another subject is refused quietly.
 func TestHeartbeatReaderRefusesAnotherNodesName(t *testing.T) {
 	names := subjects.Must("")
-	var out lockedBuffer
+	var out bytes.Buffer // Read logs in the caller's goroutine
 	r := bus.NewHeartbeatReader(names, slog.New(slog.NewTextHandler(&out, nil)))
 
 	hb, err := r.Read(heartbeatMsg(t, names.Heartbeat("vm"), "vm"))
