@@ -427,6 +427,15 @@ func (n Names) Heartbeat(node string) string { return n.prefix + ".exec.heartbea
 // Heartbeats matches every executor heartbeat.
 func (n Names) Heartbeats() string { return n.prefix + ".exec.heartbeat.*" }
 
+// ParseHeartbeat returns the node a Heartbeat subject names.
+func (n Names) ParseHeartbeat(subject string) (node string, ok bool) {
+	node, ok = strings.CutPrefix(subject, n.prefix+".exec.heartbeat.")
+	if !ok || !ValidToken(node) {
+		return "", false
+	}
+	return node, true
+}
+
 // ExecAll matches everything executors publish outside streams.
 func (n Names) ExecAll() string { return n.prefix + ".exec.>" }
 

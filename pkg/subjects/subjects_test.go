@@ -152,3 +152,25 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	})
 }
+
+func TestParseHeartbeat(t *testing.T) {
+	n := Must("am.x")
+	for _, tt := range []struct {
+		subject, node string
+		ok            bool
+	}{
+		{n.Heartbeat("vm"), "vm", true},
+		{n.Heartbeat("node-1"), "node-1", true},
+		{Must("am").Heartbeat("vm"), "", false}, // another prefix
+		{"am.x.exec.heartbeat.", "", false},
+		{"am.x.exec.heartbeat.a.b", "", false},
+		{"am.x.exec.heartbeat.*", "", false},
+		{"am.x.exec.heartbeatvm", "", false},
+		{n.TaskTokens("acme", "T1"), "", false},
+	} {
+		node, ok := n.ParseHeartbeat(tt.subject)
+		if node != tt.node || ok != tt.ok {
+			t.Errorf("ParseHeartbeat(%q) = %q, %v; want %q, %v", tt.subject, node, ok, tt.node, tt.ok)
+		}
+	}
+}

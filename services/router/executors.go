@@ -10,7 +10,6 @@ import (
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
 	"github.com/agentmesh/agentmesh/pkg/bus"
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -30,9 +29,10 @@ const forgetAfter = 10 * time.Minute
 const defaultNodeTTL = 15 * time.Second
 
 type executorTable struct {
-	mu    sync.Mutex
-	nodes map[string]*executorEntry
-	sub   *nats.Subscription
+	mu     sync.Mutex
+	nodes  map[string]*executorEntry
+	sub    *nats.Subscription
+	reader *bus.HeartbeatReader
 }
 
 type executorEntry struct {
@@ -45,6 +45,7 @@ type executorEntry struct {
 // start subscribes to the heartbeats.
 func (t *executorTable) start(s *Service) error {
 	t.nodes = map[string]*executorEntry{}
+	t.reader = bus.NewHeartbeatReader(s.names, s.log)
 	sub, err := s.nc.Subscribe(s.names.Heartbeats(), t.heard)
 	if err != nil {
 		return &bus.Error{Code: bus.CodeUnavailable, Message: "subscribe to executor heartbeats: " + err.Error()}
@@ -59,10 +60,11 @@ func (t *executorTable) stop() {
 	}
 }
 
-// heard records one heartbeat.
+// heard records one heartbeat; one whose payload names another node than
+// its subject is refused (bus.HeartbeatReader).
 func (t *executorTable) heard(m *nats.Msg) {
-	hb := new(busv1.ExecutorHeartbeat)
-	if err := proto.Unmarshal(m.Data, hb); err != nil || hb.Node == "" {
+	hb, err := t.reader.Read(m)
+	if err != nil {
 		return
 	}
 	now := time.Now()

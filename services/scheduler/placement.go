@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	busv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/bus/v1"
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/proto"
 )
 
 // Placement: executors pull work from one shared work-queue consumer, so
@@ -27,10 +25,11 @@ import (
 // executor kills their children (fencing). A node the leader has never
 // heard from counts as lost once the leader has led for NodeTTL.
 
-// onHeartbeat records an executor's heartbeat.
+// onHeartbeat records an executor's heartbeat; one whose payload names
+// another node than its subject is refused (bus.HeartbeatReader).
 func (s *Service) onHeartbeat(m *nats.Msg) {
-	var hb busv1.ExecutorHeartbeat
-	if err := proto.Unmarshal(m.Data, &hb); err != nil || hb.Node == "" {
+	hb, err := s.heartbeats.Read(m)
+	if err != nil {
 		return
 	}
 	ttl := hb.Ttl.AsDuration()

@@ -95,6 +95,8 @@ type Service struct {
 	// (placement.go, checkNodes); guarded by mu.
 	hearing    time.Time
 	reconnects uint64
+	// heartbeats reads the executors' heartbeats (placement.go).
+	heartbeats *bus.HeartbeatReader
 	// fetching holds agents whose limit is being read.
 	fetching map[string]bool
 	// deps releases dependents when their parents end (deps.go).
@@ -176,6 +178,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		waits: newWaitDeadlines(),
 		out:   bus.NewOutbox(js, deps.Log.With("service", "scheduler"), "work"),
 	}
+	s.heartbeats = bus.NewHeartbeatReader(names, s.log)
 	s.m = newModel(max(cfg.Aging, 0), s.orgLimit, s.agentLimit)
 	s.fires = newFirer(s, cfg.Clock)
 	if s.hooks, err = newDeliverer(ctx, s); err != nil {

@@ -135,8 +135,10 @@ func (a *API) WatchAdmitted(ctx context.Context, id string, after int64) (agentm
 		return nil, err
 	}
 	if md, _ := stream.Header(); md == nil {
-		// Ended without a header: refused, or nothing to say.
-		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		// Ended without a header: refused, or nothing to say. (A message
+		// without a header does not come — gRPC sends the header first —
+		// and would count as nothing to say: never a nil stream and error.)
+		if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		return nil, io.EOF

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	agentmeshv1 "github.com/agentmesh/agentmesh/pkg/api/agentmesh/v1"
+	"github.com/agentmesh/agentmesh/services/router/door"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -109,24 +110,22 @@ type WatchStream interface {
 type Watcher func(r *http.Request, req *agentmeshv1.WatchTaskRequest, s WatchStream) error
 
 // ConnWatcher runs WatchTask through a gRPC connection to the router, the
-// request's credentials as outgoing metadata (OutgoingContext).
+// request's credentials as outgoing metadata (OutgoingContext). Whether
+// the router accepted the watch is judged as every door judges it
+// (door.API.WatchAdmitted); a watch that ended at once had nothing to say.
 func ConnWatcher(conn grpc.ClientConnInterface) Watcher {
-	tasks := agentmeshv1.NewTaskServiceClient(conn)
+	api := &door.API{Tasks: agentmeshv1.NewTaskServiceClient(conn)}
 	return func(r *http.Request, req *agentmeshv1.WatchTaskRequest, s WatchStream) error {
+		// The credentials travel as OutgoingContext puts them: ctx carries
+		// no door.WithKey, so WatchAdmitted adds none of its own.
 		ctx, cancel := context.WithCancel(OutgoingContext(r.Context(), r))
 		defer cancel()
-		stream, err := tasks.WatchTask(ctx, req)
+		stream, err := api.WatchAdmitted(ctx, req.GetId(), req.GetAfterSeq())
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		if err != nil {
 			return err
-		}
-		// The router sends the header once the watch is accepted (or with
-		// its first event); a stream that ends before it was refused, or
-		// had nothing to say.
-		if md, _ := stream.Header(); md == nil {
-			if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
-				return err
-			}
-			return nil
 		}
 		if err := s.Accepted(); err != nil {
 			return err
