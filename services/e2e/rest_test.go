@@ -203,29 +203,31 @@ func rawHTTP(t *testing.T, addr, request, stop string) (statusLine, head, body s
 
 // curl-level: raw HTTP/1.1 requests, no client library, submit a task and
 // follow its events with a Last-Event-ID to the end.
+// The stack runs without keys, so its requests name localhost: by another
+// host name they are refused (TestHTTPBrowserRequestsOfOtherSites).
 func TestRESTRaw(t *testing.T) {
 	e := start(t, opts{script: restScript})
 	e.createAgent(t, "worker", "general")
 	addr := e.stack.HTTPAddr()
 	body := `{"input": "raw", "agent": "worker"}`
-	st, head, resp := rawHTTP(t, addr, "POST /v1/tasks HTTP/1.1\r\nHost: agentmesh\r\nContent-Type: application/json\r\n"+
+	st, head, resp := rawHTTP(t, addr, "POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"+
 		"Content-Length: "+strconv.Itoa(len(body))+"\r\nConnection: close\r\n\r\n"+body, "")
 	if st != "HTTP/1.1 200 OK" || !strings.Contains(head, "Content-Type: application/json") || !strings.Contains(resp, `"input":"raw"`) {
 		t.Fatalf("submit: %s\n%s\n%s", st, head, resp)
 	}
 	id := between(resp, `"id":"`, `"`)
-	st, head, stream := rawHTTP(t, addr, "GET /v1/tasks/"+id+"/events HTTP/1.1\r\nHost: agentmesh\r\nAccept: text/event-stream\r\nLast-Event-ID: 1\r\n\r\n", "event: end")
+	st, head, stream := rawHTTP(t, addr, "GET /v1/tasks/"+id+"/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\nLast-Event-ID: 1\r\n\r\n", "event: end")
 	if st != "HTTP/1.1 200 OK" || !strings.Contains(head, "Content-Type: text/event-stream") {
 		t.Fatalf("events: %s\n%s", st, head)
 	}
 	if strings.Contains(stream, "id: 1\n") || !strings.Contains(stream, "id: 2\nevent: status\n") || !strings.Contains(stream, "TASK_STATUS_COMPLETED") {
 		t.Fatalf("stream after Last-Event-ID 1:\n%s", stream)
 	}
-	st, head, _ = rawHTTP(t, addr, "GET /v1/tasks HTTP/1.1\r\nHost: agentmesh\r\nLast-Event-ID: x\r\nConnection: close\r\n\r\n", "")
+	st, head, _ = rawHTTP(t, addr, "GET /v1/tasks HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: x\r\nConnection: close\r\n\r\n", "")
 	if st != "HTTP/1.1 200 OK" {
 		t.Fatalf("list: %s %s", st, head)
 	}
-	st, _, bad := rawHTTP(t, addr, "GET /v1/tasks/"+id+"/events HTTP/1.1\r\nHost: agentmesh\r\nLast-Event-ID: x\r\nConnection: close\r\n\r\n", "")
+	st, _, bad := rawHTTP(t, addr, "GET /v1/tasks/"+id+"/events HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: x\r\nConnection: close\r\n\r\n", "")
 	if st != "HTTP/1.1 400 Bad Request" || !strings.Contains(bad, "Last-Event-ID") {
 		t.Fatalf("bad cursor: %s %s", st, bad)
 	}
