@@ -377,6 +377,8 @@ func (h *Handler) Close() {
 // (lineFilter).
 // Every call carries key; with key "" the calls carry what Deps.Conn
 // carries (amctl's connection sends its own key).
+// Six parameters: a session's inputs (config, dependencies, its key, its two
+// pipes), each given by a different caller (amctl mcp, the tests).
 func ServeStdio(ctx context.Context, cfg Config, deps Deps, key string, in io.ReadCloser, out io.WriteCloser) error {
 	if err := deps.Check("mcpserver"); err != nil {
 		return err

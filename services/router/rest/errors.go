@@ -93,6 +93,7 @@ func retryAfter(st *status.Status) (int, bool) {
 // gatewayError is the gateway's error handler: the router's statuses as
 // they are; the gateway's own (a body or parameter that does not decode)
 // reworded to name the field.
+// Six parameters: grpc-gateway's runtime.ErrorHandlerFunc.
 func gatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
 		body, _ := r.Context().Value(bodyKey{}).([]byte)
@@ -155,6 +156,7 @@ func withField(st *status.Status, field string) *status.Status {
 // routingError answers a path no endpoint serves (404) or a method the
 // path does not take (405, with Allow naming those it takes). An OPTIONS
 // request (no CORS preflight: Edge answers those) gets 204 with Allow.
+// Six parameters: grpc-gateway's runtime.RoutingErrorHandlerFunc.
 func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	if allow := allowedMethods(r.URL.EscapedPath()); len(allow) > 0 && (r.Method == http.MethodOptions || !slices.Contains(allow, r.Method)) {
 		w.Header().Set("Allow", strings.Join(allow, ", "))

@@ -2,8 +2,6 @@ package kvstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"time"
 
@@ -23,12 +21,8 @@ import (
 // Keys stored before claims existed have none: a create also looks for
 // their name among the keys held (the index holds them all once open).
 
-// keyNameKey is the key_names key of org's name: a hash, as both are
-// free text.
-func keyNameKey(org, name string) string {
-	h := sha256.Sum256([]byte(org + "\x00" + name))
-	return hex.EncodeToString(h[:])
-}
+// keyNameKey is the key_names key of org's name.
+func keyNameKey(org, name string) string { return orgTextKey(org, name) }
 
 // createKey stores rec as a new key once its name is claimed.
 func (s *Store) createKey(ctx context.Context, rec *busv1.KeyRecord) (*busv1.KeyRecord, error) {

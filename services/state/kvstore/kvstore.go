@@ -584,9 +584,13 @@ func (s *Store) awaitKeyed(ctx context.Context, key string) (*agentmeshv1.Task, 
 	}
 }
 
-// idempotencyKey is the KV key of (org, key): a hash, as both are free text.
-func idempotencyKey(org, key string) string {
-	h := sha256.Sum256([]byte(org + "\x00" + key))
+// idempotencyKey is the KV key of (org, key).
+func idempotencyKey(org, key string) string { return orgTextKey(org, key) }
+
+// orgTextKey is a KV key made of an org and a free text (an idempotency
+// key, a key's name): a hash, as both are free text.
+func orgTextKey(org, text string) string {
+	h := sha256.Sum256([]byte(org + "\x00" + text))
 	return hex.EncodeToString(h[:])
 }
 
